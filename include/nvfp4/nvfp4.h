@@ -1,0 +1,175 @@
+/*
+ * nvfp4 — NVFP4 (E2M1 values, E4M3 scale per 16 values, FP32 scale per tensor).
+ * Public C API.
+ *
+ * Conventions
+ *  - Every function returns an nvfp4_status_t; on failure nvfp4_last_error() gives a
+ *    message for the calling thread. No C++ exception crosses this boundary.
+ *  - Tensors are passed as non-owning descriptors (nvfp4_tensor_t). The library never
+ *    allocates device memory: a call that needs scratch space takes a workspace whose
+ *    size is given by the matching *_workspace_size query.
+ *  - The CUDA stream comes last. It is ignored for CPU tensors. nvfp4_stream_t is
+ *    binary-compatible with cudaStream_t.
+ *  - All tensors of one call live on the same device (all CPU, or all on one CUDA device).
+ *
+ * Quantized tensor layout (a "2D" view [R, C] of the input, leading dims flattened):
+ *  - rowwise:    quantization of x [R, C] in blocks of 16 along C (C % 16 == 0).
+ *      data   uint8 [R, C/2], two E2M1 codes a byte, element 2i in the low nibble.
+ *      scales E4M3  [R, C/16] (linear) or [roundup(R,128), roundup(C/16,4)] (swizzled).
+ *  - columnwise: quantization of x^T [C, R] in blocks of 16 along R, stored as x^T.
+ *      With Rp = roundup(R, 16): data uint8 [C, Rp/2] (codes past R are 0);
+ *      scales E4M3 [C, Rp/16] (linear) or [roundup(C,128), roundup(Rp/16,4)] (swizzled).
+ *  - amax: float32 [1], max |x| of the values quantized (after the RHT where it applies).
+ *    The per-tensor decode scale is amax / (448 * 6) (see DESIGN.md section 1).
+ */
+#ifndef NVFP4_NVFP4_H
+#define NVFP4_NVFP4_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define NVFP4_API __declspec(dllexport)
+#else
+#define NVFP4_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NVFP4_VERSION_MAJOR 0
+#define NVFP4_VERSION_MINOR 1
+#define NVFP4_VERSION_PATCH 0
+
+typedef struct CUstream_st* nvfp4_stream_t; /* same type as cudaStream_t */
+
+typedef enum {
+  NVFP4_SUCCESS = 0,
+  NVFP4_ERROR_INVALID_ARGUMENT = 1, /* null pointer, bad enum, shape, dtype, alignment */
+  NVFP4_ERROR_NOT_SUPPORTED = 2,    /* valid request this build or device cannot run */
+  NVFP4_ERROR_CUDA = 3,             /* a CUDA runtime call failed (message has the code) */
+  NVFP4_ERROR_CUDNN = 4,            /* cuDNN missing or failed */
+  NVFP4_ERROR_WORKSPACE = 5,        /* workspace smaller than the size query returned */
+  NVFP4_ERROR_INTERNAL = 6
+} nvfp4_status_t;
+
+typedef enum {
+  NVFP4_DTYPE_FLOAT32 = 0,
+  NVFP4_DTYPE_FLOAT16 = 1,
+  NVFP4_DTYPE_BFLOAT16 = 2,
+  NVFP4_DTYPE_UINT8 = 3,    /* packed E2M1 pairs, or raw bytes */
+  NVFP4_DTYPE_E4M3 = 4,     /* float8_e4m3fn */
+  NVFP4_DTYPE_FLOAT64 = 5
+} nvfp4_dtype_t;
+
+typedef enum { NVFP4_DEVICE_CPU = 0, NVFP4_DEVICE_CUDA = 1 } nvfp4_device_type_t;
+
+#define NVFP4_MAX_DIMS 8
+
+/* A strided view. Strides are in elements (a uint8 tensor of packed codes counts bytes).
+ * The quantization and GEMM entry points require row-major contiguous tensors. */
+typedef struct {
+  void* data;
+  nvfp4_dtype_t dtype;
+  int32_t ndim;
+  int64_t shape[NVFP4_MAX_DIMS];
+  int64_t strides[NVFP4_MAX_DIMS];
+  nvfp4_device_type_t device_type;
+  int32_t device_id;
+} nvfp4_tensor_t;
+
+typedef enum { NVFP4_BLOCK_1D = 0, NVFP4_BLOCK_2D = 1 } nvfp4_block_t;
+typedef enum { NVFP4_ROUND_NEAREST = 0, NVFP4_ROUND_STOCHASTIC = 1 } nvfp4_rounding_t;
+typedef enum { NVFP4_SCALES_LINEAR = 0, NVFP4_SCALES_SWIZZLED = 1 } nvfp4_scale_layout_t;
+
+/* Which outputs get the Random Hadamard Transform (a bitmask). */
+#define NVFP4_RHT_NONE 0u
+#define NVFP4_RHT_ROWWISE 1u
+#define NVFP4_RHT_COLUMNWISE 2u
+
+typedef struct {
+  nvfp4_block_t block;             /* 1D: 1x16 blocks; 2D: 16x16 tiles (weights) */
+  nvfp4_rounding_t rounding;
+  nvfp4_scale_layout_t scale_layout;
+  uint32_t rht;                    /* NVFP4_RHT_* mask; 1D blocks only */
+  uint32_t rht_sign_mask;          /* bit i set: sign -1 for lane i; see nvfp4_default_rht_sign_mask */
+  uint64_t seed;                   /* stochastic rounding: Philox4x32-10 key */
+  uint64_t offset;                 /* stochastic rounding: counter offset */
+} nvfp4_quant_config_t;
+
+/* Fills *cfg with: 1D, round-to-nearest, swizzled scales, no RHT, default signs, seed 0. */
+NVFP4_API void nvfp4_quant_config_default(nvfp4_quant_config_t* cfg);
+NVFP4_API uint32_t nvfp4_default_rht_sign_mask(void);
+
+/* One direction of a quantized tensor (see the layout notes at the top). */
+typedef struct {
+  nvfp4_tensor_t data;   /* uint8, 2 dims */
+  nvfp4_tensor_t scales; /* E4M3 (or uint8), 2 dims, linear or swizzled per the config */
+  nvfp4_tensor_t amax;   /* float32 [1]; written by nvfp4_quantize */
+} nvfp4_quantized_t;
+
+/* Quantizes input (float32/float16/bfloat16, contiguous, last dim % 16 == 0 when rowwise
+ * is requested; leading dims are flattened into R). rowwise and columnwise may each be
+ * NULL, not both. On CUDA nothing is synchronized: amax stays on the device. */
+NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg,
+                                        nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
+                                        nvfp4_stream_t stream);
+
+/* out[R, C] = decoded values. The layout of q.scales is given by scale_layout;
+ * q.data's shape gives R and C (C = 2 * data.shape[1]). out may be float32/16/bf16. */
+NVFP4_API nvfp4_status_t nvfp4_dequantize(const nvfp4_quantized_t* q, nvfp4_scale_layout_t scale_layout,
+                                          nvfp4_tensor_t* out, nvfp4_stream_t stream);
+
+/* linear [R, C] <-> swizzled [roundup(R,128), roundup(C,4)] scale bytes; padding zeroed. */
+NVFP4_API nvfp4_status_t nvfp4_swizzle_scales(const nvfp4_tensor_t* linear, nvfp4_tensor_t* swizzled,
+                                              nvfp4_stream_t stream);
+NVFP4_API nvfp4_status_t nvfp4_unswizzle_scales(const nvfp4_tensor_t* swizzled, nvfp4_tensor_t* linear,
+                                                nvfp4_stream_t stream);
+
+/* ---- GEMM: D = alpha * (A^ @ B^T) + beta * C (+ bias), alpha = S_dec(A) * S_dec(B) ---- */
+
+typedef enum {
+  NVFP4_BACKEND_AUTO = 0,
+  NVFP4_BACKEND_REFERENCE = 1, /* CPU, float64 accumulation */
+  NVFP4_BACKEND_CUTLASS = 2,
+  NVFP4_BACKEND_CUDNN = 3
+} nvfp4_backend_t;
+
+typedef struct {
+  const nvfp4_quantized_t* a;  /* rowwise-quantized A: data [M, K/2], K-major */
+  const nvfp4_quantized_t* b;  /* rowwise-quantized B: data [N, K/2], K-major */
+  nvfp4_scale_layout_t scale_layout; /* layout of a->scales and b->scales */
+  const nvfp4_tensor_t* c;     /* optional [M, N], read with beta; may alias d */
+  const nvfp4_tensor_t* bias;  /* optional [N], same dtype as d (float32 allowed) */
+  float beta;
+  nvfp4_tensor_t* d;           /* [M, N] float32 / float16 / bfloat16 */
+  nvfp4_backend_t backend;
+} nvfp4_gemm_args_t;
+
+NVFP4_API nvfp4_status_t nvfp4_gemm_workspace_size(const nvfp4_gemm_args_t* args, size_t* bytes);
+NVFP4_API nvfp4_status_t nvfp4_gemm(const nvfp4_gemm_args_t* args, void* workspace, size_t workspace_bytes,
+                                    nvfp4_stream_t stream);
+
+/* ---- capabilities ---- */
+
+/* 1 if `backend` can run on a device of compute capability major*10+minor in this build
+ * (cc = 0 means the CPU). Never fails. */
+NVFP4_API int nvfp4_backend_supported(nvfp4_backend_t backend, int cc);
+/* Number of CUDA devices visible (0 without a driver or GPU). Never fails. */
+NVFP4_API int nvfp4_cuda_device_count(void);
+/* Compute capability of device `device` as major*10+minor, or 0. Never fails. */
+NVFP4_API int nvfp4_cuda_device_cc(int device);
+/* Semicolon-separated list of CUDA architectures compiled in, e.g. "90a;100a;120a". */
+NVFP4_API const char* nvfp4_build_cuda_archs(void);
+NVFP4_API const char* nvfp4_version_string(void);
+
+NVFP4_API const char* nvfp4_status_string(nvfp4_status_t status);
+/* The message of the last failed call on this thread ("" if none). */
+NVFP4_API const char* nvfp4_last_error(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NVFP4_NVFP4_H */

@@ -1,0 +1,25 @@
+"""nvfp4: NVIDIA's 4-bit floating point format (NVFP4) for PyTorch.
+
+E2M1 values, one E4M3 scale per 16 values and one FP32 scale per tensor; quantization,
+FP4 GEMMs (CUTLASS and cuDNN backends, a CPU reference) and training layers.
+"""
+from __future__ import annotations
+
+try:
+    from . import _C
+except ImportError as e:  # pragma: no cover
+    raise ImportError("nvfp4: the compiled extension nvfp4._C could not be loaded "
+                      f"({e}); reinstall with `pip install .`") from e
+
+from ._format import DEFAULT_RHT_SIGNS, rht_matrix
+from ._tensor import NVFP4Tensor, dequantize
+from ._quantize import quantize, swizzle_scales, unswizzle_scales
+from ._gemm import gemm
+from .backends import device_info, is_supported, supported_backends
+
+__version__ = _C.version()
+
+__all__ = [
+    "NVFP4Tensor", "quantize", "dequantize", "gemm", "swizzle_scales", "unswizzle_scales",
+    "device_info", "is_supported", "supported_backends", "DEFAULT_RHT_SIGNS", "rht_matrix", "__version__",
+]

@@ -1,0 +1,164 @@
+"""NVFP4Tensor: packed E2M1 codes, E4M3 block scales and the per-tensor amax."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import torch
+
+from . import _C
+from ._format import SCALE_LAYOUTS, inverse_rht_blocks, global_decode_scale
+
+__all__ = ["NVFP4Tensor", "dequantize"]
+
+_OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _stream(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.current_stream(device).cuda_stream
+    return 0
+
+
+@dataclass(frozen=True)
+class _Direction:
+    """One quantized orientation [rows, cols]: blocks of 16 along cols."""
+
+    data: torch.Tensor    # uint8 [rows, cols/2], element 2i in the low nibble
+    scales: torch.Tensor  # float8_e4m3fn, linear [rows, cols/16] or swizzled [roundup(rows,128), roundup(cols/16,4)]
+    amax: torch.Tensor    # float32 [1], on the same device
+    rht: bool             # values are in the Hadamard domain
+
+
+@dataclass(frozen=True)
+class NVFP4Tensor:
+    """A tensor quantized to NVFP4.
+
+    ``rowwise`` holds the quantization of the 2D view x[R, C] (leading dims flattened)
+    along C; ``columnwise`` the quantization of x^T along R (R padded to a multiple of 16
+    with zeros), stored as x^T. Either may be None. ``shape`` and ``dtype`` are those of
+    the original tensor. ``.T`` swaps the two, which is how a GEMM consumes x^T.
+    """
+
+    shape: tuple
+    dtype: torch.dtype
+    block: str
+    rounding: str
+    scale_layout: str
+    rowwise: Optional[_Direction]
+    columnwise: Optional[_Direction]
+    rht_sign_mask: int = 0
+    transposed: bool = False
+
+    # ---- convenient views ----
+    @property
+    def data(self):
+        return None if self.rowwise is None else self.rowwise.data
+
+    @property
+    def scales(self):
+        return None if self.rowwise is None else self.rowwise.scales
+
+    @property
+    def amax(self):
+        return None if self.rowwise is None else self.rowwise.amax
+
+    @property
+    def data_t(self):
+        return None if self.columnwise is None else self.columnwise.data
+
+    @property
+    def scales_t(self):
+        return None if self.columnwise is None else self.columnwise.scales
+
+    @property
+    def amax_t(self):
+        return None if self.columnwise is None else self.columnwise.amax
+
+    @property
+    def device(self) -> torch.device:
+        d = self.rowwise or self.columnwise
+        return d.data.device
+
+    @property
+    def rows(self) -> int:
+        """Rows of the 2D view this tensor represents (after .T, the original columns)."""
+        r = 1
+        for s in self.shape[:-1]:
+            r *= s
+        c = self.shape[-1] if self.shape else 1
+        return c if self.transposed else r
+
+    @property
+    def cols(self) -> int:
+        r = 1
+        for s in self.shape[:-1]:
+            r *= s
+        c = self.shape[-1] if self.shape else 1
+        return r if self.transposed else c
+
+    @property
+    def T(self) -> "NVFP4Tensor":
+        return replace(self, rowwise=self.columnwise, columnwise=self.rowwise, transposed=not self.transposed)
+
+    def global_decode_scale(self, columnwise: bool = False) -> torch.Tensor:
+        d = self.columnwise if columnwise else self.rowwise
+        if d is None:
+            raise ValueError("columnwise: this tensor has no %s data" % ("columnwise" if columnwise else "rowwise"))
+        return global_decode_scale(d.amax)
+
+    def to(self, device) -> "NVFP4Tensor":
+        device = torch.device(device)
+
+        def mv(d):
+            if d is None:
+                return None
+            return _Direction(d.data.to(device), d.scales.to(device), d.amax.to(device), d.rht)
+
+        return replace(self, rowwise=mv(self.rowwise), columnwise=mv(self.columnwise))
+
+    def dequantize(self, dtype: Optional[torch.dtype] = None, columnwise: bool = False,
+                   undo_rht: bool = True) -> torch.Tensor:
+        """Decoded values. Rowwise: a tensor shaped like the represented tensor (2D view
+        [rows, cols] after .T). columnwise=True decodes the other direction and returns it
+        transposed back, so both directions approximate the same tensor. A direction that
+        went through the Hadamard transform is transformed back unless undo_rht=False."""
+        dtype = self.dtype if dtype is None else dtype
+        if dtype not in _OUT_DTYPES:
+            raise TypeError(f"dtype: must be float32, float16 or bfloat16, got {dtype}")
+        d = self.columnwise if columnwise else self.rowwise
+        if d is None:
+            raise ValueError("columnwise: this tensor has no %s data" % ("columnwise" if columnwise else "rowwise"))
+        rows, width = d.data.shape[0], d.data.shape[1] * 2
+        out = torch.empty((rows, width), dtype=torch.float32, device=d.data.device)
+        _C.dequantize(d.data, d.scales.view(torch.uint8), d.amax, SCALE_LAYOUTS[self.scale_layout], out,
+                      _stream(out.device))
+        if d.rht and undo_rht:
+            out = inverse_rht_blocks(out, self.rht_sign_mask)
+        # Orientation of d: rows x width; the represented 2D view is rows x cols (or its
+        # transpose for the columnwise direction), width may include padding.
+        if not columnwise:
+            out = out[:, : self.cols]
+            shape = self.shape if not self.transposed else (self.rows, self.cols)
+            return out.reshape(shape).to(dtype)
+        out = out[:, : self.rows].t()
+        shape = self.shape if not self.transposed else (self.rows, self.cols)
+        return out.reshape(shape).to(dtype)
+
+    def __repr__(self) -> str:
+        parts = [f"shape={tuple(self.shape)}", f"dtype={self.dtype}", f"device={self.device}",
+                 f"block={self.block}", f"rounding={self.rounding}", f"scales={self.scale_layout}"]
+        if self.transposed:
+            parts.append("transposed=True")
+        for name, d in (("rowwise", self.rowwise), ("columnwise", self.columnwise)):
+            if d is not None:
+                amax = d.amax.item() if d.amax.device.type == "cpu" else "<on device>"
+                parts.append(f"{name}(data={tuple(d.data.shape)}, rht={d.rht}, amax={amax})")
+        return "NVFP4Tensor(" + ", ".join(parts) + ")"
+
+
+def dequantize(t: NVFP4Tensor, dtype: Optional[torch.dtype] = None, columnwise: bool = False) -> torch.Tensor:
+    """Decode an NVFP4Tensor (see NVFP4Tensor.dequantize)."""
+    if not isinstance(t, NVFP4Tensor):
+        raise TypeError(f"t: expected an NVFP4Tensor, got {type(t).__name__}")
+    return t.dequantize(dtype, columnwise=columnwise)

@@ -1,0 +1,93 @@
+// Internal interface between the C API (api.cpp), the CPU reference (cpu/) and the CUDA
+// kernels (quant/, gemm/). Plain pointers and sizes only: api.cpp validates every
+// descriptor first, so what reaches a backend is already known to be well formed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "nvfp4/nvfp4.h"
+
+namespace nvfp4::detail {
+
+// ---- error reporting (thread-local message behind nvfp4_last_error) ----
+nvfp4_status_t fail(nvfp4_status_t status, const std::string& message);
+void clear_error();
+
+// ---- quantization ----
+
+// One output direction. data == nullptr means "not requested".
+struct QuantOut {
+  uint8_t* data = nullptr;    // [rows_out, cols_out/2] packed E2M1 (cols_out padded to 16)
+  uint8_t* scales = nullptr;  // linear [rows_out, cols_out/16] or swizzled
+  float* amax = nullptr;      // [1]
+};
+
+// x is [rows, cols] row-major. Rowwise quantizes along cols (cols % 16 == 0); columnwise
+// quantizes x^T along rows, padding rows up to a multiple of 16 with zeros.
+struct QuantJob {
+  const void* x = nullptr;
+  nvfp4_dtype_t dtype = NVFP4_DTYPE_FLOAT32;  // float32, float16 or bfloat16
+  int64_t rows = 0, cols = 0;
+  nvfp4_quant_config_t cfg{};
+  QuantOut row, col;
+};
+
+// Element index that drives the stochastic-rounding bits of element (r, c) of a
+// quantized orientation with `cols` columns (padded to 16): r * roundup(cols,16) + c.
+inline uint64_t sr_index(int64_t r, int64_t c, int64_t cols) {
+  return static_cast<uint64_t>(r) * static_cast<uint64_t>((cols + 15) / 16 * 16) +
+         static_cast<uint64_t>(c);
+}
+
+struct DequantJob {
+  const uint8_t* data = nullptr;    // [rows, cols/2]
+  const uint8_t* scales = nullptr;  // linear [rows, cols/16] or swizzled
+  const float* amax = nullptr;      // [1]
+  int64_t rows = 0, cols = 0;
+  nvfp4_scale_layout_t layout = NVFP4_SCALES_SWIZZLED;
+  void* out = nullptr;              // [rows, cols]
+  nvfp4_dtype_t out_dtype = NVFP4_DTYPE_FLOAT32;
+};
+
+struct SwizzleJob {
+  const uint8_t* src = nullptr;
+  uint8_t* dst = nullptr;
+  int64_t rows = 0, cols = 0;  // of the linear [rows, cols] scale matrix
+  bool to_swizzled = true;
+};
+
+// ---- GEMM: D[M,N] = alpha * A^[M,K] @ B^[N,K]^T + beta * C + bias ----
+struct GemmJob {
+  const uint8_t* a = nullptr;   // [M, K/2]
+  const uint8_t* sfa = nullptr; // scales of A in `layout`
+  const float* amax_a = nullptr;
+  const uint8_t* b = nullptr;   // [N, K/2]
+  const uint8_t* sfb = nullptr;
+  const float* amax_b = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+  nvfp4_scale_layout_t layout = NVFP4_SCALES_SWIZZLED;
+  const void* c = nullptr;      // [M, N] in c_dtype, optional
+  nvfp4_dtype_t c_dtype = NVFP4_DTYPE_FLOAT32;
+  float beta = 0.0f;
+  const void* bias = nullptr;   // [N] in bias_dtype, optional
+  nvfp4_dtype_t bias_dtype = NVFP4_DTYPE_FLOAT32;
+  void* d = nullptr;            // [M, N] in d_dtype
+  nvfp4_dtype_t d_dtype = NVFP4_DTYPE_FLOAT32;
+};
+
+// ---- CPU reference backend (cpu/) ----
+nvfp4_status_t cpu_quantize(const QuantJob& job);
+nvfp4_status_t cpu_dequantize(const DequantJob& job);
+nvfp4_status_t cpu_swizzle(const SwizzleJob& job);
+nvfp4_status_t cpu_gemm(const GemmJob& job);
+
+// ---- CUDA backends (quant/, gemm/); only linked when the build has CUDA ----
+#if defined(NVFP4_WITH_CUDA)
+nvfp4_status_t cuda_quantize(const QuantJob& job, nvfp4_stream_t stream);
+nvfp4_status_t cuda_dequantize(const DequantJob& job, nvfp4_stream_t stream);
+nvfp4_status_t cuda_swizzle(const SwizzleJob& job, nvfp4_stream_t stream);
+#endif
+
+}  // namespace nvfp4::detail
