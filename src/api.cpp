@@ -70,9 +70,9 @@ void check_descriptor(const nvfp4_tensor_t* t, const char* name) {
   if (static_cast<unsigned>(t->dtype) > NVFP4_DTYPE_FLOAT64)
     invalid(std::string(name) + ": unknown dtype " + std::to_string(t->dtype));
   if (!t->data && numel(*t) > 0) invalid(std::string(name) + ": null data pointer");
-  // Row-major contiguous (strides of size-1 dims do not matter).
+  // Row-major contiguous (strides of size-1 dims, and of empty tensors, do not matter).
   int64_t expect = 1;
-  for (int i = t->ndim - 1; i >= 0; --i) {
+  for (int i = t->ndim - 1; i >= 0 && numel(*t) > 0; --i) {
     if (t->shape[i] != 1 && t->strides[i] != expect)
       invalid(std::string(name) + ": must be contiguous (row-major); got strides that are not");
     expect *= t->shape[i];
@@ -228,6 +228,23 @@ NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4
       job.col = {static_cast<uint8_t*>(columnwise->data.data), static_cast<uint8_t*>(columnwise->scales.data),
                  static_cast<float*>(columnwise->amax.data)};
     }
+    // Empty input: nothing to quantize, but amax is still defined (0). Backends never
+    // see an empty job.
+    if (job.rows == 0 || job.cols == 0) {
+      for (const QuantOut* o : {&job.row, &job.col}) {
+        if (!o->amax) continue;
+        if (on_cuda(*input)) {
+#if defined(NVFP4_WITH_CUDA)
+          DeviceGuard g(*input);
+          cudaError_t e = cudaMemsetAsync(o->amax, 0, sizeof(float), reinterpret_cast<cudaStream_t>(stream));
+          if (e != cudaSuccess) raise(NVFP4_ERROR_CUDA, std::string("cudaMemsetAsync: ") + cudaGetErrorString(e));
+#endif
+        } else {
+          *o->amax = 0.0f;
+        }
+      }
+      return NVFP4_SUCCESS;
+    }
     if (on_cuda(*input)) {
 #if defined(NVFP4_WITH_CUDA)
       DeviceGuard g(*input);
@@ -325,7 +342,7 @@ static GemmJob make_gemm_job(const nvfp4_gemm_args_t* args) {
   const int64_t K = args->a->data.shape[1] * 2;
   if (args->b->data.shape[1] * 2 != K)
     invalid("b: K mismatch: a has K=" + std::to_string(K) + ", b has K=" + std::to_string(args->b->data.shape[1] * 2));
-  if (K % 16 != 0) invalid("a: K must be a multiple of 16, got " + std::to_string(K));
+  if (K % 16 != 0 || K == 0) invalid("a: K must be a positive multiple of 16, got " + std::to_string(K));
   const nvfp4_tensor_t& ref = *args->d;
   check_quantized(ref, args->a, "a", M, K, args->scale_layout);
   check_quantized(ref, args->b, "b", N, K, args->scale_layout);
@@ -387,6 +404,7 @@ NVFP4_API nvfp4_status_t nvfp4_gemm(const nvfp4_gemm_args_t* args, void* workspa
                                     nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
     GemmJob job = make_gemm_job(args);
+    if (job.m == 0 || job.n == 0) return NVFP4_SUCCESS;
     if (on_cuda(*args->d)) {
 #if defined(NVFP4_WITH_CUDA)
       DeviceGuard g(*args->d);
