@@ -172,12 +172,15 @@ def test_dequantize_error_bound():
     """|x - x̂| <= half an E2M1 step at the block's scale: step <= 2 (between 4 and 6) in
     units of s_b * S_dec, plus the scale's own rounding. Checked per block as
     |x - x̂| <= (block_amax / 6) * (1 + 2^-3) * 1  (the worst gap 4→6 is 2 units; half is 1)."""
-    x = torch.randn(64, 256) * torch.exp2(torch.randint(-8, 8, (64, 1)).float())
+    # rows spread over 2^-4..2^4: every block scale stays in E4M3's normal range, where its
+    # relative rounding is at most 2^-4 (subnormal scales, for blocks 2^-9 below the
+    # tensor amax, are coarser and not covered by this bound)
+    x = torch.randn(64, 256) * torch.exp2(torch.randint(-4, 4, (64, 1)).float())
     q = nvfp4.quantize(x, scale_layout="linear")
     d = q.dequantize()
     bamax = x.abs().reshape(64, 16, 16).amax(-1, keepdim=True)
     err = (x - d).abs().reshape(64, 16, 16)
-    assert (err <= bamax / 6 * 1.125 + 1e-30).all()
+    assert (err <= bamax / 6 * 1.0625 + 1e-30).all()
     rel = ((x - d).norm() / x.norm()).item()
     assert rel < 0.12, rel  # NVFP4 on Gaussian data: ~0.08-0.1
 
