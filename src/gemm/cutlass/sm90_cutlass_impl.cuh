@@ -1,0 +1,166 @@
+// One CUTLASS 3.x sm90 BF16 GEMM configuration: TMA loads, wgmma (warp-specialized),
+// FP32 accumulation, and the epilogue beta * C + (alpha * acc + bias) with alpha read from
+// device memory. Included only by the sm90_cutlass_*.cu files, each instantiating one
+// configuration; CUTLASS types stay in those translation units.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/numeric_types.h"
+
+#include "gemm/cutlass/sm90_cutlass.h"
+
+namespace nvfp4::detail::sm90 {
+
+// The schedule pairs that go together (mainloop, epilogue).
+struct Cooperative {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+struct Pingpong {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+
+template <class ElementD_, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, class Schedule>
+struct Bf16Gemm {
+  using ElementA = cutlass::bfloat16_t;
+  using ElementB = cutlass::bfloat16_t;
+  using ElementD = ElementD_;
+  using ElementC = ElementD_;  // C is read in D's dtype (the runner converts otherwise)
+  using ElementAcc = float;
+  using ElementCompute = float;
+  using ElementBias = float;
+
+  // TN: A [M,K] row-major and B [N,K] row-major (= B^T column-major) are both K-major.
+  using LayoutA = cutlass::layout::RowMajor;
+  using LayoutB = cutlass::layout::ColumnMajor;
+  using LayoutC = cutlass::layout::RowMajor;
+  using LayoutD = cutlass::layout::RowMajor;
+
+  // 16-byte accesses everywhere (TMA needs 16-byte aligned rows anyway).
+  static constexpr int kAlignAB = 16 / sizeof(cutlass::bfloat16_t);
+  static constexpr int kAlignCD = 16 / sizeof(ElementD);
+
+  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+
+  static_assert(TileK * sizeof(cutlass::bfloat16_t) % 128 == 0, "K tile must fill 128-byte swizzle rows");
+  static_assert(TileM % 64 == 0 && TileN % 64 == 0, "wgmma tiles come in 64-row warpgroup slices");
+
+  using FusionOp = cutlass::epilogue::fusion::LinCombPerColBias<ElementD, ElementCompute, ElementBias, ElementC,
+                                                                ElementCompute>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementCompute, ElementC, LayoutC, kAlignCD,
+      ElementD, LayoutD, kAlignCD, typename Schedule::Epilogue, FusionOp>::CollectiveOp;
+
+  // As many mainloop stages as fit next to the epilogue's shared memory.
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignAB, ElementB, LayoutB, kAlignAB,
+      ElementAcc, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Schedule::Mainloop>::CollectiveOp;
+
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                          CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+  template <class Stride>
+  static Stride packed(int64_t ld, int64_t batch) {
+    static_assert(cute::is_static_v<cute::remove_cvref_t<decltype(cute::get<1>(Stride{}))>>,
+                  "expected a unit inner stride (K-major operands, row-major C/D)");
+    Stride s{};
+    cute::get<0>(s) = ld;
+    cute::get<2>(s) = batch;
+    return s;
+  }
+
+  static typename Gemm::Arguments arguments(const Sm90CutlassArgs& p) {
+    using StrideA = typename GemmKernel::StrideA;
+    using StrideB = typename GemmKernel::StrideB;
+    using StrideC = typename GemmKernel::StrideC;
+    using StrideD = typename GemmKernel::StrideD;
+    // Every operand is dense with a unit inner stride: (rows, inner, batch) strides.
+    StrideA da = packed<StrideA>(p.k, int64_t(p.m) * p.k);
+    StrideB db = packed<StrideB>(p.k, int64_t(p.n) * p.k);
+    StrideC dc = packed<StrideC>(p.n, int64_t(p.m) * p.n);
+    StrideD dd = packed<StrideD>(p.n, int64_t(p.m) * p.n);
+
+    typename Gemm::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = cute::make_shape(p.m, p.n, p.k, 1);
+    args.mainloop.ptr_A = static_cast<const ElementA*>(p.a);
+    args.mainloop.dA = da;
+    args.mainloop.ptr_B = static_cast<const ElementB*>(p.b);
+    args.mainloop.dB = db;
+
+    auto& fusion = args.epilogue.thread;
+    fusion.alpha = 1.0f;
+    fusion.alpha_ptr = p.alpha;
+    fusion.beta = p.c != nullptr ? p.beta : 0.0f;  // beta == 0: the epilogue never reads C
+    fusion.beta_ptr = nullptr;
+    fusion.bias_ptr = p.bias;
+    // Without C, point the source at D: a valid tensor for the TMA descriptor, never read.
+    args.epilogue.ptr_C = static_cast<const ElementC*>(p.c != nullptr ? p.c : p.d);
+    args.epilogue.dC = dc;
+    args.epilogue.ptr_D = static_cast<ElementD*>(p.d);
+    args.epilogue.dD = dd;
+
+    args.hw_info.device_id = p.device;
+    args.hw_info.sm_count = p.sm_count;
+    return args;
+  }
+
+  static size_t workspace_size(const Sm90CutlassArgs& p) { return Gemm::get_workspace_size(arguments(p)); }
+
+  static nvfp4_status_t run(const Sm90CutlassArgs& p, void* workspace, nvfp4_stream_t stream, const char* name) {
+    typename Gemm::Arguments args = arguments(p);
+    Gemm gemm;
+    cutlass::Status st = gemm.can_implement(args);
+    if (st != cutlass::Status::kSuccess)
+      return fail(NVFP4_ERROR_NOT_SUPPORTED, std::string("gemm (cutlass sm90 ") + name + "): CUTLASS cannot run M=" +
+                                                 std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" +
+                                                 std::to_string(p.k) + ": " + cutlassGetStatusString(st));
+    auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
+    st = gemm.initialize(args, workspace, cuda_stream);
+    if (st != cutlass::Status::kSuccess) {
+      cudaError_t e = cudaGetLastError();
+      return fail(NVFP4_ERROR_CUDA, std::string("gemm (cutlass sm90 ") + name + "): initialize failed: " +
+                                        cutlassGetStatusString(st) + " / " + cudaGetErrorString(e));
+    }
+    st = gemm.run(cuda_stream);
+    cudaError_t e = cudaGetLastError();
+    if (st != cutlass::Status::kSuccess || e != cudaSuccess)
+      return fail(NVFP4_ERROR_CUDA, std::string("gemm (cutlass sm90 ") + name + "): launch failed: " +
+                                        cutlassGetStatusString(st) + " / " + cudaGetErrorName(e) + " (" +
+                                        cudaGetErrorString(e) + ")");
+    return NVFP4_SUCCESS;
+  }
+};
+
+}  // namespace nvfp4::detail::sm90
+
+// Defines the Sm90CutlassKernel entry `var` for configuration `Cfg`.
+#define NVFP4_SM90_CUTLASS_ENTRY(var, label, dtype, Cfg)                                              \
+  namespace nvfp4::detail {                                                                             \
+  namespace {                                                                                           \
+  size_t var##_ws(const Sm90CutlassArgs& p) { return Cfg::workspace_size(p); }                          \
+  nvfp4_status_t var##_run(const Sm90CutlassArgs& p, void* ws, nvfp4_stream_t s) {                      \
+    return Cfg::run(p, ws, s, label);                                                                   \
+  }                                                                                                     \
+  }                                                                                                     \
+  const Sm90CutlassKernel var = {label, dtype, &var##_ws, &var##_run};                                  \
+  }
