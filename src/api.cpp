@@ -207,7 +207,6 @@ NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4
       invalid("cfg.scale_layout: must be LINEAR or SWIZZLED");
     if (cfg->rht & ~(NVFP4_RHT_ROWWISE | NVFP4_RHT_COLUMNWISE)) invalid("cfg.rht: unknown bits");
     if (cfg->rht && cfg->block == NVFP4_BLOCK_2D) invalid("cfg.rht: the Hadamard transform applies to 1D blocks only");
-    require_cuda_build(*input, "input");
 
     QuantJob job;
     job.x = input->data;
@@ -228,6 +227,7 @@ NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4
       job.col = {static_cast<uint8_t*>(columnwise->data.data), static_cast<uint8_t*>(columnwise->scales.data),
                  static_cast<float*>(columnwise->amax.data)};
     }
+    require_cuda_build(*input, "input");
     // Empty input: nothing to quantize, but amax is still defined (0). Backends never
     // see an empty job.
     if (job.rows == 0 || job.cols == 0) {
