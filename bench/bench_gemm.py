@@ -1,0 +1,212 @@
+"""FP4 GEMM throughput: nvfp4 backends next to cuBLAS BF16 and FP8, measured in one run.
+
+For each shape (M, N, K), D[M,N] = A[M,K] @ B[N,K]^T:
+  bf16       torch.matmul on BF16 (cuBLAS), the baseline of every ratio
+  fp8        torch._scaled_mm on E4M3 with per-tensor scales (cuBLASLt)
+  <backend>  nvfp4.gemm on pre-quantized NVFP4 operands (cutlass, cudnn)
+  cutlass-2step  on Hopper and M <= 128: the same with the fused small-M kernel disabled
+  quant+<b>  the full path: nvfp4.quantize(A) (BF16 activations) + nvfp4.gemm
+CUDA events, warm-up, inputs rotated through enough copies to exceed L2 three times
+(so small problems read their operands from memory as in a real model), the median of
+several timed batches. Shapes: 8192^3 and Llama-3-8B projections (N x K = 4096x4096,
+14336x4096, 4096x14336, 128256x4096) for M in {16, 32, 128, 2048, 4096, 8192}.
+
+  python bench/bench_gemm.py [--quick] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+
+import torch
+
+try:
+    import nvfp4
+except ImportError as e:  # pragma: no cover
+    sys.exit(f"bench_gemm: cannot import nvfp4 ({e})")
+
+LLAMA_NK = [(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]
+MS = [16, 32, 128, 2048, 4096, 8192]
+
+
+def timed(fn_for, n_sets, target_s=0.12, reps=5, warmup=3):
+    """Median seconds per call of fn_for(i) (i cycles over the input sets)."""
+    for i in range(warmup):
+        fn_for(i % n_sets)
+    torch.cuda.synchronize()
+    # Size the batches from one timed call so each measurement takes ~target_s.
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn_for(0)
+    e.record()
+    e.synchronize()
+    one = max(s.elapsed_time(e) / 1e3, 1e-6)
+    per = int(min(200, max(2, target_s / reps / one)))
+    times = []
+    k = 0
+    for _ in range(reps):
+        s.record()
+        for _ in range(per):
+            fn_for(k % n_sets)
+            k += 1
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1e3 / per)
+    return statistics.median(times)
+
+
+def n_copies(bytes_per_set, l2):
+    return int(max(1, min(16, math.ceil(3 * l2 / max(bytes_per_set, 1)))))
+
+
+def fmt_t(sec):
+    return f"{sec * 1e6:9.1f}" if sec is not None else "        -"
+
+
+def bench_shape(m, n, k, backends, l2, hopper, quick):
+    flops = 2.0 * m * n * k
+    dev = "cuda"
+    rows = []
+
+    def record(method, sec, status="ok", note=""):
+        rows.append({"M": m, "N": n, "K": k, "method": method, "status": status, "note": note,
+                     "us": None if sec is None else sec * 1e6,
+                     "tflops": None if sec is None else flops / sec / 1e12})
+
+    g = torch.Generator(device=dev).manual_seed(m * 7 + n * 3 + k)
+    bytes_bf16 = (m * k + n * k) * 2
+    nb = n_copies(bytes_bf16, l2)
+    a16 = [torch.randn(m, k, generator=g, device=dev, dtype=torch.bfloat16) for _ in range(nb)]
+    b16 = [torch.randn(n, k, generator=g, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(nb)]
+    d16 = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+
+    # cuBLAS BF16
+    try:
+        sec = timed(lambda i: torch.matmul(a16[i], b16[i].t(), out=d16), nb)
+        record("bf16", sec)
+    except Exception as ex:  # noqa: BLE001
+        record("bf16", None, "error", f"{type(ex).__name__}: {ex}")
+
+    # cuBLASLt FP8 (E4M3, per-tensor scales)
+    try:
+        one = torch.ones((), device=dev, dtype=torch.float32)
+        a8 = [x.to(torch.float8_e4m3fn) for x in a16]
+        b8 = [(x * 50).to(torch.float8_e4m3fn) for x in b16]
+        sec = timed(lambda i: torch._scaled_mm(a8[i], b8[i].t(), scale_a=one, scale_b=one,
+                                               out_dtype=torch.bfloat16), nb)
+        record("fp8", sec)
+        del a8, b8
+    except Exception as ex:  # noqa: BLE001
+        record("fp8", None, "error", f"{type(ex).__name__}: {ex}")
+
+    # nvfp4 operands: B as a weight (2D blocks), A as activations (1D).
+    bytes_fp4 = (m * k + n * k) * 9 // 16
+    nq = n_copies(bytes_fp4, l2)
+    qa = [nvfp4.quantize(a16[i % nb]) for i in range(nq)]
+    qb = [nvfp4.quantize(b16[i % nb], block="2d") for i in range(nq)]
+    out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+
+    variants = []
+    for be in backends:
+        variants.append((be, be, {}))
+        if be == "cutlass" and hopper and m <= 128:
+            variants.append(("cutlass-2step", be, {"NVFP4_SM90_SMALL_M": "0"}))
+    for name, be, env in variants:
+        if not nvfp4.is_supported(be, dev):
+            try:
+                nvfp4.gemm(qa[0], qb[0], backend=be, out=out)
+                reason = "is_supported() says no"
+            except Exception as ex:  # noqa: BLE001
+                reason = str(ex).split("\n")[0]
+            record(name, None, "not supported", reason)
+            continue
+        saved = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)
+        try:
+            sec = timed(lambda i: nvfp4.gemm(qa[i], qb[i], backend=be, out=out), nq)
+            record(name, sec)
+            if name == be:
+                x = a16  # the full path: quantize the BF16 activations, then the GEMM
+                sec = timed(lambda i: nvfp4.gemm(nvfp4.quantize(x[i % nb]), qb[i], backend=be, out=out), nq)
+                record(f"quant+{be}", sec)
+        except Exception as ex:  # noqa: BLE001
+            record(name, None, "error", f"{type(ex).__name__}: {str(ex).splitlines()[0]}")
+        finally:
+            for key, val in saved.items():
+                if val is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = val
+    del a16, b16, qa, qb, out, d16
+    torch.cuda.empty_cache()
+    base = next((r["us"] for r in rows if r["method"] == "bf16" and r["us"]), None)
+    for r in rows:
+        r["speedup_vs_bf16"] = (base / r["us"]) if (base and r["us"]) else None
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a few representative shapes")
+    ap.add_argument("--json", metavar="PATH", help="write every measurement to PATH")
+    ap.add_argument("--backends", default="cutlass,cudnn", help="nvfp4 backends to time (comma-separated)")
+    args = ap.parse_args()
+
+    if not torch.cuda.is_available():
+        sys.exit("bench_gemm: needs a CUDA GPU")
+    props = torch.cuda.get_device_properties(0)
+    cc = torch.cuda.get_device_capability()
+    hopper = cc == (9, 0)
+    l2 = getattr(props, "L2_cache_size", 50 * 2**20)
+    backends = [b for b in args.backends.split(",") if b]
+
+    shapes = [(8192, 8192, 8192)]
+    ms = [16, 2048] if args.quick else MS
+    nks = LLAMA_NK[:2] if args.quick else LLAMA_NK
+    for n, k in nks:
+        for m in ms:
+            shapes.append((m, n, k))
+
+    info = {"device": props.name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": props.multi_processor_count,
+            "l2_bytes": l2, "torch": torch.__version__, "cuda": torch.version.cuda, "nvfp4": nvfp4.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    print(f"# {info['device']} (cc {info['compute_capability']}, {info['sms']} SMs), torch {info['torch']}, "
+          f"CUDA {info['cuda']}, nvfp4 {info['nvfp4']}, {info['date']}")
+    for be in backends:
+        print(f"# backend {be}: {'supported' if nvfp4.is_supported(be, 'cuda') else 'NOT supported on this device'}")
+
+    all_rows = []
+    hdr = f"{'M':>6} {'N':>7} {'K':>6}  {'method':<15} {'us':>9} {'TFLOP/s':>8} {'x bf16':>7}  note"
+    print(hdr)
+    print("-" * len(hdr))
+    for (m, n, k) in shapes:
+        try:
+            rows = bench_shape(m, n, k, backends, l2, hopper, args.quick)
+        except torch.cuda.OutOfMemoryError as ex:
+            rows = [{"M": m, "N": n, "K": k, "method": "all", "status": "error", "note": f"out of memory: {ex}",
+                     "us": None, "tflops": None, "speedup_vs_bf16": None}]
+            torch.cuda.empty_cache()
+        for r in rows:
+            tf = f"{r['tflops']:8.1f}" if r["tflops"] else "       -"
+            sp = f"{r['speedup_vs_bf16']:7.2f}" if r.get("speedup_vs_bf16") else "      -"
+            note = r["note"] if r["status"] != "ok" else ""
+            if r["status"] != "ok":
+                note = f"[{r['status']}] {note}"
+            print(f"{m:>6} {n:>7} {k:>6}  {r['method']:<15} {fmt_t(r['us'] and r['us'] / 1e6)} {tf} {sp}  {note}")
+        sys.stdout.flush()
+        all_rows.extend(rows)
+
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump({"info": info, "results": all_rows}, f, indent=1)
+        print(f"# wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

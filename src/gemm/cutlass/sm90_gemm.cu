@@ -1,0 +1,222 @@
+// The Hopper (sm_90a) runner of the CUTLASS backend: an exact emulation of the NVFP4 GEMM
+// on BF16 tensor cores. Two paths, chosen by shape:
+//
+//   small M (<= 128, K % 32 == 0): the fused kernel of sm90_small_m.cu; FP4 bytes are
+//     decoded in registers, nothing is staged in memory, no workspace.
+//   otherwise, two steps: one launch decodes A and B to BF16 in the workspace (and forms
+//     alpha and an fp32 bias), then a CUTLASS TMA + wgmma GEMM computes
+//     D = beta*C + (alpha*acc + bias) in its epilogue (sm90_cutlass_*.cu).
+//     When D or C cannot be addressed by TMA (a row of D not a multiple of 16 bytes,
+//     an unaligned pointer) or C has another dtype than D, CUTLASS writes
+//     alpha*acc + bias in fp32 to the workspace and a small kernel applies beta*C and the
+//     output rounding (the same operations in the same order).
+//
+// Workspace (two-step path), each part 256-byte aligned:
+//   alpha fp32[1] | bias fp32[n_pad] | A bf16[M, K] | B bf16[n_b, K] | T fp32[M, n_pad] | CUTLASS's
+// with n_pad = N rounded up to 8 and n_b = n_pad on the fallback path (so that CUTLASS can
+// run on the padded width; the extra rows of B are never initialized and only reach the
+// discarded columns of T), N otherwise.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "gemm/backends.h"
+#include "gemm/common/decode.h"
+#include "gemm/cutlass/sm90_cutlass.h"
+#include "gemm/cutlass/sm90_small_m.h"
+
+namespace nvfp4::detail {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+size_t dtype_size(nvfp4_dtype_t dt) {
+  switch (dt) {
+    case NVFP4_DTYPE_FLOAT16:
+    case NVFP4_DTYPE_BFLOAT16: return 2;
+    default: return 4;
+  }
+}
+
+int current_device() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return dev;
+}
+
+int sm_count_of(int dev) {
+  static std::atomic<int> cache[64];
+  if (dev >= 0 && dev < 64) {
+    if (int v = cache[dev].load(std::memory_order_relaxed); v > 0) return v;
+  }
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) {
+    (void)cudaGetLastError();
+    v = 132;
+  }
+  if (dev >= 0 && dev < 64) cache[dev].store(v, std::memory_order_relaxed);
+  return v;
+}
+
+// Tuning knobs for benchmarks, read on each call (cheap next to a GEMM):
+//   NVFP4_SM90_SMALL_M=0        never take the fused small-M path
+//   NVFP4_SM90_TILE=large|medium  force the BF16-output CUTLASS configuration
+bool small_m_enabled() {
+  const char* v = std::getenv("NVFP4_SM90_SMALL_M");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+const Sm90CutlassKernel* pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count) {
+  if (out == NVFP4_DTYPE_FLOAT32) return &kSm90F32;
+  if (out == NVFP4_DTYPE_FLOAT16) return &kSm90F16;
+  if (const char* v = std::getenv("NVFP4_SM90_TILE")) {
+    if (std::strcmp(v, "large") == 0) return &kSm90Bf16Large;
+    if (std::strcmp(v, "medium") == 0) return &kSm90Bf16Medium;
+  }
+  // 128x256 tiles as long as they fill the machine; smaller tiles spread fewer rows wider.
+  const int64_t large_tiles = ((job.m + 127) / 128) * ((job.n + 255) / 256);
+  return large_tiles >= sm_count ? &kSm90Bf16Large : &kSm90Bf16Medium;
+}
+
+struct Plan {
+  bool small_m = false;
+  bool fallback = false;  // CUTLASS -> fp32 T, then gemm_finalize
+  const Sm90CutlassKernel* kernel = nullptr;
+  int64_t n_pad = 0, n_b = 0, n_gemm = 0;
+  size_t off_alpha = 0, off_bias = 0, off_a = 0, off_b = 0, off_t = 0, off_cutlass = 0, total = 0;
+  Sm90CutlassArgs args;  // pointers filled in at run time
+};
+
+nvfp4_status_t make_plan(const GemmJob& job, Plan& pl) {
+  pl = Plan{};
+  if (job.m == 0 || job.n == 0) return NVFP4_SUCCESS;
+  if (small_m_enabled() && sm90_small_m_applicable(job)) {
+    pl.small_m = true;
+    return NVFP4_SUCCESS;
+  }
+  if (job.m > INT32_MAX || job.n > INT32_MAX - 8 || job.k > INT32_MAX)
+    return fail(NVFP4_ERROR_NOT_SUPPORTED, "gemm (cutlass sm90): M, N and K must each be below 2^31");
+  if (job.k % 16 != 0) return fail(NVFP4_ERROR_INVALID_ARGUMENT, "gemm: K must be a multiple of 16");
+
+  const size_t out_bytes = dtype_size(job.d_dtype);
+  const bool d_ok = (job.n * static_cast<int64_t>(out_bytes)) % 16 == 0 && aligned16(job.d);
+  const bool c_ok = job.c == nullptr || job.beta == 0.0f || (job.c_dtype == job.d_dtype && aligned16(job.c));
+  pl.fallback = !(d_ok && c_ok);
+  pl.n_pad = (job.n + 7) / 8 * 8;
+  pl.n_b = pl.fallback ? pl.n_pad : job.n;
+  pl.n_gemm = pl.n_b;
+
+  const int dev = current_device();
+  const int sms = sm_count_of(dev);
+  pl.kernel = pl.fallback ? &kSm90F32 : pick_kernel(job, job.d_dtype, sms);
+
+  size_t off = 0;
+  pl.off_alpha = off;
+  off += align_up(sizeof(float));
+  pl.off_bias = off;
+  if (job.bias != nullptr) off += align_up(static_cast<size_t>(pl.n_pad) * sizeof(float));
+  pl.off_a = off;
+  off += align_up(static_cast<size_t>(job.m) * job.k * 2);
+  pl.off_b = off;
+  off += align_up(static_cast<size_t>(pl.n_b) * job.k * 2);
+  pl.off_t = off;
+  if (pl.fallback) off += align_up(static_cast<size_t>(job.m) * pl.n_pad * sizeof(float));
+  pl.off_cutlass = off;
+
+  Sm90CutlassArgs& a = pl.args;
+  a.m = static_cast<int>(job.m);
+  a.n = static_cast<int>(pl.n_gemm);
+  a.k = static_cast<int>(job.k);
+  a.beta = job.beta;
+  a.device = dev;
+  a.sm_count = sms;
+  off += align_up(pl.kernel->workspace_size(a));
+  pl.total = off;
+  return NVFP4_SUCCESS;
+}
+
+}  // namespace
+
+size_t sm90_gemm_workspace_size(const GemmJob& job) {
+  Plan pl;
+  if (make_plan(job, pl) != NVFP4_SUCCESS) {
+    clear_error();  // the run reports it
+    return 0;
+  }
+  return pl.total;
+}
+
+nvfp4_status_t sm90_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream) {
+  Plan pl;
+  if (nvfp4_status_t s = make_plan(job, pl); s != NVFP4_SUCCESS) return s;
+  if (job.m == 0 || job.n == 0) return NVFP4_SUCCESS;
+  if (pl.small_m) return sm90_small_m_gemm(job, stream);
+
+  if (workspace_bytes < pl.total || (pl.total > 0 && workspace == nullptr))
+    return fail(NVFP4_ERROR_WORKSPACE, "gemm (cutlass sm90): workspace of " + std::to_string(workspace_bytes) +
+                                           " bytes, this problem needs " + std::to_string(pl.total) +
+                                           " (query nvfp4_gemm_workspace_size with the same arguments)");
+  if (reinterpret_cast<uintptr_t>(workspace) % kAlign != 0)
+    return fail(NVFP4_ERROR_INVALID_ARGUMENT, "workspace: must be 256-byte aligned");
+
+  uint8_t* ws = static_cast<uint8_t*>(workspace);
+  float* alpha = reinterpret_cast<float*>(ws + pl.off_alpha);
+  float* bias = job.bias != nullptr ? reinterpret_cast<float*>(ws + pl.off_bias) : nullptr;
+  void* a_bf16 = ws + pl.off_a;
+  void* b_bf16 = ws + pl.off_b;
+  float* t = pl.fallback ? reinterpret_cast<float*>(ws + pl.off_t) : nullptr;
+
+  GemmPrep prep;
+  prep.a = {job.a, job.sfa, job.m, job.k, job.layout, a_bf16, job.k};
+  prep.b = {job.b, job.sfb, job.n, job.k, job.layout, b_bf16, job.k};
+  prep.amax_a = job.amax_a;
+  prep.amax_b = job.amax_b;
+  prep.alpha = alpha;
+  prep.bias = job.bias;
+  prep.bias_dtype = job.bias_dtype;
+  prep.bias_f32 = bias;
+  prep.n = job.n;
+  prep.n_pad = pl.n_pad;
+  if (nvfp4_status_t s = gemm_prep(prep, stream); s != NVFP4_SUCCESS) return s;
+
+  Sm90CutlassArgs a = pl.args;
+  a.a = a_bf16;
+  a.b = b_bf16;
+  a.alpha = alpha;
+  a.bias = bias;
+  if (pl.fallback) {
+    a.c = nullptr;
+    a.beta = 0.0f;
+    a.d = t;
+  } else {
+    a.c = job.beta != 0.0f ? job.c : nullptr;
+    a.d = job.d;
+  }
+  if (nvfp4_status_t s = pl.kernel->run(a, ws + pl.off_cutlass, stream); s != NVFP4_SUCCESS) return s;
+
+  if (pl.fallback) {
+    GemmFinalize f;
+    f.t = t;
+    f.t_ld = pl.n_pad;
+    f.c = job.beta != 0.0f ? job.c : nullptr;  // beta == 0: C is not read
+    f.c_dtype = job.c_dtype;
+    f.beta = job.beta;
+    f.d = job.d;
+    f.d_dtype = job.d_dtype;
+    f.rows = job.m;
+    f.cols = job.n;
+    if (nvfp4_status_t s = gemm_finalize(f, stream); s != NVFP4_SUCCESS) return s;
+  }
+  return NVFP4_SUCCESS;
+}
+
+}  // namespace nvfp4::detail

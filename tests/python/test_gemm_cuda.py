@@ -1,0 +1,334 @@
+"""The CUDA GEMM (backend="cutlass"; on Hopper the exact BF16 emulation) against float64.
+
+Reference: R = alpha * (Â @ B̂ᵀ) in float64, Â/B̂ decoded from the tensors' own bytes
+(E2M1 value * E4M3 block scale, exact), alpha = fp32((1/S_enc(amax_a)) * (1/S_enc(amax_b))).
+
+Bound, per element (m, n), with S = alpha * sum_k |Â_mk| |B̂_nk|:
+  |D - R_full| <= K * 2^-23 * S                      FP32 accumulation of K exact products
+                                                       (2^-23: tensor cores may truncate
+                                                       instead of rounding each addition)
+               +  2^-22 * (S + |bias| + |beta C|)    alpha multiply, + bias, + beta*C in fp32
+               +  u_out * |R_full|  (+ u_out * the terms above)   one rounding to the output
+where R_full = R + bias + beta*C and u_out = 2^-24 (fp32), 2^-11 (fp16), 2^-8 (bf16).
+Inputs on the FP4 grid with power-of-two scales make every product and partial sum exact
+in fp32, so there the fp32 output must equal the exact result bit for bit.
+"""
+import pytest
+import torch
+
+import nvfp4
+from conftest import first_mismatch
+
+HAS_CUDA = torch.cuda.is_available()
+
+
+def _cutlass_ok():
+    try:
+        return HAS_CUDA and nvfp4.is_supported("cutlass", "cuda")
+    except Exception:
+        return False
+
+
+needs_cutlass = pytest.mark.skipif(not _cutlass_ok(), reason="needs a CUDA GPU the cutlass backend supports")
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+U_OUT = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+
+
+def linear_scales(q):
+    """The block scales of q's rowwise data as a linear uint8 [rows, K/16] tensor."""
+    d = q.rowwise
+    rows, k = d.data.shape[0], d.data.shape[1] * 2
+    sc = d.scales.view(torch.uint8)
+    if q.scale_layout == "swizzled":
+        sc = nvfp4.unswizzle_scales(sc, rows, k // 16)
+    return sc.contiguous()
+
+
+def decode_rows(data, sc, dtype=torch.float64):
+    """Â = e2m1 value * block scale (exact) from packed codes [rows, K/2] and linear scales."""
+    rows, k = data.shape[0], data.shape[1] * 2
+    lut = torch.tensor(E2M1, dtype=dtype, device=data.device)
+    codes = torch.stack([data & 15, data >> 4], -1).reshape(rows, k).long()
+    return lut[codes] * sc.view(torch.float8_e4m3fn).to(dtype).repeat_interleave(16, 1)
+
+
+def alpha_of(qa, qb):
+    def sdec(amax):
+        a = amax.detach().float().cpu().reshape(())
+        s = torch.tensor(448.0 * 6.0, dtype=torch.float32) / a
+        s = torch.where(s > torch.finfo(torch.float32).max, torch.tensor(torch.finfo(torch.float32).max), s)
+        s = torch.where(s == 0, torch.tensor(1.0), s)
+        return torch.tensor(1.0, dtype=torch.float32) / s
+    return float(sdec(qa.amax) * sdec(qb.amax))  # the fp32 product every backend uses
+
+
+def reference(qa, qb, n_chunk=16384):
+    """(R, S): alpha * Â @ B̂ᵀ and alpha * |Â| @ |B̂|ᵀ in float64 (B in row chunks: vocab-sized N)."""
+    alpha = alpha_of(qa, qb)
+    a = decode_rows(qa.data, linear_scales(qa))
+    sb = linear_scales(qb)
+    r, s = [], []
+    n = qb.data.shape[0]
+    for n0 in range(0, n, n_chunk):
+        b = decode_rows(qb.data[n0:n0 + n_chunk], sb[n0:n0 + n_chunk])
+        r.append(a @ b.t())
+        s.append(a.abs() @ b.abs().t())
+    return alpha * torch.cat(r, 1), alpha * torch.cat(s, 1)
+
+
+def bits(t):
+    return t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
+
+
+def check_bound(got, r, s, k, out_dtype, bias=None, c=None, beta=0.0, what=""):
+    got = got.double().reshape(r.shape)
+    full = r.clone()
+    extra = torch.zeros_like(r)
+    if bias is not None:
+        full += bias.double()
+        extra += bias.double().abs()
+    if c is not None and beta != 0.0:
+        full += beta * c.double().reshape(r.shape)
+        extra += abs(beta) * c.double().reshape(r.shape).abs()
+    u = U_OUT[out_dtype]
+    acc = k * 2.0**-23 * s + 2.0**-22 * (s + extra)
+    tol = acc * (1 + u) + u * full.abs() + 1e-37
+    assert not torch.isnan(got).any(), f"{what}: NaN in output (unwritten elements?)"
+    err = (got - full).abs()
+    bad = err > tol
+    if bad.any():
+        i = tuple(bad.nonzero()[0].tolist())
+        raise AssertionError(f"{what}: {int(bad.sum())} elements out of bound; first at {i}: got {got[i].item()!r}, "
+                             f"want {full[i].item()!r}, |err| {err[i].item():.3e} > bound {tol[i].item():.3e}")
+
+
+def run_gemm(qa, qb, out_dtype=torch.bfloat16, backend="cutlass", **kw):
+    """Runs twice into NaN-poisoned outputs; both runs must agree bit for bit."""
+    m, n = qa.data.shape[0], qb.data.shape[0]
+    outs = []
+    for _ in range(2):
+        poison = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")
+        res = nvfp4.gemm(qa, qb, backend=backend, out_dtype=out_dtype, out=poison, **kw)
+        assert res is poison
+        outs.append(res)
+    torch.cuda.synchronize()
+    assert torch.equal(bits(outs[0]), bits(outs[1])), f"two runs differ: {first_mismatch(outs[0], outs[1])}"
+    return outs[0]
+
+
+def make(m, n, k, layout="swizzled", seed=0, scale_a=3.0, scale_b=0.02, block_b="1d"):
+    g = torch.Generator(device="cuda").manual_seed(seed * 7919 + m * 131 + n * 17 + k)
+    a = torch.randn(m, k, generator=g, device="cuda") * scale_a
+    b = torch.randn(n, k, generator=g, device="cuda") * scale_b
+    return nvfp4.quantize(a, scale_layout=layout), nvfp4.quantize(b, block=block_b, scale_layout=layout)
+
+
+# ------------------------------------------------------------------ shapes and paths
+
+SHAPES = [
+    # (M, N, K): M spans the fused small-M kernel (M <= 128; K % 32 == 0 with swizzled
+    # scales, K % 64 == 0 with linear ones; a partial last 128-element chunk when K % 128
+    # != 0) and the two-step path (decode + CUTLASS: M > 128, or K = 16 / 48). Odd N
+    # exercises the fp32-intermediate fallback (a BF16 row of D not a multiple of 16 bytes).
+    (1, 16, 16), (7, 33, 48), (13, 5, 16), (31, 127, 48), (128, 64, 48), (129, 17, 16),
+    (3, 64, 32), (16, 200, 160), (7, 255, 2880), (31, 130, 4160),
+    (1, 1000, 4096), (7, 255, 4096), (13, 513, 4096), (31, 96, 4096), (128, 384, 4096), (129, 256, 4096),
+    (64, 1024, 256), (100, 200, 512), (4096, 264, 48), (4096, 1024, 4096),
+]
+
+
+@needs_cutlass
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("layout", ["swizzled", "linear"])
+def test_gemm_matches_float64(m, n, k, layout):
+    qa, qb = make(m, n, k, layout)
+    r, s = reference(qa, qb)
+    got = run_gemm(qa, qb, torch.float32)
+    check_bound(got, r, s, k, torch.float32, what=f"M={m} N={n} K={k} {layout} fp32")
+    got = run_gemm(qa, qb, torch.bfloat16)
+    check_bound(got, r, s, k, torch.bfloat16, what=f"M={m} N={n} K={k} {layout} bf16")
+
+
+@needs_cutlass
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 4096, 4096), (32, 14336, 4096), (16, 4096, 14336),
+                                   (128, 4096, 4096), (1, 128256, 4096), (16, 32000, 4096), (2048, 4096, 4096)])
+def test_llm_shapes(m, n, k):
+    """Llama-3-8B projections (N x K = 4096x4096, 14336x4096, 4096x14336) and vocab heads."""
+    qa, qb = make(m, n, k, "swizzled", scale_a=1.0, scale_b=0.02, block_b="2d")
+    r, s = reference(qa, qb)
+    got = run_gemm(qa, qb, torch.bfloat16)
+    check_bound(got, r, s, k, torch.bfloat16, what=f"M={m} N={n} K={k}")
+
+
+@needs_cutlass
+@pytest.mark.parametrize("m,n,k", [(1, 72, 256), (13, 40, 4096), (100, 264, 1024), (300, 520, 512)])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_on_grid_inputs_are_exact(m, n, k, out_dtype):
+    """E2M1 values with every block amax 6 and tensor amax 42 (S_enc = 64): block scales are
+    powers of two (the amax block is 42 alone, scale 448 = 7*64, still exact), alpha = 2^-12,
+    every product and partial sum is exact in fp32, so the result is exact."""
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    vals = torch.tensor(E2M1[:8], device="cuda")
+
+    def grid(rows):
+        x = vals[torch.randint(0, 8, (rows, k), generator=g, device="cuda")]
+        x = x * torch.where(torch.rand(rows, k, generator=g, device="cuda") < 0.5, -1.0, 1.0)
+        x[:, ::16] = 6.0
+        x[0, :16] = 0.0
+        x[0, 0] = 42.0
+        return x
+
+    a, b = grid(m), grid(n)
+    for layout in ("swizzled", "linear"):
+        qa, qb = nvfp4.quantize(a, scale_layout=layout), nvfp4.quantize(b, scale_layout=layout)
+        assert torch.equal(qa.dequantize(torch.float32), a) and torch.equal(qb.dequantize(torch.float32), b)
+        exact = (a.double() @ b.double().t()).float()
+        got = run_gemm(qa, qb, out_dtype)
+        want = exact.to(out_dtype)
+        assert torch.equal(got, want), f"{layout} {out_dtype}: {first_mismatch(got.float(), want.float())}"
+
+
+@needs_cutlass
+@pytest.mark.parametrize("m,n,k", [(5, 40, 256), (16, 1000, 4096), (200, 136, 64), (256, 1032, 512), (33, 77, 48)])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_bias_and_beta(m, n, k, out_dtype):
+    qa, qb = make(m, n, k)
+    r, s = reference(qa, qb)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    for bias_dtype in (torch.float32, out_dtype):
+        bias = (torch.randn(n, generator=g, device="cuda") * 0.1).to(bias_dtype)
+        got = run_gemm(qa, qb, out_dtype, bias=bias)
+        check_bound(got, r, s, k, out_dtype, bias=bias, what=f"bias {bias_dtype}")
+    for beta in (1.0, 0.5, -2.0):
+        c = (torch.randn(m, n, generator=g, device="cuda") * 0.1).to(out_dtype)
+        out = c.clone()
+        res = nvfp4.gemm(qa, qb, backend="cutlass", out=out, beta=beta, bias=bias)
+        assert res is out
+        check_bound(out, r, s, k, out_dtype, bias=bias, c=c, beta=beta, what=f"beta={beta}")
+        out2 = c.clone()
+        nvfp4.gemm(qa, qb, backend="cutlass", out=out2, beta=beta, bias=bias)
+        assert torch.equal(out, out2), "beta path: two runs differ"
+
+
+@needs_cutlass
+@pytest.mark.parametrize("env", [{"NVFP4_SM90_SMALL_M": "0"}, {"NVFP4_SM90_TILE": "large"},
+                                 {"NVFP4_SM90_TILE": "medium"}])
+@pytest.mark.parametrize("m,n,k", [(16, 520, 4096), (128, 264, 1024), (1024, 2048, 512)])
+def test_every_hopper_configuration(monkeypatch, env, m, n, k):
+    """The same problems through the two-step path and each BF16 tile configuration."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("Hopper-specific configurations")
+    for key, val in env.items():
+        monkeypatch.setenv(key, val)
+    qa, qb = make(m, n, k)
+    r, s = reference(qa, qb)
+    got = run_gemm(qa, qb, torch.bfloat16)
+    check_bound(got, r, s, k, torch.bfloat16, what=f"{env} M={m} N={n} K={k}")
+
+
+@needs_cutlass
+def test_auto_is_cutlass_and_batched_input():
+    x = torch.randn(2, 3, 256, device="cuda")
+    w = torch.randn(40, 256, device="cuda")
+    qx, qw = nvfp4.quantize(x), nvfp4.quantize(w, block="2d")
+    d_auto = nvfp4.gemm(qx, qw)
+    d_cut = nvfp4.gemm(qx, qw, backend="cutlass")
+    assert d_auto.shape == (2, 3, 40) and d_auto.dtype == torch.bfloat16
+    assert torch.equal(d_auto, d_cut)
+
+
+@needs_cutlass
+def test_runs_on_the_current_stream():
+    qa, qb = make(16, 4096, 4096)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())  # the operands were made on the default stream
+    with torch.cuda.stream(s):
+        out = torch.full((16, 4096), float("nan"), dtype=torch.bfloat16, device="cuda")
+        nvfp4.gemm(qa, qb, out=out)
+        first = out.clone()  # ordered on s after the GEMM
+    s.synchronize()
+    r, sa = reference(qa, qb)
+    check_bound(first, r, sa, 4096, torch.bfloat16, what="side stream")
+
+
+@needs_cutlass
+def test_wgrad_with_columnwise_operands():
+    x = torch.randn(256, 64, device="cuda")
+    dy = torch.randn(256, 32, device="cuda")
+    qx = nvfp4.quantize(x, rowwise=False, columnwise=True)
+    qd = nvfp4.quantize(dy, rowwise=False, columnwise=True)
+    w = nvfp4.gemm(qd.T, qx.T, backend="cutlass", out_dtype=torch.float32)
+    ref = nvfp4.gemm(qd.T.to("cpu"), qx.T.to("cpu"), backend="reference", out_dtype=torch.float32)
+    r, s = reference(qd.T, qx.T)
+    check_bound(w, r, s, 256, torch.float32, what="wgrad")
+    assert torch.allclose(w.cpu(), ref, rtol=2**-16, atol=1e-6)
+
+
+# ------------------------------------------------------------------ errors
+
+
+@needs_cuda
+def test_bad_inputs_raise_clear_errors():
+    qa = nvfp4.quantize(torch.randn(8, 64, device="cuda"))
+    qb = nvfp4.quantize(torch.randn(8, 32, device="cuda"))
+    with pytest.raises(ValueError, match="K mismatch"):
+        nvfp4.gemm(qa, qb, backend="cutlass")
+    qcol = nvfp4.quantize(torch.randn(8, 64, device="cuda"), rowwise=False, columnwise=True)
+    with pytest.raises(ValueError, match="rowwise"):
+        nvfp4.gemm(qa, qcol, backend="cutlass")
+    qcpu = nvfp4.quantize(torch.randn(8, 64))
+    with pytest.raises(ValueError, match="b: on"):
+        nvfp4.gemm(qa, qcpu, backend="cutlass")
+    with pytest.raises(ValueError, match="backend"):
+        nvfp4.gemm(qcpu, qcpu, backend="cutlass")
+    with pytest.raises(ValueError, match="backend"):
+        nvfp4.gemm(qa, qa, backend="reference")
+    with pytest.raises(ValueError, match="out"):
+        nvfp4.gemm(qa, qa, out=torch.empty(8, 8, dtype=torch.bfloat16))  # CPU out for CUDA operands
+    with pytest.raises(ValueError, match="bias"):
+        nvfp4.gemm(qa, qa, bias=torch.zeros(8))  # CPU bias
+    if torch.cuda.device_count() > 1:
+        qother = nvfp4.quantize(torch.randn(8, 64, device="cuda:1"))
+        with pytest.raises(ValueError, match="b: on"):
+            nvfp4.gemm(qa, qother)
+
+
+@needs_cuda
+def test_unsupported_gpu_names_the_requirement():
+    if _cutlass_ok():
+        pytest.skip("this GPU runs the cutlass backend")
+    qa = nvfp4.quantize(torch.randn(8, 64, device="cuda"))
+    with pytest.raises(RuntimeError, match="needs"):
+        nvfp4.gemm(qa, qa, backend="cutlass")
+
+
+def test_fp16_decode_of_the_small_m_kernel_is_exact():
+    """The Hopper small-M kernel decodes E2M1 code (s, e1 e0, m) as the E4M3 byte
+    s|0|0|e1 e0|m|0|0 (= value * 2^-6, converted to FP16 by hardware) times the FP16
+    (block scale * 2^6). Both factors and the product must be exact FP16 values equal to
+    value * scale, for every code and every finite E4M3 scale."""
+    codes = torch.arange(16, dtype=torch.uint8)
+    byte = ((codes & 8) << 4) | ((codes & 7) << 2)
+    v = byte.view(torch.float8_e4m3fn).to(torch.float64)
+    want_v = torch.tensor(E2M1, dtype=torch.float64) * 2.0**-6
+    assert torch.equal(v, want_v)
+    scales = torch.arange(0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float64)
+    s64 = scales * 64
+    assert torch.equal(s64.to(torch.float16).double(), s64)          # scale * 2^6 is exact in FP16
+    assert torch.equal(v.to(torch.float16).double(), v)              # decoded code is exact in FP16
+    prod = v[:, None] * s64[None, :]
+    assert torch.equal(prod.to(torch.float16).double(), prod)        # the FP16 product is exact
+    assert torch.equal(prod, torch.tensor(E2M1, dtype=torch.float64)[:, None] * scales[None, :])
+
+
+def test_backend_support_answers():
+    from nvfp4 import _C
+    assert _C.backend_supported(1, 0) == 1          # reference on CPU
+    assert _C.backend_supported(2, 0) == 0          # cutlass never on CPU
+    assert _C.backend_supported(2, 75) == 0         # no Turing runner
+    assert _C.backend_supported(2, 89) == 0         # nor Ada
+    archs = _C.build_cuda_archs().split(";")
+    assert bool(_C.backend_supported(2, 90)) == ("90a" in archs)
+    assert _C.backend_supported(1, 90) == 0          # the reference is CPU-only
