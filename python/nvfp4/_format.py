@@ -48,7 +48,9 @@ def inverse_rht_blocks(y: torch.Tensor, mask: int) -> torch.Tensor:
 def global_decode_scale(amax: torch.Tensor) -> torch.Tensor:
     """1 / S_enc, in the contract's fp32 order (works on any device, no sync)."""
     amax = amax.float()
-    s_enc = torch.clamp((448.0 * 6.0) / amax, max=torch.finfo(torch.float32).max)
+    # full_like, not `2688.0 / amax`: torch evaluates scalar / tensor as a reciprocal
+    # times the scalar, which rounds twice and misses the contract by an ulp.
+    s_enc = torch.clamp(torch.full_like(amax, 448.0 * 6.0) / amax, max=torch.finfo(torch.float32).max)
     s_enc = torch.where(s_enc == 0, torch.ones_like(s_enc), s_enc)
     return 1.0 / s_enc
 

@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""Training-step time and activation memory: BF16 vs nvfp4.nn vs plain-PyTorch fake quantization.
+
+The model is examples/train.py's transformer. Three variants of the same model, measured in
+the same run:
+- bf16:      nn.Linear under BF16 autocast;
+- nvfp4:     every block's Linear converted with nvfp4.nn (recipe --recipe);
+- fakequant: the same recipe written with torch ops only (FakeQuantLinear below): quantize
+             and dequantize in FP32 torch code, BF16 matmuls, the BF16 input saved.
+A step is forward + backward + fused AdamW. Times are medians over --steps steps after
+--warmup (CUDA events on the GPU). Also: bytes each Linear keeps for its backward pass
+(saved-tensor hooks; plus a memory_allocated delta on the GPU), and peak memory per step.
+
+    python3 bench/bench_train_step.py                 # GPU, full size (~85M parameters)
+    python3 bench/bench_train_step.py --smoke         # CPU, toy size
+    python3 bench/bench_train_step.py --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import train as T  # noqa: E402
+
+import nvfp4  # noqa: E402
+import nvfp4.nn as nn4  # noqa: E402
+
+FLT_MAX = torch.finfo(torch.float32).max
+
+
+# ------------------------------------------------------------------------------ fake quantization in torch
+class _Grid:
+    cache: dict = {}
+
+    @classmethod
+    def get(cls, device):
+        if device not in cls.cache:
+            grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], device=device)
+            mids = (grid[1:] + grid[:-1]) / 2
+            # ties go to the even code: up at 0.75, 1.75, 3.5 (their lower neighbour's code is odd)
+            tie_up = torch.tensor([False, True, False, True, False, True, False], device=device)
+            rht = nvfp4.rht_matrix(sum(1 << i for i, s in enumerate(nvfp4.DEFAULT_RHT_SIGNS) if s < 0),
+                                   torch.float32, device)
+            cls.cache[device] = (grid, mids, tie_up, rht)
+        return cls.cache[device]
+
+
+def qdq(x: torch.Tensor, block="1d", rounding="rtn", rht=False) -> torch.Tensor:
+    """NVFP4 quantize-dequantize of a 2D tensor along its last dim, in FP32 torch ops (values
+    stay in the Hadamard domain when rht, as an FP4 GEMM would consume them)."""
+    grid, mids, tie_up, hmat = _Grid.get(x.device)
+    r, c = x.shape
+    x = x.float()
+    if rht:
+        x = (x.reshape(r, c // 16, 16) @ hmat).reshape(r, c)
+    amax = x.abs().amax()
+    s_enc = torch.clamp(torch.full_like(amax, 2688.0) / amax, max=FLT_MAX)  # scalar / tensor rounds twice
+    s_enc = torch.where(s_enc == 0, torch.ones_like(s_enc), s_enc)
+    s_dec = 1.0 / s_enc
+    if block == "2d":
+        xb = x.reshape(r // 16, 16, c // 16, 16)
+        bam = xb.abs().amax(dim=(1, 3), keepdim=True)
+    else:
+        xb = x.reshape(r, c // 16, 16)
+        bam = xb.abs().amax(dim=-1, keepdim=True)
+    s_b = torch.clamp(torch.clamp(bam * (s_enc * (1.0 / 6.0)), max=FLT_MAX), -448, 448)
+    s_b = s_b.to(torch.float8_e4m3fn).float()
+    e = torch.clamp(1.0 / (s_b * s_dec), max=FLT_MAX)
+    v = torch.clamp(xb * e, -6.0, 6.0)
+    a = v.abs()
+    if rounding == "sr":
+        lo_i = torch.clamp(torch.bucketize(a, grid, right=True) - 1, 0, 6)
+        lo, hi = grid[lo_i], grid[lo_i + 1]
+        up = torch.rand_like(a) < (a - lo) / (hi - lo)
+        q = torch.where(up, hi, lo)
+    else:
+        i = torch.bucketize(a, mids)  # number of midpoints below a
+        at_mid = (i < 7) & (a == mids[torch.clamp(i, max=6)])
+        i = i + (at_mid & tie_up[torch.clamp(i, max=6)]).long()
+        q = grid[i]
+    return (torch.copysign(q, v) * s_b * s_dec).reshape(r, c)
+
+
+class _FakeQuantFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, r):
+        cdt = x.dtype
+        x2 = x.reshape(-1, x.shape[-1])
+        xq = qdq(x2, r.x.block, r.x.rounding).to(cdt)
+        wq = qdq(w, r.w.block, r.w.rounding).to(cdt)
+        ctx.save_for_backward(x2, wq)  # fake quantization keeps the high-precision input
+        ctx.r, ctx.shape, ctx.wdt = r, x.shape, w.dtype
+        return (xq @ wq.t()).reshape(*x.shape[:-1], w.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, wq = ctx.saved_tensors
+        r = ctx.r
+        cdt = dy.dtype
+        dy2 = dy.reshape(-1, dy.shape[-1])
+        dyq = qdq(dy2, r.dy.block, r.dy.rounding).to(cdt)
+        dx = (dyq @ wq).reshape(ctx.shape)
+        dyt = qdq(dy2.t().contiguous(), r.wgrad_dy.block, r.wgrad_dy.rounding, r.wgrad_dy.rht).to(cdt)
+        xt = qdq(x2.t().contiguous(), r.wgrad_x.block, r.wgrad_x.rounding, r.wgrad_x.rht).to(cdt)
+        dw = (dyt @ xt.t()).to(ctx.wdt)
+        return dx, dw, None
+
+
+class FakeQuantLinear(nn.Linear):
+    """nn.Linear running the nvfp4 recipe as torch fake quantization (no bias; the model has none)."""
+
+    recipe = nn4.RECIPES["nvfp4"]
+
+    def forward(self, x):
+        if torch.is_autocast_enabled(x.device.type):
+            x = x.to(torch.get_autocast_dtype(x.device.type))
+        return _FakeQuantFn.apply(x, self.weight, self.recipe)
+
+
+def fakequant_convert(model, recipe):
+    for m in model.blocks.modules():
+        if type(m) is nn.Linear:
+            m.__class__ = FakeQuantLinear
+            m.recipe = recipe
+    return model
+
+
+# ------------------------------------------------------------------------------ measurements
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def time_steps(model, args, dev, batches):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
+    run = torch.compile(model, fullgraph=True) if args.compile else model
+    amp = torch.autocast(dev.type, dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu",
+                                                                                                   enabled=False)
+
+    def step(i):
+        x, y = batches[i % len(batches)]
+        with amp:
+            logits = run(x)
+        loss = F.cross_entropy(logits.float().reshape(-1, T.VOCAB), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    for i in range(args.warmup):
+        step(i)
+    sync(dev)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+        base = torch.cuda.memory_allocated(dev)
+    times = []
+    for i in range(args.steps):
+        if dev.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            step(i)
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            step(i)
+            times.append(time.perf_counter() - t0)
+    out = {"step_ms": 1e3 * statistics.median(times), "step_ms_min": 1e3 * min(times)}
+    if dev.type == "cuda":
+        out["peak_step_memory_gb"] = (torch.cuda.max_memory_allocated(dev) - base) / 2**30
+    return out
+
+
+def saved_bytes(layer, x):
+    """Bytes a layer keeps for backward, excluding its own parameters and anything weight-sized
+    that outlives the step (the quantized-weight cache)."""
+    params = {p.data_ptr() for p in layer.parameters()}
+    sizes = []
+
+    def pack(t):
+        if t.data_ptr() not in params:
+            sizes.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            layer(x)
+    return sum(sizes)
+
+
+def activation_memory(args, dev):
+    """Per-Linear bytes saved for backward at two token counts; their difference is the part
+    that scales with tokens (activation memory), free of weight-sized terms."""
+    k, n = args.d_model, 4 * args.d_model
+    m1, m2 = args.mem_tokens, 2 * args.mem_tokens
+    torch.manual_seed(0)
+    base = nn.Linear(k, n, bias=False, device=dev)
+    layers = {"bf16": base, "nvfp4": nn4.Linear.from_linear(copy.deepcopy(base), args.recipe_obj)}
+    fq = copy.deepcopy(base)
+    fq.__class__ = FakeQuantLinear
+    fq.recipe = args.recipe_obj
+    layers["fakequant"] = fq
+    dtype = torch.bfloat16
+    res = {}
+    for name, layer in layers.items():
+        x1 = torch.randn(m1, k, device=dev, dtype=dtype, requires_grad=True)
+        x2 = torch.randn(m2, k, device=dev, dtype=dtype, requires_grad=True)
+        per_token = (saved_bytes(layer, x2) - saved_bytes(layer, x1)) / (m2 - m1)
+        res[name] = {"saved_bytes_per_token": per_token, "saved_bytes_per_element": per_token / k}
+        if dev.type == "cuda":
+            layer(x1)  # warm the weight cache
+            sync(dev)
+            before = torch.cuda.memory_allocated(dev)
+            h = x2 * 1  # an activation that survives only if the layer saves it
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y = layer(h)
+            del h
+            sync(dev)
+            res[name]["allocated_delta_bytes"] = torch.cuda.memory_allocated(dev) - before - y.numel() * y.element_size()
+            del y
+    for name in ("nvfp4", "fakequant"):
+        res[name]["ratio_to_bf16"] = res[name]["saved_bytes_per_token"] / res["bf16"]["saved_bytes_per_token"]
+        if "allocated_delta_bytes" in res[name]:
+            res[name]["allocated_ratio_to_bf16"] = res[name]["allocated_delta_bytes"] / \
+                max(1, res["bf16"]["allocated_delta_bytes"])
+    return res
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default=None, choices=sorted(T.SIZES))
+    ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--seq-len", type=int, default=None)
+    ap.add_argument("--recipe", default="nvfp4", choices=[r for r in nn4.RECIPES if r != "bf16"])
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps (default 20; 3 with --smoke)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 5; 1 with --smoke)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile(fullgraph=True) every variant")
+    ap.add_argument("--variants", default="bf16,nvfp4,fakequant")
+    ap.add_argument("--mem-tokens", type=int, default=None, help="tokens for the per-Linear memory test")
+    ap.add_argument("--smoke", action="store_true", help="CPU, toy size")
+    ap.add_argument("--json", default=None, help="write the results here")
+    a = ap.parse_args(argv)
+    size = dict(T.SIZES[a.size or ("smoke" if a.smoke else "full")])
+    a.d_model, a.n_layers, a.n_heads = size["d_model"], size["n_layers"], size["n_heads"]
+    a.seq_len = a.seq_len or size["seq_len"]
+    a.batch_size = a.batch_size or (size["batch_size"] if a.smoke else 8)
+    a.steps = a.steps or (3 if a.smoke else 20)
+    a.warmup = a.warmup or (1 if a.smoke else 5)
+    a.mem_tokens = a.mem_tokens or (64 if a.smoke else 8192)
+    dev = torch.device("cpu" if a.smoke or not torch.cuda.is_available() else "cuda")
+    a.recipe_obj = nn4.get_recipe(a.recipe, backend=a.backend)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(4):  # a few different batches so nothing is cached by accident
+        xy = torch.randint(0, T.VOCAB, (a.batch_size, a.seq_len + 1), generator=g).to(dev)
+        batches.append((xy[:, :-1], xy[:, 1:]))
+    tokens = a.batch_size * a.seq_len
+
+    results = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+               "torch": torch.__version__, "nvfp4": nvfp4.__version__, "recipe": a.recipe, "compile": a.compile,
+               "model": {"d_model": a.d_model, "n_layers": a.n_layers, "seq_len": a.seq_len,
+                         "batch_size": a.batch_size},
+               "variants": {}}
+    margs = argparse.Namespace(d_model=a.d_model, n_layers=a.n_layers, n_heads=a.n_heads, seq_len=a.seq_len,
+                               seed=0, master_dtype=torch.float32)
+    for name in a.variants.split(","):
+        model = T.build_model(margs, dev)
+        if name == "nvfp4":
+            nn4.convert(model, a.recipe_obj, include="blocks.*")
+        elif name == "fakequant":
+            fakequant_convert(model, a.recipe_obj)
+        elif name != "bf16":
+            ap.error(f"--variants: unknown variant {name!r}")
+        r = time_steps(model, a, dev, batches)
+        r["tokens_per_s"] = tokens / (r["step_ms"] / 1e3)
+        results["variants"][name] = r
+        print(f"{name:10s} step {r['step_ms']:9.2f} ms  {r['tokens_per_s']:12,.0f} tokens/s"
+              + (f"  peak step memory {r['peak_step_memory_gb']:.2f} GB" if "peak_step_memory_gb" in r else ""),
+              flush=True)
+        del model
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    v = results["variants"]
+    ratios = {}
+    if "bf16" in v and "nvfp4" in v:
+        ratios["nvfp4_over_bf16_step_time"] = v["nvfp4"]["step_ms"] / v["bf16"]["step_ms"]
+    if "fakequant" in v and "nvfp4" in v:
+        ratios["fakequant_over_nvfp4_step_time"] = v["fakequant"]["step_ms"] / v["nvfp4"]["step_ms"]
+    results["ratios"] = ratios
+    for k, val in ratios.items():
+        print(f"{k}: {val:.3f}")
+    mem = activation_memory(a, dev)
+    results["activation_memory_per_linear"] = mem
+    for name, r in mem.items():
+        extra = f"  ratio {r['ratio_to_bf16']:.3f}" if "ratio_to_bf16" in r else ""
+        if "allocated_ratio_to_bf16" in r:
+            extra += f"  (allocated-delta ratio {r['allocated_ratio_to_bf16']:.3f})"
+        print(f"saved for backward, {name:10s}: {r['saved_bytes_per_element']:.4f} bytes/input element{extra}")
+    if a.json:
+        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"wrote {a.json}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,421 @@
+#!/usr/bin/env python3
+"""Train a byte-level decoder-only transformer with its linear layers in NVFP4.
+
+The corpus is the Python standard library's source (examples/prepare_data.py, prepared on
+first use). The model's attention and MLP projections go through nvfp4.nn.Linear with the
+chosen recipe; embeddings, norms, attention itself, the output head, the optimizer state and
+the master weights stay in high precision (NVIDIA's recipe, DESIGN.md §1).
+
+    python3 examples/train.py --smoke                          # CPU, toy size, < 1 minute
+    python3 examples/train.py --recipe nvfp4 --steps 500 --compile --out runs/
+    python3 examples/plot_runs.py runs/*.json -o runs/loss.png
+
+Writes OUT/NAME.json (config, loss curves, validation loss, tokens/s, peak memory).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import math
+import os
+import platform
+import resource
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import prepare_data  # noqa: E402
+
+import nvfp4  # noqa: E402
+import nvfp4.nn as nn4  # noqa: E402
+
+# d_model, layers, heads, context, batch (sequences per micro-batch)
+SIZES = {
+    "smoke": dict(d_model=64, n_layers=2, n_heads=4, seq_len=64, batch_size=8),
+    "small": dict(d_model=384, n_layers=6, n_heads=6, seq_len=512, batch_size=16),     # ~11M parameters
+    "full": dict(d_model=768, n_layers=12, n_heads=12, seq_len=1024, batch_size=16),   # ~85M parameters
+}
+VOCAB = 256
+
+
+# ------------------------------------------------------------------------------ model
+class Attention(nn.Module):
+    def __init__(self, d, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class MLP(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, 4 * d, bias=False)
+        self.out = nn.Linear(4 * d, d, bias=False)
+
+    def forward(self, x):
+        return self.out(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, d, n_heads):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = Attention(d, n_heads)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = MLP(d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, d_model, n_layers, n_heads, seq_len, vocab=VOCAB):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Embedding(seq_len, d_model)
+        self.blocks = nn.ModuleList([Block(d_model, n_heads) for _ in range(n_layers)])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.lm_head = nn.Linear(d_model, vocab, bias=False)
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                # residual-branch outputs scaled down with depth (GPT-2's initialization)
+                std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(("proj.weight", "out.weight")) else 0.02
+                nn.init.normal_(p, std=std)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        for b in self.blocks:
+            x = b(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def build_model(args, device) -> GPT:
+    torch.manual_seed(args.seed)
+    model = GPT(args.d_model, args.n_layers, args.n_heads, args.seq_len)
+    return model.to(device=device, dtype=args.master_dtype)
+
+
+def make_recipe(args):
+    """The recipe named by --recipe, with the flag overrides."""
+    if args.recipe == "bf16":
+        return nn4.get_recipe("bf16")
+    r = nn4.get_recipe(args.recipe, backend=args.backend, seed=args.seed)
+    if args.no_fp4_hadamard:
+        r = r.replace(wgrad_dy={"rht": False}, wgrad_x={"rht": False})
+    if args.no_fp4_stochastic_rounding:
+        r = r.replace(dy={"rounding": "rtn"}, wgrad_dy={"rounding": "rtn"})
+    return r
+
+
+def convert_model(model, args, recipe):
+    """Quantize the blocks' linear layers, except the first/last N blocks (kept in BF16)."""
+    if not recipe.quantized:
+        return []
+    n = args.n_layers
+    keep = [i for i in range(n) if i < args.skip_quant_first_layers or i >= n - args.skip_quant_last_layers]
+    exclude = list(nn4.DEFAULT_EXCLUDE) + [f"blocks.{i}.*" for i in keep]
+    nn4.convert(model, recipe, include="blocks.*", exclude=exclude)
+    return nn4.converted_layers(model)
+
+
+# ------------------------------------------------------------------------------ data
+class Batches:
+    def __init__(self, path, seq_len, batch_size, device, seed):
+        self.data = np.memmap(path, dtype=np.uint8, mode="r")
+        if self.data.size <= seq_len + 1:
+            raise ValueError(f"{path}: {self.data.size} tokens, fewer than one sequence of {seq_len}")
+        self.seq_len, self.batch_size, self.device = seq_len, batch_size, device
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def get(self):
+        t = self.seq_len
+        ix = torch.randint(self.data.size - t - 1, (self.batch_size,), generator=self.gen).tolist()
+        buf = np.stack([self.data[i:i + t + 1] for i in ix]).astype(np.int64)
+        xy = torch.from_numpy(buf)
+        if self.device.type == "cuda":
+            xy = xy.pin_memory().to(self.device, non_blocking=True)
+        return xy[:, :-1], xy[:, 1:]
+
+
+def lr_at(step, args):
+    warm = max(1, min(args.warmup_steps, args.steps // 10))
+    if step < warm:
+        return args.lr * (step + 1) / warm
+    p = (step - warm) / max(1, args.steps - warm)
+    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
+
+
+def autocast_ctx(args, device):
+    if args.amp_dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=args.amp_dtype)
+
+
+@torch.no_grad()
+def evaluate(model, val_batches, args, device):
+    model.eval()
+    total = 0.0
+    for x, y in val_batches:
+        with autocast_ctx(args, device):
+            logits = model(x)
+        total += F.cross_entropy(logits.float().reshape(-1, VOCAB), y.reshape(-1)).item()
+    model.train()
+    return total / len(val_batches)
+
+
+class Progress:
+    """tqdm when it is installed, plain lines otherwise."""
+
+    def __init__(self, total, every):
+        self.every, self.bar = every, None
+        try:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 10)
+        except ImportError:
+            pass
+
+    def update(self, step, info: dict):
+        text = " ".join(f"{k}={v}" for k, v in info.items())
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(text, refresh=False)
+        elif step % self.every == 0 or step == 1:
+            print(f"step {step}: {text}", flush=True)
+
+    def write(self, msg):
+        if self.bar is not None:
+            self.bar.write(msg)
+        else:
+            print(msg, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def peak_memory(device):
+    if device.type == "cuda":
+        return {"peak_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30,
+                "peak_reserved_gb": torch.cuda.max_memory_reserved(device) / 2**30}
+    return {"peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+
+
+# ------------------------------------------------------------------------------ main
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--recipe", default="nvfp4", choices=sorted(nn4.RECIPES))
+    ap.add_argument("--backend", default="auto", choices=["auto", "cutlass", "cudnn", "reference"])
+    ap.add_argument("--no-fp4-hadamard", action="store_true", help="no RHT on the wgrad operands")
+    ap.add_argument("--no-fp4-stochastic-rounding", action="store_true", help="round dY to nearest")
+    ap.add_argument("--skip-quant-first-layers", type=int, default=None,
+                    help="first N transformer blocks kept in BF16 (default 1, 0 with --smoke)")
+    ap.add_argument("--skip-quant-last-layers", type=int, default=None,
+                    help="last N transformer blocks kept in BF16 (default 1, 0 with --smoke)")
+    ap.add_argument("--master-dtype", default="fp32", choices=["fp32", "bf16"], help="parameter dtype")
+    ap.add_argument("--amp", default="auto", choices=["auto", "bf16", "off"],
+                    help="autocast: auto = bf16 on CUDA, off on CPU")
+    ap.add_argument("--grad-accumulation", type=int, default=1, help="micro-batches per optimizer step")
+    ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default 500; 20 with --smoke)")
+    ap.add_argument("--size", default=None, choices=sorted(SIZES), help="model size (default full; smoke with --smoke)")
+    ap.add_argument("--d-model", type=int)
+    ap.add_argument("--n-layers", type=int)
+    ap.add_argument("--n-heads", type=int)
+    ap.add_argument("--seq-len", type=int)
+    ap.add_argument("--batch-size", type=int, help="sequences per micro-batch")
+    ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default 6e-4; 3e-3 with --smoke)")
+    ap.add_argument("--warmup-steps", type=int, default=100)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--compile", action="store_true", help="torch.compile(model, fullgraph=True)")
+    ap.add_argument("--compile-backend", default="inductor")
+    ap.add_argument("--cooldown-frac", type=float, default=0.0,
+                    help="run the last fraction of steps with every quantized layer in BF16")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--eval-interval", type=int, default=None, help="steps between validations (default steps/10)")
+    ap.add_argument("--eval-batches", type=int, default=None, help="validation micro-batches (default 20; 2 with --smoke)")
+    ap.add_argument("--log-interval", type=int, default=10)
+    ap.add_argument("--max-minutes", type=float, default=0.0, help="stop early after this long (0: no limit)")
+    ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
+    ap.add_argument("--data", default=prepare_data.DEFAULT_OUT, help="prepared corpus directory")
+    ap.add_argument("--out", default="runs", help="directory for the JSON report")
+    ap.add_argument("--name", default=None, help="run name (default: from the recipe and flags)")
+    ap.add_argument("--smoke", action="store_true", help="toy model on CPU, a few steps")
+    a = ap.parse_args(argv)
+
+    size = SIZES[a.size or ("smoke" if a.smoke else "full")]
+    for k, v in size.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    if a.smoke:
+        a.device = a.device or "cpu"
+        a.steps = a.steps or 20
+        a.lr = a.lr or 3e-3
+        a.eval_batches = a.eval_batches or 2
+        a.eval_interval = a.eval_interval or max(1, a.steps // 2)
+        a.log_interval = min(a.log_interval, 5)
+        a.warmup_steps = min(a.warmup_steps, 5)
+    a.steps = a.steps or 500
+    a.lr = a.lr or 6e-4
+    a.eval_batches = a.eval_batches or 20
+    a.eval_interval = a.eval_interval or max(1, a.steps // 10)
+    default_skip = 0 if a.smoke else 1
+    a.skip_quant_first_layers = default_skip if a.skip_quant_first_layers is None else a.skip_quant_first_layers
+    a.skip_quant_last_layers = default_skip if a.skip_quant_last_layers is None else a.skip_quant_last_layers
+    a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    a.master_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[a.master_dtype]
+    amp = a.amp if a.amp != "auto" else ("bf16" if a.device.startswith("cuda") else "off")
+    a.amp_dtype = torch.bfloat16 if amp == "bf16" else None
+    if a.d_model % a.n_heads:
+        ap.error("--d-model must be a multiple of --n-heads")
+    if a.grad_accumulation < 1:
+        ap.error("--grad-accumulation must be >= 1")
+    if a.name is None:
+        a.name = a.recipe
+        if a.no_fp4_hadamard:
+            a.name += "-no_hadamard"
+        if a.no_fp4_stochastic_rounding:
+            a.name += "-no_sr"
+        if a.cooldown_frac:
+            a.name += f"-cooldown{a.cooldown_frac:g}"
+    return a
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.cuda.reset_peak_memory_stats(device)
+    meta = prepare_data.prepare(args.data, quiet=False)
+    recipe = make_recipe(args)
+    model = build_model(args, device)
+    n_params = sum(p.numel() for p in model.parameters())
+    converted = convert_model(model, args, recipe)
+    print(f"{args.name}: {n_params / 1e6:.1f}M parameters, {len(converted)} linear layers in NVFP4 "
+          f"(recipe {recipe.name}), device {device}, data {meta['train_tokens'] / 1e6:.1f}M train bytes", flush=True)
+
+    fused = device.type == "cuda"
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95),
+                            fused=fused)
+    step_model = torch.compile(model, fullgraph=True, backend=args.compile_backend) if args.compile else model
+    cooldown = nn4.Cooldown(model, args.steps, args.cooldown_frac) if args.cooldown_frac > 0 else None
+
+    train = Batches(os.path.join(args.data, "train.bin"), args.seq_len, args.batch_size, device, args.seed)
+    val_src = Batches(os.path.join(args.data, "val.bin"), args.seq_len, args.batch_size, device, 1234)
+    val_batches = [val_src.get() for _ in range(args.eval_batches)]
+    tokens_per_step = args.seq_len * args.batch_size * args.grad_accumulation
+
+    curve, val_curve, step_times = [], [], []
+    pending = []  # losses kept on the device until the next log (no sync per step)
+    progress = Progress(args.steps, args.log_interval)
+    t_start = time.time()
+    stopped_early = False
+    tok_s = float("nan")
+    window_t, window_steps = time.time(), 0
+    for step in range(args.steps):
+        if cooldown is not None and cooldown(step):
+            progress.write(f"step {step}: cooldown, quantized layers now run in BF16")
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args)
+        loss_sum = torch.zeros((), device=device)
+        for _ in range(args.grad_accumulation):
+            x, y = train.get()
+            with autocast_ctx(args, device):
+                logits = step_model(x)
+            loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), y.reshape(-1)) / args.grad_accumulation
+            loss.backward()
+            loss_sum += loss.detach()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        pending.append((step + 1, loss_sum, gnorm))
+        window_steps += 1
+        last = step + 1 == args.steps
+        if (step + 1) % args.log_interval == 0 or last:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            now = time.time()
+            # the first window holds compilation and warm-up: report it, but do not time with it
+            if step + 1 > args.log_interval:
+                step_times.append((now - window_t) / window_steps)
+            tok_s = window_steps * tokens_per_step / (now - window_t)
+            for s, l, gn in pending:
+                curve.append({"step": s, "loss": l.item(), "grad_norm": gn.item()})
+            pending.clear()
+            window_t, window_steps = now, 0
+        info = {"loss": f"{curve[-1]['loss']:.4f}" if curve else "-", "tok/s": f"{tok_s:,.0f}"}
+        progress.update(step + 1, info)
+        if (step + 1) % args.eval_interval == 0 or last:
+            vl = evaluate(step_model, val_batches, args, device)
+            val_curve.append({"step": step + 1, "tokens": (step + 1) * tokens_per_step, "val_loss": vl})
+            progress.write(f"step {step + 1}: val_loss {vl:.4f}")
+            window_t = time.time()  # validation time is not training time
+        if args.max_minutes and time.time() - t_start > 60 * args.max_minutes and not last:
+            progress.write(f"stopping at step {step + 1}: --max-minutes {args.max_minutes} reached")
+            stopped_early = True
+            if not val_curve or val_curve[-1]["step"] != step + 1:
+                vl = evaluate(step_model, val_batches, args, device)
+                val_curve.append({"step": step + 1, "tokens": (step + 1) * tokens_per_step, "val_loss": vl})
+            for s, l, gn in pending:
+                curve.append({"step": s, "loss": l.item(), "grad_norm": gn.item()})
+            break
+    progress.close()
+    wall = time.time() - t_start
+
+    steps_done = val_curve[-1]["step"]
+    step_time = float(np.median(step_times)) if step_times else float("nan")
+    report = {
+        "name": args.name,
+        "recipe": recipe.to_dict(),
+        "converted_layers": converted,
+        "model": {"d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads,
+                  "seq_len": args.seq_len, "params": n_params, "vocab": VOCAB},
+        "config": {k: (str(v) if isinstance(v, torch.dtype) else v) for k, v in vars(args).items()},
+        "data": meta,
+        "steps": steps_done,
+        "stopped_early": stopped_early,
+        "tokens": steps_done * tokens_per_step,
+        "final_val_loss": val_curve[-1]["val_loss"],
+        "final_train_loss": curve[-1]["loss"] if curve else None,
+        "step_time_s": step_time,
+        "tokens_per_s": tokens_per_step / step_time if step_times else None,
+        "wall_s": wall,
+        "memory": peak_memory(device),
+        "train_curve": curve,
+        "val_curve": val_curve,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "torch": torch.__version__,
+        "nvfp4": nvfp4.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"{args.name}.json")
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+    tps = f"{report['tokens_per_s']:,.0f}" if report["tokens_per_s"] else "n/a"
+    print(f"{args.name}: {steps_done} steps, {report['tokens'] / 1e6:.2f}M tokens, final val loss "
+          f"{report['final_val_loss']:.4f}, {tps} tokens/s, {wall:.0f} s, memory {report['memory']} -> {path}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,592 @@
+"""nvfp4.nn: the Linear layer's three GEMMs against a float64 reference built from
+nvfp4.quantize, recipes, conversion, the weight cache, autocast, gradient accumulation and
+torch.compile. CPU tests run the reference backend; the *_cuda variants skip without a GPU."""
+import copy
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nvfp4
+import nvfp4.nn as nn4
+from nvfp4.nn import ops
+from nvfp4.nn.linear import TOKEN_ALIGN
+
+HAS_CUDA = torch.cuda.is_available() and nvfp4.is_supported("cutlass", "cuda")
+cuda_only = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU with an nvfp4 GEMM backend")
+
+_E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
+
+
+# ------------------------------------------------------------------------------ reference
+def decode_unscaled(data, scales):
+    """float64 e2m1 value x block scale of one orientation (exact), from its bytes."""
+    data, scales = data.cpu(), scales.cpu()
+    rows, width = data.shape[0], data.shape[1] * 2
+    lin = nvfp4.unswizzle_scales(scales, rows, width // 16).view(torch.float8_e4m3fn).double()
+    codes = torch.stack([data & 15, data >> 4], -1).reshape(rows, width).long()
+    vals = _E2M1[codes & 7] * torch.where((codes & 8) != 0, -1.0, 1.0).double()
+    return vals * lin.repeat_interleave(16, 1)
+
+
+def s_dec(amax):
+    amax = amax.cpu().float()
+    # tensor / tensor: torch evaluates scalar / tensor as reciprocal times scalar (two roundings)
+    s = torch.clamp(torch.full_like(amax, 448.0 * 6.0) / amax, max=torch.finfo(torch.float32).max)
+    s = torch.where(s == 0, torch.ones_like(s), s)
+    return 1.0 / s
+
+
+def lib_alpha(amax_a, amax_b):
+    """The fp32 alpha the GEMM backend applies for these two amax values, read back from a
+    1x16 product whose exact value is 1 (so the reference below depends on the backend only
+    through this one number, checked against DESIGN.md's S_dec(a) * S_dec(b) in fp32)."""
+    data = torch.zeros(1, 8, dtype=torch.uint8)
+    data[0, 0] = 2  # e2m1 code of 1.0
+    sc = torch.zeros(128, 4, dtype=torch.uint8)
+    sc[0, 0] = 0x38  # e4m3 1.0
+    sc = sc.view(torch.float8_e4m3fn)
+    dev = amax_a.device
+    alpha = ops.gemm((data.to(dev), sc.to(dev), amax_a), (data.to(dev), sc.to(dev), amax_b), "auto", torch.float32)
+    alpha = alpha[0, 0].cpu()
+    want = s_dec(amax_a) * s_dec(amax_b)
+    # bit-exact on the CPU reference; a device may round its alpha differently by an ulp
+    tol = 0.0 if dev.type == "cpu" else abs(want.item()) * 2.0**-22
+    assert abs(alpha.item() - want.item()) <= tol, (alpha.item(), want.item())
+    return alpha.double()
+
+
+def ref_gemm(a, b, out_dtype, bias=None):
+    """What every backend computes: fp32 alpha x exact float64 product, one final rounding.
+    a, b: (data, scales, amax) of rowwise orientations."""
+    alpha = lib_alpha(a[2], b[2])
+    d = alpha * (decode_unscaled(a[0], a[1]) @ decode_unscaled(b[0], b[1]).t())
+    if bias is not None:
+        d = d + bias.cpu().double()
+    return d.float().to(out_dtype), alpha * (decode_unscaled(a[0], a[1]).abs() @ decode_unscaled(b[0], b[1]).abs().t())
+
+
+def rows(q):
+    return q.data, q.scales, q.amax
+
+
+def cols(q):
+    return q.data_t, q.scales_t, q.amax_t
+
+
+def reference_linear(x, w, b, dy, recipe, layer_index=0, offset=0, cdt=None):
+    """y, dx, dw, db of an nvfp4 Linear, from nvfp4.quantize and float64 math (CPU)."""
+    r = recipe
+    cdt = cdt or x.dtype
+    x2 = x.to(cdt).reshape(-1, x.shape[-1]).cpu()
+    dy2 = dy.reshape(-1, w.shape[0]).cpu().to(cdt)
+    m = x2.shape[0]
+    pad = (-m) % TOKEN_ALIGN
+    xp = F.pad(x2, (0, 0, 0, pad))
+    dyp = F.pad(dy2, (0, 0, 0, pad))
+    signs = r.rht_signs
+    qx = nvfp4.quantize(x2, block=r.x.block, rounding=r.x.rounding, seed=nn4.layer_seed(r.seed, layer_index, 0),
+                        offset=offset)
+    qxc = nvfp4.quantize(xp, block=r.wgrad_x.block, rounding=r.wgrad_x.rounding,
+                         rht="columnwise" if r.wgrad_x.rht else False, rowwise=False, columnwise=True,
+                         seed=nn4.layer_seed(r.seed, layer_index, 0), offset=offset, rht_signs=signs)
+    qw = nvfp4.quantize(w.detach().cpu(), block=r.w.block, rowwise=True, columnwise=True)
+    qdy = nvfp4.quantize(dyp, block=r.dy.block, rounding=r.dy.rounding, seed=nn4.layer_seed(r.seed, layer_index, 1),
+                         offset=offset)
+    qdyc = nvfp4.quantize(dyp, block=r.wgrad_dy.block, rounding=r.wgrad_dy.rounding,
+                          rht="columnwise" if r.wgrad_dy.rht else False, rowwise=False, columnwise=True,
+                          seed=nn4.layer_seed(r.seed, layer_index, 1), offset=offset, rht_signs=signs)
+    bias = None if b is None else b.detach().cpu().to(cdt)
+    y, y_mag = ref_gemm(rows(qx), rows(qw), cdt, bias)
+    dx, dx_mag = ref_gemm(rows(qdy), cols(qw), cdt)
+    dw, dw_mag = ref_gemm(cols(qdyc), cols(qxc), w.dtype)
+    db = None if b is None else dy2.sum(0, dtype=torch.float32).to(b.dtype)
+    out = dict(y=y.reshape(*x.shape[:-1], -1), dx=dx[:m].reshape(x.shape), dw=dw, db=db,
+               y_mag=y_mag.reshape(*x.shape[:-1], -1), dx_mag=dx_mag[:m].reshape(x.shape), dw_mag=dw_mag)
+    # The transform-free view of the same product, from dequantize(): X̂ and dŶ back in the
+    # original domain, so dW = dŶᵀ X̂ up to fp32 rounding of the decoded values.
+    out["dw_dequant"] = (qdyc.dequantize(torch.float32, columnwise=True).double().t()
+                         @ qxc.dequantize(torch.float32, columnwise=True).double())
+    return out
+
+
+def run_layer(layer, x, dy):
+    x = x.detach().clone().requires_grad_()
+    y = layer(x)
+    y.backward(dy)
+    return y.detach(), x.grad, layer.weight.grad, None if layer.bias is None else layer.bias.grad
+
+
+def make(k=64, n=48, shape=(3, 13), bias=True, dtype=torch.float32, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, k, generator=g).to(dtype)
+    dy = (torch.randn(*shape, n, generator=g) * 1e-3).to(dtype)
+    lin = nn.Linear(k, n, bias=bias, dtype=dtype)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(n, k, generator=g) * 0.05)
+        if bias:
+            lin.bias.copy_(torch.randn(n, generator=g))
+    return x.to(device), dy.to(device), lin.to(device)
+
+
+def assert_equal(got, want, what):
+    got = got.cpu()
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    ne = (got != want).nonzero()
+    assert len(ne) == 0, f"{what}: {len(ne)} mismatches, first at {tuple(ne[0].tolist())}: " \
+                         f"{got[tuple(ne[0])].item()} != {want[tuple(ne[0])].item()}"
+
+
+# ------------------------------------------------------------------------------ bit-exact GEMMs (CPU)
+@pytest.mark.parametrize("recipe", ["nvfp4", "no_rht", "no_sr", "no_2d"])
+@pytest.mark.parametrize("shape,bias", [((3, 13), True), ((64,), False)])
+def test_three_gemms_bit_exact_cpu(recipe, shape, bias):
+    x, dy, lin = make(shape=shape, bias=bias)
+    layer = nn4.Linear.from_linear(copy.deepcopy(lin), nn4.get_recipe(recipe, backend="reference"), layer_index=3)
+    want = reference_linear(x, lin.weight, lin.bias, dy, layer.recipe, layer_index=3)
+    y, dx, dw, db = run_layer(layer, x, dy)
+    assert_equal(y, want["y"], "forward")
+    assert_equal(dx, want["dx"], "dgrad")
+    assert_equal(dw, want["dw"], "wgrad")
+    if bias:
+        assert_equal(db, want["db"], "bias grad")
+    # the same dW through dequantize(): in the original (inverse-transformed) domain
+    assert torch.allclose(dw.double(), want["dw_dequant"], rtol=1e-5, atol=1e-6 * want["dw_dequant"].abs().max())
+    # and NVFP4 is an approximation of the real thing
+    exact = F.linear(x.double(), lin.weight.double(), None if lin.bias is None else lin.bias.double())
+    assert (y.double() - exact).norm() / exact.norm() < 0.25
+
+
+def test_bf16_input_and_out_dtype():
+    x, dy, lin = make(dtype=torch.bfloat16)
+    layer = nn4.Linear.from_linear(copy.deepcopy(lin), nn4.get_recipe("nvfp4", backend="reference"))
+    y, dx, dw, db = run_layer(layer, x, dy)
+    want = reference_linear(x, lin.weight, lin.bias, dy, layer.recipe)
+    assert y.dtype == dx.dtype == dw.dtype == torch.bfloat16
+    assert_equal(y, want["y"], "forward")
+    assert_equal(dx, want["dx"], "dgrad")
+    assert_equal(dw, want["dw"], "wgrad")
+
+
+def test_autocast_fp32_master_weights():
+    x, dy, lin = make()
+    layer = nn4.Linear.from_linear(copy.deepcopy(lin), nn4.get_recipe("nvfp4", backend="reference"))
+    xx = x.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(xx)
+    assert y.dtype == torch.bfloat16
+    y.backward(dy.bfloat16())
+    assert xx.grad.dtype == torch.float32 and layer.weight.grad.dtype == torch.float32
+    assert layer.bias.grad.dtype == torch.float32
+    want = reference_linear(x, lin.weight, lin.bias, dy, layer.recipe, cdt=torch.bfloat16)
+    assert_equal(y.detach(), want["y"], "forward")
+    assert_equal(xx.grad, want["dx"].float(), "dgrad")
+    assert_equal(layer.weight.grad, want["dw"], "wgrad")  # fp32 output straight from the GEMM
+
+
+def test_fwd_only_and_bf16_recipes():
+    x, dy, lin = make()
+    xr = x.clone().requires_grad_()
+    ref = copy.deepcopy(lin)
+    ref(xr).backward(dy)
+    # bf16: exactly nn.Linear
+    layer = nn4.Linear.from_linear(copy.deepcopy(lin), "bf16")
+    y, dx, dw, db = run_layer(layer, x, dy)
+    assert torch.equal(y, F.linear(x, lin.weight, lin.bias)) and torch.equal(dx, xr.grad)
+    assert torch.equal(dw, ref.weight.grad) and torch.equal(db, ref.bias.grad)
+    # fwd_only: quantized forward, backward in the input dtype
+    layer = nn4.Linear.from_linear(copy.deepcopy(lin), nn4.get_recipe("fwd_only", backend="reference"))
+    y, dx, dw, db = run_layer(layer, x, dy)
+    want = reference_linear(x, lin.weight, lin.bias, dy, layer.recipe)
+    assert_equal(y, want["y"], "forward")
+    assert torch.allclose(dx, dy.reshape(-1, 48).mm(lin.weight).reshape(x.shape), rtol=1e-6, atol=1e-9)
+    assert torch.allclose(dw, dy.reshape(-1, 48).t().mm(x.reshape(-1, 64)), rtol=1e-5, atol=1e-9)
+
+
+def test_inference_mode_and_no_grad():
+    x, _, lin = make()
+    layer = nn4.Linear.from_linear(copy.deepcopy(lin), nn4.get_recipe("nvfp4", backend="reference"))
+    want = reference_linear(x, lin.weight, lin.bias, torch.zeros(3, 13, 48), layer.recipe)["y"]
+    with torch.no_grad():
+        assert_equal(layer(x), want, "no_grad forward")
+    with torch.inference_mode():
+        assert_equal(layer(x), want, "inference forward")
+    assert layer.sr_step == 0  # no training forward happened
+
+
+# ------------------------------------------------------------------------------ determinism and seeds
+def test_sr_off_is_deterministic_and_sr_reproducible():
+    x, dy, lin = make()
+    grads = []
+    for _ in range(2):
+        layer = nn4.Linear.from_linear(copy.deepcopy(lin), nn4.get_recipe("no_sr", backend="reference"))
+        a = run_layer(layer, x, dy)
+        layer.weight.grad = None
+        b = run_layer(layer, x, dy)  # the step counter moved on; without SR nothing depends on it
+        assert torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])
+        grads.append(a)
+    assert torch.equal(grads[0][2], grads[1][2])
+    # with SR: a fresh layer with the same seed and index repeats itself exactly ...
+    r = nn4.get_recipe("nvfp4", backend="reference", seed=7)
+    la = nn4.Linear.from_linear(copy.deepcopy(lin), r, layer_index=2)
+    lb = nn4.Linear.from_linear(copy.deepcopy(lin), r, layer_index=2)
+    a, b = run_layer(la, x, dy), run_layer(lb, x, dy)
+    assert torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])
+    # ... the next step draws other random bits, and so does another layer
+    la.weight.grad = None
+    a2 = run_layer(la, x, dy)
+    assert not torch.equal(a[1], a2[1])
+    lc = nn4.Linear.from_linear(copy.deepcopy(lin), r, layer_index=3)
+    assert not torch.equal(a[1], run_layer(lc, x, dy)[1])
+    # and resuming at a step reproduces that step
+    ld = nn4.Linear.from_linear(copy.deepcopy(lin), r, layer_index=2)
+    ld.sr_step = 1
+    assert torch.equal(run_layer(ld, x, dy)[1], a2[1])
+    assert nn4.layer_seed(7, 2) != nn4.layer_seed(7, 3) != nn4.layer_seed(8, 2)
+
+
+# ------------------------------------------------------------------------------ weight cache and accumulation
+def _count_quantizations(monkeypatch):
+    calls = []
+    real = ops._run_quantize
+
+    def counting(x, *a):
+        calls.append(tuple(x.shape))
+        return real(x, *a)
+
+    monkeypatch.setattr(ops, "_run_quantize", counting)
+    return calls
+
+
+def test_weight_quantized_once_per_step(monkeypatch):
+    x, dy, lin = make()
+    layer = nn4.Linear.from_linear(copy.deepcopy(lin), nn4.get_recipe("nvfp4", backend="reference"))
+    calls = _count_quantizations(monkeypatch)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+    wshape = tuple(lin.weight.shape)
+    for micro in range(3):
+        run_layer(layer, x, dy)
+    assert calls.count(wshape) == 1, calls
+    opt.step()
+    run_layer(layer, x, dy)
+    assert calls.count(wshape) == 2, "an optimizer step must invalidate the cached weight"
+    with torch.no_grad():
+        layer.weight.mul_(0.5)  # an in-place change bumps the version counter
+    y = layer(x)
+    assert calls.count(wshape) == 3
+    want = reference_linear(x, layer.weight, layer.bias, dy, layer.recipe)["y"]
+    assert_equal(y.detach(), want, "forward after a weight change")
+    layer.weight.data.mul_(2.0)  # .data bypasses the version counter: the documented escape hatch
+    nn4.invalidate_weight_caches()
+    layer(x)
+    assert calls.count(wshape) == 4
+
+
+def test_gradient_accumulation():
+    x, dy, lin = make()
+    x2, dy2 = x * 0.5 + 1, dy.flip(0)
+    r = nn4.get_recipe("nvfp4", backend="reference")
+    acc = nn4.Linear.from_linear(copy.deepcopy(lin), r)
+    for xi, dyi in ((x, dy), (x2, dy2)):
+        acc(xi).backward(dyi)
+    one = nn4.Linear.from_linear(copy.deepcopy(lin), r)
+    g1 = run_layer(one, x, dy)[2].clone()
+    one.weight.grad = None
+    g2 = run_layer(one, x2, dy2)[2]  # second micro-batch: SR offset 1, as in the accumulating layer
+    assert torch.equal(acc.weight.grad, g1 + g2)
+    assert torch.equal(acc.bias.grad, dy.reshape(-1, 48).sum(0) + dy2.reshape(-1, 48).sum(0))
+
+
+def test_saved_activation_memory():
+    """Bytes saved for backward per token: FP4 X (columnwise) vs BF16 nn.Linear's X."""
+    def saved_bytes(module, m):
+        x = torch.randn(m, 256, dtype=torch.bfloat16, requires_grad=True)
+        params = {p.data_ptr() for p in module.parameters()}
+        total = []
+
+        def pack(t):
+            if t.data_ptr() not in params and t.device.type != "meta":
+                total.append(t.numel() * t.element_size())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            module(x)
+        return sum(total)
+
+    base = nn.Linear(256, 256, dtype=torch.bfloat16)
+    fp4 = nn4.Linear.from_linear(copy.deepcopy(base), nn4.get_recipe("nvfp4", backend="reference"))
+    slope = lambda mod: saved_bytes(mod, 512) - saved_bytes(mod, 256)  # noqa: E731 (weight-sized parts cancel)
+    ratio = slope(fp4) / slope(base)
+    assert ratio <= 0.35, ratio  # 0.5625 / 2 bytes per element = 0.28
+
+
+# ------------------------------------------------------------------------------ module behaviour
+def test_state_dict_round_trip():
+    _, _, lin = make()
+    layer = nn4.Linear(64, 48, recipe="nvfp4")
+    assert set(layer.state_dict()) == set(lin.state_dict()) == {"weight", "bias"}
+    layer.load_state_dict(lin.state_dict())
+    assert torch.equal(layer.weight, lin.weight)
+    plain = nn.Linear(64, 48)
+    plain.load_state_dict(layer.state_dict())
+    assert torch.equal(plain.bias, lin.bias)
+    # the parameters are nn.Linear's, in the same order, and survive a pickle round trip
+    assert [n for n, _ in layer.named_parameters()] == ["weight", "bias"]
+    clone = copy.deepcopy(layer)
+    assert clone._slot != layer._slot and clone.recipe == layer.recipe
+    assert isinstance(layer, nn.Linear) and "recipe=nvfp4" in repr(layer)
+
+
+def test_constructor_and_dtypes():
+    layer = nn4.Linear(32, 16, bias=False, dtype=torch.bfloat16, recipe="no_rht", layer_index=5)
+    assert layer.weight.dtype == torch.bfloat16 and layer.bias is None and layer.layer_index == 5
+    with pytest.raises(ValueError, match="in_features"):
+        nn4.Linear(24, 16)
+    with pytest.raises(ValueError, match="recipe"):
+        nn4.Linear(32, 16, recipe="fp2")
+    with pytest.raises(TypeError, match="x"):
+        nn4.Linear(32, 16)(torch.ones(2, 32, dtype=torch.float64))
+
+
+class Block(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.up = nn.Linear(d, 2 * d)
+        self.down = nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(x)))
+
+
+class Toy(nn.Module):
+    def __init__(self, vocab=64, d=32, n=3, tie=True):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.proj_in = nn.Linear(d, d)
+        self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+        self.odd = nn.Linear(d, 20)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.out = nn.Linear(d, vocab, bias=False)
+        if tie:
+            self.out.weight = self.embed.weight
+
+    def forward(self, idx):
+        h = self.proj_in(self.embed(idx))
+        for b in self.blocks:
+            h = b(h)
+        return self.lm_head(h) + self.out(h)
+
+
+def test_convert_selection_and_unconvert():
+    model = Toy()
+    opt = torch.optim.AdamW(model.parameters())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    plan = dict(nn4.plan_conversion(model))
+    assert plan["lm_head"] == "skipped: excluded"
+    assert plan["out"] == "skipped: weight tied to another module"
+    assert plan["odd"].startswith("skipped") and "16" in plan["odd"]
+    nn4.convert(model, "nvfp4", skip_first=1, skip_last=1)
+    names = nn4.converted_layers(model)
+    # candidates in order: proj_in, blocks.{0,1,2}.{up,down}; first and last skipped
+    assert names == ["blocks.0.up", "blocks.0.down", "blocks.1.up", "blocks.1.down", "blocks.2.up"]
+    assert [model.get_submodule(n).layer_index for n in names] == [0, 1, 2, 3, 4]
+    assert type(model.proj_in) is nn.Linear and type(model.blocks[2].down) is nn.Linear
+    assert type(model.embed) is nn.Embedding
+    # in place: the same parameters (the optimizer keeps working), the same state_dict
+    assert any(p is model.blocks[0].up.weight for p in opt.param_groups[0]["params"])
+    assert before.keys() == model.state_dict().keys()
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    nn4.unconvert(model)
+    assert nn4.converted_layers(model) == [] and type(model.blocks[0].up) is nn.Linear
+    assert not hasattr(model.blocks[0].up, "recipe")
+
+
+def test_convert_patterns():
+    names = lambda m: nn4.converted_layers(m)  # noqa: E731
+    m = nn4.convert(Toy(), include="blocks.*.up")
+    assert names(m) == ["blocks.0.up", "blocks.1.up", "blocks.2.up"]
+    m = nn4.convert(Toy(), exclude=["re:^blocks\\.1\\.", "proj_in"])
+    assert names(m) == ["blocks.0.up", "blocks.0.down", "blocks.2.up", "blocks.2.down", "lm_head"]
+    m = nn4.convert(Toy(), include=re.compile(r"down$"), exclude=lambda n, mod: n.startswith("blocks.2"))
+    assert names(m) == ["blocks.0.down", "blocks.1.down"]
+    m = nn4.convert(Toy(tie=True), convert_tied=True, exclude=[])
+    assert "out" in names(m) and "lm_head" in names(m)
+    # converting again updates the recipe and renumbers
+    m = nn4.convert(Toy(), "no_rht", skip_last=2)
+    nn4.convert(m, "no_sr")
+    assert {m.get_submodule(n).recipe.name for n in names(m)} == {"no_sr"}
+    lin = nn.Linear(32, 32)
+    assert nn4.convert(lin) is lin and isinstance(lin, nn4.Linear)
+    with pytest.raises(ValueError, match="skip_first"):
+        nn4.convert(Toy(), skip_first=-1)
+    with pytest.raises(ValueError, match="include/exclude"):
+        nn4.convert(Toy(), include=[3])
+
+
+def test_precision_switch_and_cooldown():
+    x, dy, lin = make()
+    layer = nn4.Linear.from_linear(copy.deepcopy(lin), nn4.get_recipe("nvfp4", backend="reference"))
+    model = nn.Sequential(layer)
+    q = model(x).detach()
+    assert nn4.set_precision(model, "bf16") == 1
+    assert torch.equal(model(x), F.linear(x, lin.weight, lin.bias))
+    nn4.set_precision(model, "nvfp4")
+    assert torch.equal(model(x).detach(), q)
+    cd = nn4.Cooldown(model, total_steps=10, frac=0.2)
+    assert [cd(s) for s in range(10)] == [False] * 8 + [True, False]
+    assert layer.precision == "bf16" and cd.active
+    assert cd(0) and layer.precision == "nvfp4"  # a resume from before the cooldown switches back
+    nn4.set_precision(model, "no_sr")
+    assert layer.recipe.name == "no_sr"
+    with pytest.raises(ValueError, match="frac"):
+        nn4.Cooldown(model, 10, frac=2)
+
+
+def test_bad_recipes_rejected():
+    R, Q = nn4.Recipe, nn4.QuantConfig
+    cases = [
+        (lambda: R(w=Q(block="3d")), "w.block"),
+        (lambda: R(dy=Q(rounding="up")), "dy.rounding"),
+        (lambda: R(x=Q(rht=True)), "x.rht"),
+        (lambda: R(wgrad_x=Q(rht=False)), "wgrad_x.rht"),
+        (lambda: R(wgrad_x=Q(block="2d", rht=True), wgrad_dy=Q(block="2d", rht=True)), "rht"),
+        (lambda: R(w=Q(block="2d", rounding="sr")), "w.rounding"),
+        (lambda: R(backend="tpu"), "backend"),
+        (lambda: R(rht_signs=(1,) * 15), "rht_signs"),
+        (lambda: R(rht_signs=(2,) * 16), "rht_signs"),
+        (lambda: R(seed=-1), "seed"),
+        (lambda: R(fprop="yes"), "fprop"),
+        (lambda: R(x="1d"), "x"),
+        (lambda: nn4.get_recipe("nvfp5"), "recipe"),
+        (lambda: nn4.get_recipe("nvfp4", bogus=1), "bogus"),
+        (lambda: nn4.get_recipe("nvfp4", dy={"block": "4d"}), "dy.block"),
+    ]
+    for make_bad, field in cases:
+        with pytest.raises(ValueError, match=re.escape(field)):
+            make_bad()
+    # the canned recipes are what they claim
+    rs = nn4.RECIPES
+    assert rs["nvfp4"].w.block == "2d" and rs["nvfp4"].dy.rounding == "sr" and rs["nvfp4"].wgrad_x.rht
+    assert not rs["no_rht"].wgrad_dy.rht and rs["no_sr"].wgrad_dy.rounding == "rtn"
+    assert rs["no_2d"].w.block == "1d" and not rs["fwd_only"].dgrad and not rs["bf16"].quantized
+    assert R(rht_signs=[1] * 16).rht_signs == (1,) * 16
+
+
+# ------------------------------------------------------------------------------ torch.compile
+def test_compile_fullgraph_no_graph_breaks():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32), nn.GELU(), nn.Linear(32, 16))
+    nn4.convert(mlp, nn4.get_recipe("nvfp4", backend="reference"), exclude=[])
+    eager = copy.deepcopy(mlp)
+    compiled = torch.compile(mlp, backend="aot_eager", fullgraph=True)
+    x = torch.randn(4, 10, 32)
+    for step in range(2):  # the SR counter moves each step; that must not recompile
+        xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ye, yc = eager(xe), compiled(xc)
+        ye.square().sum().backward()
+        yc.square().sum().backward()
+        assert torch.equal(ye, yc)
+        assert torch.equal(xe.grad, xc.grad)
+        for pe, pc in zip(eager.parameters(), mlp.parameters()):
+            assert torch.equal(pe.grad, pc.grad)
+    assert mlp[0].sr_step == 2
+    from torch._dynamo.utils import counters
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] == 1
+    explain = torch._dynamo.explain(copy.deepcopy(eager))(x)
+    assert explain.graph_break_count == 0
+
+
+# ------------------------------------------------------------------------------ Hugging Face transformers
+def test_convert_transformers_llama():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                   tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg)
+    keys = set(model.state_dict())
+    nn4.convert(model, nn4.get_recipe("nvfp4", backend="reference"))
+    names = nn4.converted_layers(model)
+    assert len(names) == 2 * 7 and all("layers." in n for n in names)
+    assert type(model.lm_head) is nn.Linear and set(model.state_dict()) == keys
+    ids = torch.randint(0, 128, (2, 16))
+    out = model(input_ids=ids, labels=ids)
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and model.model.layers[0].self_attn.q_proj.weight.grad is not None
+    # tied embeddings: the head shares the embedding matrix and stays in high precision
+    cfg.tie_word_embeddings = True
+    tied = transformers.LlamaForCausalLM(cfg)
+    nn4.convert(tied, exclude=[])
+    assert type(tied.lm_head) is nn.Linear
+
+
+# ------------------------------------------------------------------------------ GPU variants
+def _gemm_close(got, want, mag, k, what):
+    """FP32 accumulation of exact products: |err| <= k * 2^-23 * alpha*|Â||B̂|ᵀ, plus a few
+    ulps of the output dtype (its rounding, and alpha computed on the device)."""
+    got = got.detach().cpu().double()
+    eps_out = torch.finfo(want.dtype).eps
+    bound = k * 2.0**-23 * mag.reshape(got.shape) + 4 * eps_out * want.double().abs() + 1e-30
+    bad = (got - want.double()).abs() > bound
+    assert not bad.any(), f"{what}: {int(bad.sum())} elements outside the bound"
+
+
+@cuda_only
+@pytest.mark.parametrize("recipe", ["nvfp4", "no_rht", "no_sr", "no_2d"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_three_gemms_cuda(recipe, dtype):
+    x, dy, lin = make(k=256, n=128, shape=(4, 100), dtype=dtype, device="cuda")
+    layer = nn4.Linear.from_linear(copy.deepcopy(lin), recipe, layer_index=1)
+    y, dx, dw, db = run_layer(layer, x, dy)
+    want = reference_linear(x.cpu(), lin.weight.cpu(), lin.bias.cpu(), dy.cpu(), layer.recipe, layer_index=1)
+    _gemm_close(y, want["y"], want["y_mag"], 256, "forward")
+    _gemm_close(dx, want["dx"], want["dx_mag"], 128, "dgrad")
+    _gemm_close(dw, want["dw"], want["dw_mag"], 416, "wgrad")
+    assert torch.allclose(db.cpu().float(), want["db"].float(), rtol=1e-2, atol=1e-2)
+
+
+@cuda_only
+def test_autocast_cache_and_compile_cuda():
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 256)).cuda()
+    nn4.convert(mlp, exclude=[])
+    eager = copy.deepcopy(mlp)
+    compiled = torch.compile(mlp, fullgraph=True)
+    x = torch.randn(8, 64, 256, device="cuda")
+    for _ in range(2):
+        xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            ye, yc = eager(xe), compiled(xc)
+        assert ye.dtype == yc.dtype == torch.bfloat16
+        ye.float().square().mean().backward()
+        yc.float().square().mean().backward()
+        # the same quantized operands; only the compiled graph's elementwise code may differ
+        assert torch.allclose(ye.float(), yc.float(), rtol=2e-2, atol=2e-2)
+        for pe, pc in zip(eager.parameters(), mlp.parameters()):
+            assert pe.grad.dtype == torch.float32
+            assert (pe.grad - pc.grad).norm() <= 0.05 * pe.grad.norm()
+
+
+@cuda_only
+def test_saved_memory_cuda():
+    def act_bytes(module):
+        x = torch.randn(8192, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        module(x)  # warm the weight cache
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        h = x * 1  # an activation that lives on only if the layer saves it
+        y = module(h)
+        del h
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated() - base - y.numel() * y.element_size()
+
+    ref = nn.Linear(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    fp4 = nn4.Linear.from_linear(copy.deepcopy(ref))
+    ratio = act_bytes(fp4) / act_bytes(ref)
+    assert ratio <= 0.35, ratio
