@@ -29,12 +29,12 @@ ARGS=("$@")
 
 if want tests; then
   step gpu tests
-  python3 -m pytest tests/python -q -x -p no:cacheprovider --timeout=600 2>&1 | tee "$OUT/tests.log" | tail -40
+  python3 -m pytest tests/python -q -p no:cacheprovider --timeout=300 --maxfail=40 -rf 2>&1 | tee "$OUT/tests.log" | tail -40
 fi
 if want bench; then
   step bench quant
   [[ -f bench/bench_quant.py ]] && python3 bench/bench_quant.py --json "$OUT/bench_quant.json" 2>&1 | tee "$OUT/bench_quant.log"
   step bench gemm
-  [[ -f bench/bench_gemm.py ]] && python3 bench/bench_gemm.py --json "$OUT/bench_gemm.json" 2>&1 | tee "$OUT/bench_gemm.log"
+  [[ -f bench/bench_gemm.py ]] && python3 bench/bench_gemm.py ${GEMM_BENCH_ARGS:-} --json "$OUT/bench_gemm.json" 2>&1 | tee "$OUT/bench_gemm.log"
 fi
 exit 0

@@ -1,0 +1,165 @@
+// The amax pass: max |x| of the tensor, and of its Hadamard transform along rows or
+// columns where an output asks for it. The global scale of a quantization depends on
+// the amax of the whole tensor, so this runs before the quantize pass, which reads the
+// result from device memory (no host synchronization).
+//
+// Two kernels, both grid-stride over a persistent grid, in ascending address order (the
+// quantize pass walks the tensor in descending order, so it starts on what this pass
+// left in L2):
+//  - amax_flat: one 16-element row block per unit (16-byte loads), two units per thread
+//    per iteration; max |x| and, optionally, max |RHT(block)| along rows.
+//  - amax_colrht: a unit is a 16-row x 16-byte column strip (16 loads in flight per
+//    thread); the RHT runs down each of its columns, rows past the end being the zero
+//    padding the columnwise output quantizes. Also gives max |x| when wanted.
+// Each CTA reduces in registers and shared memory and issues one atomicMax per output.
+#include "quant/common.cuh"
+#include "quant/launch.cuh"
+
+namespace nvfp4::detail::quant {
+namespace {
+
+struct AmaxArgs {
+  const void* x;
+  int64_t rows, cols;
+  float* plain0;  // max |x| goes to these (nullptr: not wanted)
+  float* plain1;
+  float* rht;     // max |RHT(x)| along rows (amax_flat) or columns (amax_colrht)
+  uint32_t sign_mask;
+};
+
+template <class T, bool kRowRht>
+__global__ void __launch_bounds__(kThreads) amax_flat_kernel(const AmaxArgs a) {
+  const int64_t n = a.rows * a.cols / kBlock;
+  const char* x = static_cast<const char*>(a.x);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  constexpr int64_t kUnitBytes = kBlock * T::kBytes;
+  uint32_t m_plain = 0u, m_rht = 0u;
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; u < n; u += 2 * stride) {
+    RawBlock<T> b[2];
+    load_block<T>(b[0], x + u * kUnitBytes);
+    if (u + stride < n)
+      load_block<T>(b[1], x + (u + stride) * kUnitBytes);
+    else
+      zero_block<T>(b[1]);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      m_plain = max(m_plain, raw_absmax_bits<T>(b[k]));
+      if constexpr (kRowRht) {
+        float v[kBlock];
+        to_float<T>(b[k], v);
+        core::rht16(v, a.sign_mask);
+        m_rht = max(m_rht, absmax_bits(v));
+      }
+    }
+  }
+  block_reduce_amax(m_plain, a.plain0, a.plain1);
+  if constexpr (kRowRht) block_reduce_amax(m_rht, a.rht, nullptr);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a) {
+  constexpr int E = Layout<T>::kPerChunk;  // columns per strip
+  const int64_t nq = a.cols / E;           // strips per row group
+  const int64_t ng = (a.rows + 15) / 16;   // row groups
+  const int64_t n = nq * ng;
+  const char* x = static_cast<const char*>(a.x);
+  const int64_t row_bytes = a.cols * T::kBytes;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  int64_t u = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  // Walk (group, strip) incrementally: one division per thread, not per unit.
+  int64_t g = u / nq, q = u % nq;
+  const int64_t dg = stride / nq, dq = stride % nq;
+  uint32_t m_plain = 0u, m_rht = 0u;
+  for (; u < n; u += stride) {
+    uint4 c[16];
+    const char* p = x + (g * 16) * row_bytes + q * 16;
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      c[i] = (g * 16 + i < a.rows) ? __ldg(reinterpret_cast<const uint4*>(p + i * row_bytes))
+                                   : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      float v[kBlock];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const uint32_t w = word_of(c[i], T::kBytes == 4 ? k : k / 2);
+        if constexpr (T::kBytes == 4)
+          v[i] = __uint_as_float(w);
+        else
+          v[i] = (k & 1) ? hi_f<T>(w) : lo_f<T>(w);
+      }
+      core::rht16(v, a.sign_mask);
+      m_rht = max(m_rht, absmax_bits(v));
+    }
+    if (a.plain0) {
+#pragma unroll
+      for (int i = 0; i < 16; i += Layout<T>::kChunks) {
+        RawBlock<T> b;
+#pragma unroll
+        for (int j = 0; j < Layout<T>::kChunks; ++j) b.c[j] = c[i + j];
+        m_plain = max(m_plain, raw_absmax_bits<T>(b));
+      }
+    }
+    q += dq;
+    g += dg;
+    if (q >= nq) {
+      q -= nq;
+      ++g;
+    }
+  }
+  block_reduce_amax(m_plain, a.plain0, a.plain1);
+  block_reduce_amax(m_rht, a.rht, nullptr);
+}
+
+template <class T>
+nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
+  const bool is1d = job.cfg.block == NVFP4_BLOCK_1D;
+  const bool row_rht = job.row.data && is1d && (job.cfg.rht & NVFP4_RHT_ROWWISE);
+  const bool col_rht = job.col.data && is1d && (job.cfg.rht & NVFP4_RHT_COLUMNWISE);
+  float* plain[2] = {nullptr, nullptr};
+  int np = 0;
+  if (job.row.data && !row_rht) plain[np++] = job.row.amax;
+  if (job.col.data && !col_rht) plain[np++] = job.col.amax;
+
+  AmaxArgs a{job.x, job.rows, job.cols, nullptr, nullptr, nullptr, job.cfg.rht_sign_mask};
+  const int64_t units = job.rows * job.cols / kBlock;
+  if (row_rht || !col_rht) {
+    // Rows (plain and/or RHT along rows) in one flat pass.
+    a.plain0 = plain[0];
+    a.plain1 = plain[1];
+    if (row_rht) {
+      a.rht = job.row.amax;
+      const unsigned grid = persistent_grid(amax_flat_kernel<T, true>, kThreads, 0, (units + 2 * kThreads - 1) / (2 * kThreads));
+      amax_flat_kernel<T, true><<<grid, kThreads, 0, stream>>>(a);
+    } else {
+      const unsigned grid = persistent_grid(amax_flat_kernel<T, false>, kThreads, 0, (units + 2 * kThreads - 1) / (2 * kThreads));
+      amax_flat_kernel<T, false><<<grid, kThreads, 0, stream>>>(a);
+    }
+    if (nvfp4_status_t s = check_launch("nvfp4 amax kernel"); s != NVFP4_SUCCESS) return s;
+    a.plain0 = a.plain1 = nullptr;  // taken care of
+  } else {
+    a.plain0 = plain[0];
+    a.plain1 = plain[1];
+  }
+  if (col_rht) {
+    a.rht = job.col.amax;
+    const int64_t strips = (job.cols / Layout<T>::kPerChunk) * ((job.rows + 15) / 16);
+    const unsigned grid = persistent_grid(amax_colrht_kernel<T>, kThreads, 0, (strips + kThreads - 1) / kThreads);
+    amax_colrht_kernel<T><<<grid, kThreads, 0, stream>>>(a);
+    if (nvfp4_status_t s = check_launch("nvfp4 amax (columnwise RHT) kernel"); s != NVFP4_SUCCESS) return s;
+  }
+  return NVFP4_SUCCESS;
+}
+
+}  // namespace
+
+nvfp4_status_t launch_amax(const QuantJob& job, cudaStream_t stream) {
+  switch (job.dtype) {
+    case NVFP4_DTYPE_FLOAT32: return run<F32>(job, stream);
+    case NVFP4_DTYPE_FLOAT16: return run<F16>(job, stream);
+    case NVFP4_DTYPE_BFLOAT16: return run<BF16>(job, stream);
+    default: return fail(NVFP4_ERROR_INVALID_ARGUMENT, "nvfp4 quantize: unsupported input dtype");
+  }
+}
+
+}  // namespace nvfp4::detail::quant

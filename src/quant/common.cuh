@@ -1,0 +1,307 @@
+// Device-side pieces shared by the quantization kernels: input element types, 16-byte
+// loads, the per-block quantization step, NaN-propagating max reductions, and the host
+// helpers that size persistent grids.
+//
+// The format rules (global/block scales, E4M3, Philox, RHT, swizzle) come from src/core;
+// the only thing re-expressed here is the E2M1 rounding of an already-scaled value,
+// which the reference writes as a chain of comparisons. codec.cuh carries an exact,
+// cheaper form of it (see there for why it is identical).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+
+#include "core/block.h"
+#include "core/rht.h"
+#include "core/scale.h"
+#include "core/swizzle.h"
+#include "internal.h"
+#include "quant/codec.cuh"
+
+namespace nvfp4::detail::quant {
+
+constexpr int kBlock = core::kBlock;  // 16 elements per block scale
+
+// ---- input element types -------------------------------------------------------------
+// A 16-byte chunk holds kPerChunk elements; a 16-element block is kChunks chunks.
+struct F32 {
+  static constexpr int kBytes = 4;
+};
+struct F16 {
+  static constexpr int kBytes = 2;
+};
+struct BF16 {
+  static constexpr int kBytes = 2;
+};
+
+template <class T>
+struct Layout {
+  static constexpr int kPerChunk = 16 / T::kBytes;
+  static constexpr int kChunks = kBlock / kPerChunk;  // chunks per 16-element block
+};
+
+// Two 16-bit elements packed in a word -> float. bf16 is a shift (what bf16_to_float does);
+// fp16 uses the hardware conversion, exact for every finite value and infinity. A NaN
+// element may come out with another payload than core::fp16_to_float gives, which cannot
+// show: a NaN makes its block's encode factor NaN and every code of the block 0x7, and the
+// amaxes are taken from the raw bits, never from these floats.
+template <class T>
+__device__ __forceinline__ float lo_f(uint32_t w);
+template <class T>
+__device__ __forceinline__ float hi_f(uint32_t w);
+template <>
+__device__ __forceinline__ float lo_f<BF16>(uint32_t w) {
+  return core::bf16_to_float(static_cast<uint16_t>(w));
+}
+template <>
+__device__ __forceinline__ float hi_f<BF16>(uint32_t w) {
+  return __uint_as_float(w & 0xffff0000u);
+}
+template <>
+__device__ __forceinline__ float lo_f<F16>(uint32_t w) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(w)));
+}
+template <>
+__device__ __forceinline__ float hi_f<F16>(uint32_t w) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+}
+
+// Chunks of one 16-element block, raw.
+template <class T>
+struct RawBlock {
+  uint4 c[Layout<T>::kChunks];
+};
+
+template <class T>
+__device__ __forceinline__ void load_block(RawBlock<T>& b, const void* p) {
+  const uint4* q = static_cast<const uint4*>(p);
+#pragma unroll
+  for (int i = 0; i < Layout<T>::kChunks; ++i) b.c[i] = __ldg(q + i);
+}
+
+template <class T>
+__device__ __forceinline__ void zero_block(RawBlock<T>& b) {
+#pragma unroll
+  for (int i = 0; i < Layout<T>::kChunks; ++i) b.c[i] = make_uint4(0u, 0u, 0u, 0u);
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& q, int i) {
+  return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
+}
+
+template <class T>
+__device__ __forceinline__ void to_float(const RawBlock<T>& b, float (&v)[kBlock]) {
+#pragma unroll
+  for (int i = 0; i < Layout<T>::kChunks; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t w = word_of(b.c[i], j);
+      if constexpr (T::kBytes == 4) {
+        v[4 * i + j] = __uint_as_float(w);
+      } else {
+        v[8 * i + 2 * j] = lo_f<T>(w);
+        v[8 * i + 2 * j + 1] = hi_f<T>(w);
+      }
+    }
+  }
+}
+
+// ---- NaN-propagating maxima --------------------------------------------------------
+// All maxima are of magnitudes, so they can be taken on bit patterns: for non-negative
+// floats the order of the bits is the order of the values, and any NaN (sign cleared)
+// lies above +inf. The result is NaN exactly when some input is NaN (its payload may be
+// another NaN's than the reference's first one; only NaN-ness is used anywhere).
+
+// max |v| of a raw 16-element block, as fp32 bits.
+template <class T>
+__device__ __forceinline__ uint32_t raw_absmax_bits(const RawBlock<T>& b) {
+  if constexpr (T::kBytes == 4) {
+    uint32_t m = 0u;
+#pragma unroll
+    for (int i = 0; i < Layout<T>::kChunks; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) m = max(m, word_of(b.c[i], j) & 0x7fffffffu);
+    return m;
+  } else {
+    uint32_t m = 0u;  // two 16-bit maxima side by side
+#pragma unroll
+    for (int i = 0; i < Layout<T>::kChunks; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) m = __vmaxu2(m, word_of(b.c[i], j) & 0x7fff7fffu);
+    const uint32_t h = max(m & 0xffffu, m >> 16);
+    if constexpr (std::is_same_v<T, BF16>) {
+      return h << 16;
+    } else {
+      return __float_as_uint(core::fp16_to_float(static_cast<uint16_t>(h)));
+    }
+  }
+}
+
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t absmax_bits(const float (&v)[kBlock]) {
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) m = fmax_nan(m, fabsf(v[i]));
+  return __float_as_uint(m) & 0x7fffffffu;
+}
+
+// Block-wide max of `bits` (256 threads), then one atomicMax per destination. atomicMax
+// on the bits of non-negative floats is a float max that lets NaN win.
+__device__ __forceinline__ void block_reduce_amax(uint32_t bits, float* dst0, float* dst1) {
+  __shared__ uint32_t red[32];
+  __syncthreads();  // red may still be read by a previous call
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, o));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) red[warp] = bits;
+  __syncthreads();
+  if (warp == 0) {
+    const int nw = (blockDim.x + 31) >> 5;
+    bits = lane < nw ? red[lane] : 0u;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, o));
+    if (lane == 0) {
+      if (dst0) atomicMax(reinterpret_cast<unsigned int*>(dst0), bits);
+      if (dst1) atomicMax(reinterpret_cast<unsigned int*>(dst1), bits);
+    }
+  }
+}
+
+// ---- the per-block step --------------------------------------------------------------
+// What a CTA derives once from a tensor amax.
+struct TensorScale {
+  float enc;        // S_enc
+  float enc_div6;   // S_enc * (1/6), the factor of core::block_scale_e4m3
+};
+
+__device__ __forceinline__ TensorScale make_tensor_scale(const core::GlobalScale& gs) {
+  return {gs.enc, gs.enc * (1.0f / 6.0f)};
+}
+
+// core::block_scale_e4m3(bamax, S_enc): e4m3(clamp(min(bamax * (S_enc/6), FLT_MAX), +-448)).
+// Its argument is >= 0 or NaN, and on that domain the saturating hardware conversion
+// gives the same byte as clamping and then core::e4m3_encode (checked for every such
+// fp32 value against NVIDIA's host reference of the instruction): values above 448 and
+// +inf saturate to 0x7e, NaN gives 0x7f.
+__device__ __forceinline__ uint32_t block_scale_byte(uint32_t bamax_bits, const TensorScale& ts) {
+  const float v = __uint_as_float(bamax_bits) * ts.enc_div6;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(v));
+  return r & 0xffu;
+#else
+  return core::block_scale_e4m3(__uint_as_float(bamax_bits), ts.enc);
+#endif
+}
+
+// Per-CTA table of encode factors, one per E4M3 scale byte: e = block_encode_factor(s, S_dec)
+// computed once per byte value instead of a division per block.
+struct EncodeTable {
+  float e[256];
+};
+
+__device__ __forceinline__ void fill_encode_table(EncodeTable& t, float s_dec) {
+  for (int i = threadIdx.x; i < 256; i += blockDim.x)
+    t.e[i] = core::block_encode_factor(static_cast<uint8_t>(i), s_dec);
+}
+
+struct Encoded {
+  uint32_t lo, hi;  // 16 codes, element 0 in the low nibble of lo
+  uint32_t scale;   // E4M3 byte
+};
+
+// Quantizes v[0..15] with the scale byte `scale`. `idx0` is the Philox index of v[0]
+// (stochastic rounding only).
+template <bool kSR>
+__device__ __forceinline__ Encoded encode_with_scale(const float (&v)[kBlock], uint32_t scale, const EncodeTable& tab,
+                                                     uint64_t seed, uint64_t offset, uint64_t idx0) {
+  Encoded o;
+  o.scale = scale;
+  const float e = tab.e[scale];
+  if constexpr (kSR) {
+    uint32_t rnd[kBlock];
+    core::philox_block16(seed, offset, idx0, rnd);
+    o.lo = encode8_sr(v, e, rnd);
+    o.hi = encode8_sr(v + 8, e, rnd + 8);
+  } else {
+    o.lo = encode8_rn(v, e);
+    o.hi = encode8_rn(v + 8, e);
+  }
+  // A NaN factor (NaN in the block or in the tensor amax) makes every x*e NaN, which
+  // the reference encodes as 0x7.
+  if (core::is_nan(e)) o.lo = o.hi = 0x77777777u;
+  return o;
+}
+
+// Quantizes v[0..15] whose block amax is `bamax_bits`.
+template <bool kSR>
+__device__ __forceinline__ Encoded encode_block(const float (&v)[kBlock], uint32_t bamax_bits, const TensorScale& ts,
+                                                const EncodeTable& tab, uint64_t seed, uint64_t offset, uint64_t idx0) {
+  return encode_with_scale<kSR>(v, block_scale_byte(bamax_bits, ts), tab, seed, offset, idx0);
+}
+
+// ---- host helpers --------------------------------------------------------------------
+constexpr int kThreads = 256;
+
+inline int device_sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) return 1;
+  return n;
+}
+
+// Resident CTAs per SM of `kernel` on the current device, computed once per (kernel,
+// device) and cached (the occupancy query is not free, and a quantization launches 2-3
+// kernels).
+inline int blocks_per_sm(const void* kernel, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, int> cache[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache[dev].find(kernel);
+  if (it != cache[dev].end()) return it->second;
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess || n < 1) {
+    cudaGetLastError();
+    n = 1;
+  }
+  cache[dev][kernel] = n;
+  return n;
+}
+
+// Persistent grid: as many CTAs as fit on the device at once (never more than there is
+// work). NVFP4_QUANT_GRID_CAP (testing only) caps it, so tests can check that results do
+// not depend on the launch configuration.
+template <class Kernel>
+inline unsigned persistent_grid(Kernel kernel, int threads, size_t smem, int64_t work_items) {
+  int64_t g = static_cast<int64_t>(blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, smem)) *
+              device_sm_count();
+  if (const char* cap = std::getenv("NVFP4_QUANT_GRID_CAP")) {
+    const long c = std::strtol(cap, nullptr, 10);
+    if (c > 0 && c < g) g = c;
+  }
+  if (g > work_items) g = work_items;
+  if (g < 1) g = 1;
+  return static_cast<unsigned>(g);
+}
+
+inline nvfp4_status_t check_launch(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return fail(NVFP4_ERROR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
+  return NVFP4_SUCCESS;
+}
+
+}  // namespace nvfp4::detail::quant

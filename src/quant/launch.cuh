@@ -1,0 +1,21 @@
+// Host launchers of the quantization kernel families, one per file, called by
+// quantize.cu in stream order: the amax pass, then one quantize pass.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "internal.h"
+
+namespace nvfp4::detail::quant {
+
+// amax.cu: accumulates (atomicMax) into job.row.amax / job.col.amax, which the caller
+// has zeroed on the stream.
+nvfp4_status_t launch_amax(const QuantJob& job, cudaStream_t stream);
+
+// quantize_rowwise.cu: 1D, rowwise output only (RTN or SR, RHT along rows optional).
+nvfp4_status_t launch_rowwise(const QuantJob& job, cudaStream_t stream);
+
+// quantize_tile.cu: everything with a columnwise output, and every 2D quantization.
+nvfp4_status_t launch_tile(const QuantJob& job, cudaStream_t stream);
+
+}  // namespace nvfp4::detail::quant

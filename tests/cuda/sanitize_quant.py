@@ -1,0 +1,127 @@
+"""A small run of every CUDA quantization kernel variant, for compute-sanitizer:
+
+    compute-sanitizer --tool memcheck  --leak-check full python tests/cuda/sanitize_quant.py
+    compute-sanitizer --tool racecheck python tests/cuda/sanitize_quant.py
+    compute-sanitizer --tool initcheck python tests/cuda/sanitize_quant.py   (optional)
+
+Covers: both amax kernels (flat, RHT along rows, RHT along columns), the rowwise kernel
+(RTN/SR x RHT x layouts), the tile kernel (1D both/columnwise-only with every RHT
+choice, 2D), dequantize (3 output dtypes x 2 layouts), swizzle and unswizzle; each for
+fp32/fp16/bf16, on odd shapes, once with the full persistent grid and once capped to
+2 CTAs so that every CTA loops over several tiles (shared-memory reuse across tiles is
+what racecheck must see). Results are also compared with the CPU reference, so the
+script doubles as a smoke test. Exit status 0 when everything matched.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from nvfp4 import _C
+
+DEV = torch.device("cuda")
+POISON = 0xA5
+
+
+def alloc(rows, cols, layout, device):
+    sc = cols // 16
+    shape = ((rows + 127) // 128 * 128, (sc + 3) // 4 * 4) if layout == 1 else (rows, sc)
+    return (torch.full((rows, cols // 2), POISON, dtype=torch.uint8, device=device),
+            torch.full(shape, POISON, dtype=torch.uint8, device=device),
+            torch.full((1,), float("nan"), dtype=torch.float32, device=device))
+
+
+def quantize(x, block, rounding, layout, rht, row, col):
+    rows, cols = x.shape
+    r = alloc(rows, cols, layout, x.device) if row else (None, None, None)
+    c = alloc(cols, (rows + 15) // 16 * 16, layout, x.device) if col else (None, None, None)
+    stream = torch.cuda.current_stream().cuda_stream if x.is_cuda else 0
+    _C.quantize(x, *r, *c, block, rounding, layout, rht, _C.default_rht_sign_mask(), 99, 3, stream)
+    return r, c
+
+
+def same(g, w):
+    for a, b in zip(g[:2], w[:2]):
+        if not torch.equal(a.cpu(), b):
+            return False
+    ga, wa = g[2].cpu(), w[2]
+    return bool(torch.isnan(wa).item() and torch.isnan(ga).item()) or torch.equal(ga.view(torch.int32), wa.view(torch.int32))
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("sanitize_quant: no CUDA device")
+        return 1
+    gen = torch.Generator().manual_seed(0)
+    bad = 0
+    runs = 0
+    shapes = [(130, 80), (7, 48), (33, 144)]
+    variants = []
+    for rnd in (0, 1):
+        for layout in (0, 1):
+            for rht in (0, 1):
+                variants.append((0, rnd, layout, rht, True, False))  # rowwise kernel
+            for rht in (0, 1, 2, 3):
+                variants.append((0, rnd, layout, rht, True, True))  # tile kernel, both
+                variants.append((0, rnd, layout, rht, False, True))  # tile kernel, columnwise only
+            variants.append((1, rnd, layout, 0, True, False))
+            variants.append((1, rnd, layout, 0, True, True))
+            variants.append((1, rnd, layout, 0, False, True))
+    for cap in (None, "2"):
+        if cap:
+            os.environ["NVFP4_QUANT_GRID_CAP"] = cap
+        else:
+            os.environ.pop("NVFP4_QUANT_GRID_CAP", None)
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for shape in shapes:
+                x = (torch.randn(shape, generator=gen) * 4).to(dtype)
+                xg = x.to(DEV)
+                for v in variants:
+                    g = quantize(xg, *v)
+                    w = quantize(x, *v)
+                    torch.cuda.synchronize()
+                    runs += 1
+                    for gg, ww in zip(g, w):
+                        if ww[0] is not None and not same(gg, ww):
+                            bad += 1
+                            print(f"MISMATCH {dtype} {shape} variant={v} cap={cap}")
+            # dequantize and swizzle
+            for layout in (0, 1):
+                rows, cols = 130, 96
+                data = torch.randint(0, 256, (rows, cols // 2), generator=gen, dtype=torch.uint8)
+                sc = cols // 16
+                sshape = ((rows + 127) // 128 * 128, (sc + 3) // 4 * 4) if layout == 1 else (rows, sc)
+                scales = torch.randint(0, 126, sshape, generator=gen, dtype=torch.uint8)
+                amax = torch.tensor([100.0])
+                for odt in (torch.float32, torch.float16, torch.bfloat16):
+                    want = torch.empty((rows, cols), dtype=odt)
+                    _C.dequantize(data, scales, amax, layout, want, 0)
+                    got = torch.empty((rows, cols), dtype=odt, device=DEV)
+                    _C.dequantize(data.to(DEV), scales.to(DEV), amax.to(DEV), layout, got,
+                                  torch.cuda.current_stream().cuda_stream)
+                    runs += 1
+                    if not torch.equal(got.cpu(), want):
+                        bad += 1
+                        print(f"MISMATCH dequantize {odt} layout={layout} cap={cap}")
+            for r, c in ((130, 7), (5, 4), (256, 33)):
+                lin = torch.randint(0, 256, (r, c), generator=gen, dtype=torch.uint8)
+                want = torch.empty(((r + 127) // 128 * 128, (c + 3) // 4 * 4), dtype=torch.uint8)
+                _C.swizzle(lin, want, True, 0)
+                got = torch.full(want.shape, POISON, dtype=torch.uint8, device=DEV)
+                s = torch.cuda.current_stream().cuda_stream
+                _C.swizzle(lin.to(DEV), got, True, s)
+                back = torch.full((r, c), POISON, dtype=torch.uint8, device=DEV)
+                _C.swizzle(got, back, False, s)
+                runs += 1
+                if not (torch.equal(got.cpu(), want) and torch.equal(back.cpu(), lin)):
+                    bad += 1
+                    print(f"MISMATCH swizzle {r}x{c} cap={cap}")
+    torch.cuda.synchronize()
+    print(f"sanitize_quant: {runs} runs, {bad} mismatches")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

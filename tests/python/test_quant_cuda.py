@@ -1,0 +1,385 @@
+"""CUDA quantization kernels, bit for bit against the CPU reference.
+
+Every call goes through the low-level binding with output buffers poisoned beforehand
+(0xA5 bytes, NaN amax), so a byte the kernels forget to write shows up as a mismatch.
+The reference is the same call on the same input moved to the CPU. Skipped when there is
+no GPU, or when this build has no kernels for the GPU's architecture.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+
+import pytest
+import torch
+
+import nvfp4
+from nvfp4 import _C
+
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+
+def _arch_built() -> bool:
+    # family-specific targets ("90a", "100a"...) run only on that exact compute capability
+    archs = [a.rstrip("af") for a in _C.build_cuda_archs().split(";") if a]
+    major, minor = torch.cuda.get_device_capability()
+    return f"{major}{minor}" in archs
+
+
+if not _arch_built():
+    pytest.skip(f"this nvfp4 build has no kernels for sm_{''.join(map(str, torch.cuda.get_device_capability()))} "
+                f"(built: {_C.build_cuda_archs() or 'none'})", allow_module_level=True)
+
+DEV = torch.device("cuda")
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+POISON = 0xA5
+BLOCK = {"1d": 0, "2d": 1}
+ROUND = {"rtn": 0, "sr": 1}
+LAYOUT = {"linear": 0, "swizzled": 1}
+RHT = {"none": 0, "rowwise": 1, "columnwise": 2, "both": 3}
+DEFAULT_MASK = _C.default_rht_sign_mask()
+
+
+# ----------------------------------------------------------------------------- helpers
+def _alloc(rows: int, cols: int, layout: str, device) -> tuple:
+    sc = cols // 16
+    data = torch.full((rows, cols // 2), POISON, dtype=torch.uint8, device=device)
+    if layout == "swizzled":
+        shape = ((rows + 127) // 128 * 128, (sc + 3) // 4 * 4)
+    else:
+        shape = (rows, sc)
+    scales = torch.full(shape, POISON, dtype=torch.uint8, device=device)
+    amax = torch.full((1,), float("nan"), dtype=torch.float32, device=device)
+    return data, scales, amax
+
+
+def quantize_raw(x: torch.Tensor, block="1d", rounding="rtn", rht="none", sign_mask=DEFAULT_MASK, seed=0, offset=0,
+                 rowwise=True, columnwise=False, layout="swizzled"):
+    """_C.quantize on x's device with poisoned outputs; returns {"row": (d, s, a), "col": ...}."""
+    x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    rows, cols = x2.shape
+    row = _alloc(rows, cols, layout, x.device) if rowwise else None
+    col = _alloc(cols, (rows + 15) // 16 * 16, layout, x.device) if columnwise else None
+    stream = torch.cuda.current_stream().cuda_stream if x.is_cuda else 0
+    _C.quantize(x2, *(row or (None, None, None)), *(col or (None, None, None)), BLOCK[block], ROUND[rounding],
+                LAYOUT[layout], RHT[rht], sign_mask, seed, offset, stream)
+    return {"row": row, "col": col}
+
+
+def first_diff(got: torch.Tensor, want: torch.Tensor) -> str:
+    ne = got != want
+    idx = ne.nonzero()
+    if len(idx) == 0:
+        return "equal"
+    i = tuple(idx[0].tolist())
+    return f"{len(idx)} of {got.numel()} differ; first at {i}: got 0x{int(got[i]):02x}, want 0x{int(want[i]):02x}"
+
+
+def assert_same(got, want, what: str):
+    """Bytes of data/scales equal; amax bit-equal (NaN: both NaN, payloads may differ)."""
+    for name, g, w in (("data", got[0], want[0]), ("scales", got[1], want[1])):
+        g = g.cpu()
+        assert g.shape == w.shape, f"{what} {name}: shape {tuple(g.shape)} != {tuple(w.shape)}"
+        assert torch.equal(g, w), f"{what} {name}: {first_diff(g, w)}"
+    ga, wa = got[2].cpu(), want[2]
+    if math.isnan(wa.item()):
+        assert math.isnan(ga.item()), f"{what} amax: got {ga.item()}, want NaN"
+    else:
+        assert ga.view(torch.int32).item() == wa.view(torch.int32).item(), \
+            f"{what} amax: got {ga.item()!r} ({ga.view(torch.int32).item():#010x}), want {wa.item()!r}"
+
+
+def check(x: torch.Tensor, **kw):
+    """Quantize x on the GPU and on the CPU with the same options; compare every byte."""
+    xg = x.to(DEV)
+    got = quantize_raw(xg, **kw)
+    torch.cuda.synchronize()
+    want = quantize_raw(x.cpu(), **kw)
+    what = f"{tuple(x.shape)} {x.dtype} {kw}"
+    for d in ("row", "col"):
+        if want[d] is not None:
+            assert_same(got[d], want[d], f"{what} [{d}]")
+    return got
+
+
+def randn(shape, dtype, gen, scale_spread=True):
+    x = torch.randn(shape, generator=gen, dtype=torch.float32)
+    if scale_spread and len(shape) == 2 and shape[0] > 0:
+        # rows and columns at different magnitudes, so block scales vary
+        x = x * torch.exp2(torch.randint(-6, 7, (shape[0], 1), generator=gen).float())
+        x = x * torch.exp2(torch.randint(-3, 4, (1, shape[1]), generator=gen).float())
+    return x.to(dtype)
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+
+
+# ----------------------------------------------------------------------------- shapes
+SHAPES = [(m, k) for m in (1, 7, 13, 31, 127, 129, 4096) for k in (16, 48, 4096)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_shapes_rowwise_and_both(shape, dtype, gen):
+    x = randn(shape, dtype, gen)
+    check(x)                                               # rowwise kernel
+    check(x, columnwise=True, layout="linear")             # tile kernel, both outputs
+    if shape[0] * shape[1] <= 1 << 20:
+        check(x, rowwise=False, columnwise=True, rounding="sr", seed=1234, rht="columnwise")
+
+
+# ----------------------------------------------------------------------------- options
+OPTS_1D = list(itertools.product(["rtn", "sr"], ["none", "rowwise", "columnwise", "both"],
+                                 [(True, False), (False, True), (True, True)], ["linear", "swizzled"]))
+OPTS_2D = list(itertools.product(["rtn", "sr"], [(True, False), (False, True), (True, True)], ["linear", "swizzled"]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("shape", [(129, 80), (200, 272), (5, 16)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_every_option_combination(shape, dtype, gen):
+    x = randn(shape, dtype, gen)
+    for rounding, rht, (row, col), layout in OPTS_1D:
+        check(x, block="1d", rounding=rounding, rht=rht, rowwise=row, columnwise=col, layout=layout, seed=77, offset=5)
+    for rounding, (row, col), layout in OPTS_2D:
+        check(x, block="2d", rounding=rounding, rowwise=row, columnwise=col, layout=layout, seed=78, offset=6)
+
+
+def test_custom_rht_signs(gen):
+    x = randn((96, 160), torch.bfloat16, gen)
+    for mask in (0x0000, 0xFFFF, 0x1234, int(torch.randint(0, 1 << 16, (1,), generator=gen))):
+        check(x, rht="both", sign_mask=mask, rowwise=True, columnwise=True)
+        check(x, rht="rowwise", sign_mask=mask, rounding="sr", seed=3)
+
+
+REAL_SHAPES = [(4096, 4096), (2048, 14336), (14336, 512)]
+
+
+@pytest.mark.parametrize("shape", REAL_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_llm_shapes(shape, gen):
+    x = randn(shape, torch.bfloat16, gen)
+    check(x)                                                          # forward activation: 1D RTN
+    check(x, rounding="sr", rht="columnwise", columnwise=True, seed=11)  # wgrad operand
+    if shape == (4096, 4096):
+        check(x, block="2d", columnwise=True)                         # weight
+
+
+def test_batched_leading_dims(gen):
+    x = randn((3, 5, 7, 64), torch.float16, gen, scale_spread=False)
+    check(x, columnwise=True)
+    check(x.reshape(-1, 64), block="2d", columnwise=True, rounding="sr", seed=9)
+
+
+# ----------------------------------------------------------------------------- edge values
+def _edge_tensors(dtype):
+    big = {torch.float32: 3.0e38, torch.float16: 65504.0, torch.bfloat16: 3.0e38}[dtype]
+    tiny = {torch.float32: 1e-45, torch.float16: 6e-8, torch.bfloat16: 1e-38}[dtype]
+    out = {}
+    out["zeros"] = torch.zeros(37, 64)
+    out["neg_zeros"] = -torch.zeros(37, 64)
+    x = torch.randn(37, 64)
+    x[5, 17] = big
+    out["one_huge"] = x
+    out["all_huge"] = torch.full((20, 32), big) * torch.sign(torch.randn(20, 32))
+    out["tiny"] = torch.randn(33, 48) * tiny * 4
+    out["mixed_tiny"] = torch.where(torch.rand(33, 48) < 0.5, torch.randn(33, 48), torch.randn(33, 48) * tiny)
+    x = torch.randn(37, 64)
+    x[3, 9] = float("nan")
+    out["one_nan"] = x
+    out["all_nan"] = torch.full((17, 32), float("nan"))
+    x = torch.randn(37, 64)
+    x[30, 40] = float("inf")
+    x[2, 2] = -float("inf")
+    out["inf"] = x
+    x = torch.randn(37, 64)
+    x[0, 0] = float("nan")
+    x[1, 1] = float("inf")
+    out["nan_and_inf"] = x
+    # values on E2M1 thresholds and grid points once scaled by a unit block scale
+    grid = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0])
+    v = torch.cat([grid, -grid, torch.tensor([6.0, -6.0])]).reshape(1, 32)
+    out["thresholds"] = torch.cat([v, v.flip(1), torch.full((1, 32), 2688.0)], 0).repeat(3, 1)
+    return {k: t.to(dtype) for k, t in out.items()}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+def test_edge_values(dtype):
+    for name, x in _edge_tensors(dtype).items():
+        for kw in (dict(), dict(columnwise=True, layout="linear"), dict(rounding="sr", seed=5, columnwise=True),
+                   dict(rht="both", columnwise=True), dict(block="2d", columnwise=True),
+                   dict(block="2d", rounding="sr", seed=6, columnwise=True, layout="linear")):
+            try:
+                check(x, **kw)
+            except AssertionError as e:
+                raise AssertionError(f"[{name}] {e}") from None
+
+
+def test_nan_gives_nan_amax_and_0x7_codes():
+    x = torch.randn(64, 64, device=DEV)
+    x[10, 10] = float("nan")
+    r = quantize_raw(x, columnwise=True, layout="linear")
+    torch.cuda.synchronize()
+    for d in ("row", "col"):
+        assert math.isnan(r[d][2].item())
+        assert (r[d][0] == 0x77).all(), "every code of a NaN tensor decodes to NaN (0x7 with NaN scales)"
+        assert (r[d][1] == 0x7F).all()
+
+
+def test_empty_tensor():
+    for shape in [(0, 32), (0, 16)]:
+        x = torch.empty(shape, device=DEV)
+        q = nvfp4.quantize(x, columnwise=True)
+        torch.cuda.synchronize()
+        assert q.amax.item() == 0.0 and q.amax_t.item() == 0.0
+        assert q.data.numel() == 0
+
+
+# ----------------------------------------------------------------------------- the E2M1 codec
+def _around(values, ulps):
+    """fp32 values within +-ulps units in the last place of each of `values` (both signs)."""
+    base = torch.tensor(values, dtype=torch.float32).view(torch.int32)
+    steps = torch.arange(-ulps, ulps + 1, dtype=torch.int32)
+    v = (base[:, None] + steps[None, :]).reshape(-1)
+    v = v[v >= 0].view(torch.float32)
+    v = v[(v >= 0) & (v <= 6.0)]
+    return torch.cat([v, -v])
+
+
+def test_codec_boundaries_exhaustively_near_decisions(gen):
+    """Blocks [6, v1..v15] in a tensor of amax 2688 have S_enc = 1 and block scale 1, so
+    each v is encoded as is: sweep every fp32 within 2048 ulps of every RN threshold and
+    every E2M1 grid point (the SR decision points), plus random values, RN and SR."""
+    pts = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+    v = torch.cat([_around(pts, 2048), torch.rand(30000, generator=gen) * 12 - 6,
+                   torch.tensor([0.0, -0.0, 1e-45, -1e-45, 1e-30, 6.0, -6.0])])
+    v = v[torch.randperm(len(v), generator=gen)]
+    n = (len(v) + 14) // 15 * 15
+    v = torch.cat([v, torch.zeros(n - len(v))]).reshape(-1, 15)
+    x = torch.cat([torch.full((v.shape[0], 1), 6.0), v], 1)
+    x = torch.cat([x, torch.full((1, 16), 2688.0)], 0)
+    check(x)
+    for seed in (0, 1, 2**63 + 5):
+        check(x, rounding="sr", seed=seed, offset=seed // 3)
+    check(x, rounding="sr", seed=4, columnwise=True)
+
+
+# ----------------------------------------------------------------------------- stochastic rounding
+def test_sr_reproducible_and_launch_independent(gen, monkeypatch):
+    x = randn((777, 272), torch.bfloat16, gen).to(DEV)
+    kw = dict(rounding="sr", seed=2024, offset=7, columnwise=True, rht="columnwise")
+    ref = quantize_raw(x, **kw)
+    same = quantize_raw(x, **kw)
+    for cap in ("1", "3", "17"):
+        monkeypatch.setenv("NVFP4_QUANT_GRID_CAP", cap)
+        capped = quantize_raw(x, **kw)
+        for d in ("row", "col"):
+            assert torch.equal(capped[d][0], ref[d][0]) and torch.equal(capped[d][1], ref[d][1]), f"grid cap {cap}"
+    monkeypatch.delenv("NVFP4_QUANT_GRID_CAP")
+    other = quantize_raw(x, **{**kw, "seed": 2025})
+    other_off = quantize_raw(x, **{**kw, "offset": 8})
+    for d in ("row", "col"):
+        assert torch.equal(same[d][0], ref[d][0])
+        assert not torch.equal(other[d][0], ref[d][0])
+        assert not torch.equal(other_off[d][0], ref[d][0])
+    want = quantize_raw(x.cpu(), **kw)
+    for d in ("row", "col"):
+        assert_same(ref[d], want[d], f"sr {d}")
+
+
+def test_grid_cap_rtn_all_kernels(gen, monkeypatch):
+    x = randn((300, 208), torch.float32, gen)
+    for cap in ("1", "2", "5"):
+        monkeypatch.setenv("NVFP4_QUANT_GRID_CAP", cap)
+        check(x)
+        check(x, columnwise=True, rht="both")
+        check(x, block="2d", columnwise=True, layout="linear")
+
+
+def test_non_default_stream(gen):
+    x = randn((513, 96), torch.float16, gen).to(DEV)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        got = quantize_raw(x, columnwise=True, rounding="sr", seed=1)
+    s.synchronize()
+    want = quantize_raw(x.cpu(), columnwise=True, rounding="sr", seed=1)
+    for d in ("row", "col"):
+        assert_same(got[d], want[d], d)
+
+
+def test_high_level_api_matches_cpu(gen):
+    x = randn((200, 144), torch.bfloat16, gen)
+    for kw in (dict(), dict(columnwise=True, rht="columnwise", rounding="sr", seed=8), dict(block="2d", columnwise=True)):
+        qg = nvfp4.quantize(x.to(DEV), **kw)
+        qc = nvfp4.quantize(x, **kw)
+        for a, b in ((qg.data, qc.data), (qg.scales, qc.scales), (qg.data_t, qc.data_t), (qg.scales_t, qc.scales_t)):
+            if b is not None:
+                assert torch.equal(a.cpu().view(torch.uint8), b.view(torch.uint8))
+        assert torch.equal(qg.dequantize(torch.float32).cpu(), qc.dequantize(torch.float32))
+
+
+# ----------------------------------------------------------------------------- dequantize
+@pytest.mark.parametrize("layout", ["linear", "swizzled"])
+@pytest.mark.parametrize("out_dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+def test_dequantize_matches_cpu(layout, out_dtype, gen):
+    for rows, cols in ((1, 16), (7, 48), (129, 96), (300, 1024)):
+        data = torch.randint(0, 256, (rows, cols // 2), generator=gen, dtype=torch.uint8)
+        sc = cols // 16
+        shape = ((rows + 127) // 128 * 128, (sc + 3) // 4 * 4) if layout == "swizzled" else (rows, sc)
+        scales = torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8)  # every byte, NaN 0x7f/0xff too
+        for amax_v in (1.0, 2688.0, 0.0, 3e38, float("inf"), float("nan"), 1e-30):
+            amax = torch.tensor([amax_v], dtype=torch.float32)
+            want = torch.empty((rows, cols), dtype=out_dtype)
+            _C.dequantize(data, scales, amax, LAYOUT[layout], want, 0)
+            got = torch.full((rows, cols), float("nan"), dtype=out_dtype, device=DEV)
+            _C.dequantize(data.to(DEV), scales.to(DEV), amax.to(DEV), LAYOUT[layout], got,
+                          torch.cuda.current_stream().cuda_stream)
+            # NaN results: the GPU's arithmetic gives the canonical NaN, the CPU's keeps an
+            # operand's payload and sign; where the reference is NaN, any NaN is right.
+            got = got.cpu()
+            nan = torch.isnan(want)
+            assert torch.equal(torch.isnan(got), nan), f"{rows}x{cols} amax={amax_v}: NaN positions differ"
+            g = got.view(torch.int16 if out_dtype != torch.float32 else torch.int32)[~nan]
+            w = want.view(g.dtype)[~nan]
+            assert torch.equal(g, w), f"{rows}x{cols} amax={amax_v}: {first_diff(g, w)}"
+
+
+def test_quantize_then_dequantize_on_gpu(gen):
+    x = randn((256, 512), torch.bfloat16, gen)
+    for kw in (dict(), dict(block="2d"), dict(rounding="sr", seed=3)):
+        qg = nvfp4.quantize(x.to(DEV), scale_layout="swizzled", **kw)
+        qc = qg.to("cpu")
+        for dt in DTYPES:
+            assert torch.equal(qg.dequantize(dt).cpu().view(torch.uint8), qc.dequantize(dt).view(torch.uint8))
+
+
+# ----------------------------------------------------------------------------- swizzle
+@pytest.mark.parametrize("rows,cols", [(1, 1), (3, 5), (127, 3), (128, 4), (129, 7), (300, 256), (1000, 3)])
+def test_swizzle_and_unswizzle_match_cpu(rows, cols, gen):
+    lin = torch.randint(0, 256, (rows, cols), generator=gen, dtype=torch.uint8)
+    want = torch.empty(((rows + 127) // 128 * 128, (cols + 3) // 4 * 4), dtype=torch.uint8)
+    _C.swizzle(lin, want, True, 0)
+    got = torch.full(want.shape, POISON, dtype=torch.uint8, device=DEV)
+    _C.swizzle(lin.to(DEV), got, True, torch.cuda.current_stream().cuda_stream)
+    assert torch.equal(got.cpu(), want), first_diff(got.cpu(), want)
+    back = torch.full((rows, cols), POISON, dtype=torch.uint8, device=DEV)
+    _C.swizzle(got, back, False, torch.cuda.current_stream().cuda_stream)
+    assert torch.equal(back.cpu(), lin)
+    # the public helpers, on device
+    assert torch.equal(nvfp4.swizzle_scales(lin.to(DEV)).cpu(), want)
+    assert torch.equal(nvfp4.unswizzle_scales(want.to(DEV), rows, cols).cpu(), lin)
+
+
+def test_quantizer_swizzle_equals_swizzle_of_linear(gen):
+    x = randn((300, 208), torch.bfloat16, gen).to(DEV)
+    lin = quantize_raw(x, columnwise=True, layout="linear")
+    swz = quantize_raw(x, columnwise=True, layout="swizzled")
+    for d in ("row", "col"):
+        s_lin = lin[d][1]
+        expect = torch.full(swz[d][1].shape, POISON, dtype=torch.uint8, device=DEV)
+        _C.swizzle(s_lin, expect, True, torch.cuda.current_stream().cuda_stream)
+        assert torch.equal(swz[d][1], expect), d
+        assert torch.equal(swz[d][0], lin[d][0]), d
