@@ -9,6 +9,11 @@
 
 #include "nvfp4/nvfp4.h"
 
+// NVFP4_CUDA_ARCHS_STRING, written by CMake for the host objects.
+#if __has_include("nvfp4_build_config.h")
+#include "nvfp4_build_config.h"
+#endif
+
 namespace nvfp4::detail {
 
 // ---- error reporting (thread-local message behind nvfp4_last_error) ----
