@@ -82,11 +82,17 @@ def device_info() -> dict:
                 fam = 90 if cc // 10 == 9 else (100 if cc // 10 == 10 else (120 if cc // 10 == 12 else cc))
                 modes[b] = _MODE.get((b, fam), "not available") if ok else "not available"
             info["cuda_devices"].append({"index": i, "name": name, "compute_capability": cc / 10, "backends": modes})
-        info["backends"] = {
-            "reference": "CPU, float64 accumulation (always available)",
-            **{f"{b}@sm_{fam}": m for (b, fam), m in _MODE.items()
-               if f"{fam}a" in info["build_cuda_archs"]},
-        }
+        # A runner is listed only when this build has it (the library says so, per
+        # architecture); cudnn also needs libcudnn.so.9 to load here.
+        backends = {"reference": "CPU, float64 accumulation (always available)"}
+        for (b, fam), m in _MODE.items():
+            if f"{fam}a" not in info["build_cuda_archs"]:
+                continue
+            ok = bool(_C.backend_supported(BACKENDS[b], fam))
+            backends[f"{b}@sm_{fam}"] = m if ok else (
+                "not available (libcudnn.so.9 not loadable or cuDNN runner not built)" if b == "cudnn"
+                else "not built")
+        info["backends"] = backends
         info["torch_cuda_available"] = bool(torch.cuda.is_available())
     except Exception as e:  # device_info must never throw
         info["error"] = f"{type(e).__name__}: {e}"
