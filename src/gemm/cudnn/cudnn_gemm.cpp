@@ -1,0 +1,536 @@
+// cuDNN runner for the FP4 GEMM: the only file that includes cudnn_frontend.h.
+//
+// Blackwell (cc >= 100), native:
+//   a  = block_scale_dequantize(A [M,K] FP4_E2M1, SFA FP8_E4M3 F8_128x4, block 1x16)
+//   b  = block_scale_dequantize(B [K,N] FP4_E2M1, SFB FP8_E4M3 F8_128x4, block 16x1)
+//   D  = beta * C + (alpha * matmul(a, b) + bias[n]), fp32 throughout, stored in D's dtype
+// Hopper (cc 90), exact emulation: our FP4 -> BF16 decode (sm90_decode_bf16, value times
+// block scale, exact in BF16) of A and B into the workspace, then a cuDNN BF16 matmul
+// graph with the same epilogue. The per-tensor scales stay out of the operands (that
+// would break exactness) and arrive as alpha, a device scalar: no host synchronization.
+//
+// libcudnn.so.9 is opened with dlopen the first time this backend is used
+// (NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING), so nvfp4 loads and runs everywhere else
+// without cuDNN. Where it looks, in order:
+//   NVFP4_CUDNN_PATH (the library file or its directory; nothing else is tried if set),
+//   a libcudnn.so.9 already in the process (torch loads the one from its nvidia wheel),
+//   the dynamic loader's search path, then the nvidia-cudnn wheels in the site-packages
+//   this library was installed into (nvidia/cudnn/lib, nvidia/cu13/lib, nvidia/cu12/lib,
+//   nvidia/cudnn_jit/lib).
+//
+// Graphs are built once per (shape, dtypes, epilogue, path, cc, device, handle) and kept
+// in a bounded LRU cache shared by all threads; each thread has its own cuDNN handle per
+// device (a handle must not be used by two threads at once), so a cached graph is only
+// ever executed by the thread that built it. NVFP4_CUDNN_DEBUG=1 logs each graph build
+// to stderr; NVFP4_CUDNN_CACHE_SIZE bounds the cache (default 256 graphs).
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <cudnn_frontend.h>
+
+#include "gemm/backends.h"
+#include "gemm/cudnn/cudnn_scalars.h"
+
+namespace cudnn_frontend {
+// With dynamic loading the frontend resolves every cuDNN entry point through this
+// handle; it is set once, before the first frontend call (see library() below).
+void* cudnn_dlhandle = nullptr;
+}  // namespace cudnn_frontend
+
+namespace nvfp4::detail {
+namespace {
+
+namespace fe = cudnn_frontend;
+
+constexpr int64_t kMinVersion = 90000;        // any cuDNN 9: the BF16 matmul graph
+constexpr int64_t kNativeMinVersion = 90700;  // FP4 block_scale_dequantize + matmul
+constexpr size_t kAlign = 256;
+
+size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+// ---- libcudnn.so.9 ----
+
+struct Library {
+  void* handle = nullptr;
+  int64_t version = 0;
+  std::string error;  // why it is unusable, when handle is null
+};
+
+std::string directory_of_this_library() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&directory_of_this_library), &info) == 0 || !info.dli_fname) return "";
+  std::string path = info.dli_fname;
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
+
+bool is_directory(const std::string& p) {
+  struct stat st{};
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+Library open_library() {
+  Library lib;
+  std::string tried;
+  auto attempt = [&](const std::string& name, int flags) {
+    dlerror();
+    lib.handle = dlopen(name.c_str(), flags);
+    if (!lib.handle && !(flags & RTLD_NOLOAD)) {
+      const char* e = dlerror();  // already names the file
+      tried += "\n  " + (e ? std::string(e) : name + ": not found");
+    }
+    return lib.handle != nullptr;
+  };
+  const char* forced = std::getenv("NVFP4_CUDNN_PATH");
+  if (forced && *forced) {
+    std::string p = forced;
+    if (is_directory(p)) p += "/libcudnn.so.9";
+    attempt(p, RTLD_NOW | RTLD_LOCAL);
+  } else if (!attempt("libcudnn.so.9", RTLD_NOW | RTLD_NOLOAD) && !attempt("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL)) {
+    const std::string here = directory_of_this_library();
+    const char* wheels[] = {"/../nvidia/cudnn/lib", "/../nvidia/cu13/lib", "/../nvidia/cu12/lib",
+                            "/../nvidia/cudnn_jit/lib"};
+    for (const char* w : wheels)
+      if (!here.empty() && attempt(here + w + "/libcudnn.so.9", RTLD_NOW | RTLD_LOCAL)) break;
+  }
+  if (!lib.handle) {
+    lib.error = "cudnn: libcudnn.so.9 could not be loaded; tried:" + tried +
+                "\nInstall cuDNN 9 (pip install nvidia-cudnn-cu13, or cu12 to match the CUDA driver), import torch "
+                "first, or set NVFP4_CUDNN_PATH to libcudnn.so.9 or its directory";
+    return lib;
+  }
+  using GetVersion = size_t (*)();
+  auto get_version = reinterpret_cast<GetVersion>(dlsym(lib.handle, "cudnnGetVersion"));
+  if (!get_version) {
+    lib.error = "cudnn: the libcudnn.so.9 loaded has no cudnnGetVersion";
+    lib.handle = nullptr;
+    return lib;
+  }
+  lib.version = static_cast<int64_t>(get_version());
+  if (lib.version < kMinVersion) {
+    lib.error = "cudnn: libcudnn version " + std::to_string(lib.version) + " is too old; nvfp4 needs cuDNN 9";
+    lib.handle = nullptr;
+    return lib;
+  }
+  fe::cudnn_dlhandle = lib.handle;
+  return lib;
+}
+
+const Library& library() {
+  static const Library lib = open_library();  // once per process, thread-safe
+  return lib;
+}
+
+// ---- errors ----
+
+// A failure with the status it maps to; thrown inside this file only, and turned into
+// fail(status, message) at each entry point.
+struct Failure {
+  nvfp4_status_t status;
+  std::string message;
+};
+
+[[noreturn]] void raise(nvfp4_status_t s, const std::string& m) { throw Failure{s, m}; }
+
+void check_fe(fe::error_t e, const char* step, nvfp4_status_t status) {
+  if (e.is_bad()) raise(status, std::string("cudnn: ") + step + ": " + e.get_message());
+}
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) raise(NVFP4_ERROR_CUDA, std::string("cudnn: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// ---- handles ----
+
+cudnnHandle_t thread_handle(int device) {
+  // One handle per thread and device. Never destroyed: at thread or process exit the CUDA
+  // context may already be torn down, and cudnnDestroy would then fail or crash.
+  thread_local std::unordered_map<int, cudnnHandle_t> handles;
+  auto it = handles.find(device);
+  if (it != handles.end()) return it->second;
+  cudnnHandle_t h = nullptr;
+  cudnnStatus_t s = fe::detail::create_handle(&h);
+  if (s != CUDNN_STATUS_SUCCESS)
+    raise(NVFP4_ERROR_CUDNN, std::string("cudnn: cudnnCreate failed: ") + fe::detail::get_error_string(s));
+  handles.emplace(device, h);
+  return h;
+}
+
+// ---- graphs ----
+
+enum class Path { kNative, kBf16Emulation };
+
+struct Key {
+  int64_t m, n, k;
+  int d_dtype, c_dtype, bias_dtype;
+  bool has_c, has_bias;
+  Path path;
+  int cc, device;
+  cudnnHandle_t handle;
+  bool operator==(const Key& o) const {
+    return m == o.m && n == o.n && k == o.k && d_dtype == o.d_dtype && c_dtype == o.c_dtype &&
+           bias_dtype == o.bias_dtype && has_c == o.has_c && has_bias == o.has_bias && path == o.path &&
+           cc == o.cc && device == o.device && handle == o.handle;
+  }
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = 1469598103934665603ull;
+    auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(uint64_t(k.m));
+    mix(uint64_t(k.n));
+    mix(uint64_t(k.k));
+    mix(uint64_t(k.d_dtype) | uint64_t(k.c_dtype) << 8 | uint64_t(k.bias_dtype) << 16 | uint64_t(k.has_c) << 24 |
+        uint64_t(k.has_bias) << 25 | uint64_t(k.path) << 26);
+    mix(uint64_t(k.cc) << 32 | uint32_t(k.device));
+    mix(reinterpret_cast<uintptr_t>(k.handle));
+    return h;
+  }
+};
+
+using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
+
+struct Entry {
+  fe::graph::Graph graph;
+  TensorPtr a, b, sfa, sfb, alpha, beta, c, bias, d;
+  int64_t workspace = 0;
+  bool deterministic = true;
+};
+
+fe::DataType_t fe_dtype(nvfp4_dtype_t t) {
+  switch (t) {
+    case NVFP4_DTYPE_FLOAT32: return fe::DataType_t::FLOAT;
+    case NVFP4_DTYPE_FLOAT16: return fe::DataType_t::HALF;
+    case NVFP4_DTYPE_BFLOAT16: return fe::DataType_t::BFLOAT16;
+    default: raise(NVFP4_ERROR_INVALID_ARGUMENT, "cudnn: unsupported dtype");
+  }
+}
+
+const char* dtype_name(int t) {
+  return t == NVFP4_DTYPE_FLOAT32 ? "f32" : t == NVFP4_DTYPE_FLOAT16 ? "f16" : "bf16";
+}
+
+// deterministic: leave out engines cuDNN marks NONDETERMINISTIC (split-K with atomics),
+// so that two runs give the same bits; build() retries without that filter only if no
+// deterministic engine supports the graph.
+std::shared_ptr<Entry> build_graph(const Key& key, cudnnHandle_t handle, bool deterministic) {
+  namespace g = fe::graph;
+  auto e = std::make_shared<Entry>();
+  g::Graph& graph = e->graph;
+  const int64_t M = key.m, N = key.n, K = key.k;
+  graph.set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
+  // Known, so the frontend does not ask the CUDA runtime for it (it would dlopen its own
+  // libcudart, which a statically linked application may not ship).
+  graph.set_sm_version(key.cc);
+
+  // B is [N, K] row-major in memory, which is the [K, N] operand of the matmul with
+  // strides (1, K): "K-major", the TN layout every backend here uses.
+  TensorPtr a_in, b_in;
+  if (key.path == Path::kNative) {
+    const int64_t mp = (M + 127) / 128 * 128, np = (N + 127) / 128 * 128;
+    const int64_t cp = (K / 16 + 3) / 4 * 4;
+    e->a = graph.tensor(g::Tensor_attributes().set_name("a").set_data_type(fe::DataType_t::FP4_E2M1)
+                            .set_dim({1, M, K}).set_stride({M * K, K, 1}));
+    e->b = graph.tensor(g::Tensor_attributes().set_name("b").set_data_type(fe::DataType_t::FP4_E2M1)
+                            .set_dim({1, K, N}).set_stride({N * K, 1, K}));
+    // The 128x4 swizzle is cuDNN's F8_128x4 reordering of the padded scale matrix.
+    e->sfa = graph.tensor(g::Tensor_attributes().set_name("sfa").set_data_type(fe::DataType_t::FP8_E4M3)
+                              .set_dim({1, mp, cp}).set_stride({mp * cp, cp, 1})
+                              .set_reordering_type(fe::TensorReordering_t::F8_128x4));
+    e->sfb = graph.tensor(g::Tensor_attributes().set_name("sfb").set_data_type(fe::DataType_t::FP8_E4M3)
+                              .set_dim({1, cp, np}).set_stride({np * cp, 1, cp})
+                              .set_reordering_type(fe::TensorReordering_t::F8_128x4));
+    a_in = graph.block_scale_dequantize(e->a, e->sfa,
+                                        g::Block_scale_dequantize_attributes().set_name("dequant_a")
+                                            .set_block_size(std::vector<int32_t>{1, 16}));
+    b_in = graph.block_scale_dequantize(e->b, e->sfb,
+                                        g::Block_scale_dequantize_attributes().set_name("dequant_b")
+                                            .set_block_size(std::vector<int32_t>{16, 1}));
+  } else {
+    e->a = graph.tensor(g::Tensor_attributes().set_name("a_bf16").set_data_type(fe::DataType_t::BFLOAT16)
+                            .set_dim({1, M, K}).set_stride({M * K, K, 1}));
+    e->b = graph.tensor(g::Tensor_attributes().set_name("b_bf16").set_data_type(fe::DataType_t::BFLOAT16)
+                            .set_dim({1, K, N}).set_stride({N * K, 1, K}));
+    a_in = e->a;
+    b_in = e->b;
+  }
+  TensorPtr t = graph.matmul(a_in, b_in,
+                             g::Matmul_attributes().set_name("matmul").set_compute_data_type(fe::DataType_t::FLOAT));
+  t->set_data_type(fe::DataType_t::FLOAT);
+
+  // Epilogue in the association the CUTLASS runners use, beta*C + (alpha*acc + bias),
+  // so the two backends differ only in accumulation order and rounding of fused steps.
+  auto pw = [&](const char* name, fe::PointwiseMode_t mode) {
+    return g::Pointwise_attributes().set_name(name).set_mode(mode).set_compute_data_type(fe::DataType_t::FLOAT);
+  };
+  auto scalar = [&](const char* name) {
+    return graph.tensor(g::Tensor_attributes().set_name(name).set_data_type(fe::DataType_t::FLOAT)
+                            .set_dim({1, 1, 1}).set_stride({1, 1, 1}));
+  };
+  e->alpha = scalar("alpha");
+  t = graph.pointwise(t, e->alpha, pw("scale_alpha", fe::PointwiseMode_t::MUL));
+  if (key.has_bias) {
+    e->bias = graph.tensor(g::Tensor_attributes().set_name("bias")
+                               .set_data_type(fe_dtype(static_cast<nvfp4_dtype_t>(key.bias_dtype)))
+                               .set_dim({1, 1, N}).set_stride({N, N, 1}));
+    t = graph.pointwise(t, e->bias, pw("add_bias", fe::PointwiseMode_t::ADD));
+  }
+  if (key.has_c) {
+    e->beta = scalar("beta");
+    e->c = graph.tensor(g::Tensor_attributes().set_name("c")
+                            .set_data_type(fe_dtype(static_cast<nvfp4_dtype_t>(key.c_dtype)))
+                            .set_dim({1, M, N}).set_stride({M * N, N, 1}));
+    TensorPtr bc = graph.pointwise(e->c, e->beta, pw("scale_c", fe::PointwiseMode_t::MUL));
+    t = graph.pointwise(t, bc, pw("add_c", fe::PointwiseMode_t::ADD));
+  }
+  t->set_output(true).set_data_type(fe_dtype(static_cast<nvfp4_dtype_t>(key.d_dtype)))
+      .set_dim({1, M, N}).set_stride({M * N, N, 1});
+  e->d = t;
+
+  check_fe(graph.validate(), "graph validation", NVFP4_ERROR_INTERNAL);
+  check_fe(graph.build_operation_graph(handle), "building the operation graph", NVFP4_ERROR_NOT_SUPPORTED);
+  check_fe(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "heuristics",
+           NVFP4_ERROR_NOT_SUPPORTED);
+  if (deterministic) graph.deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
+  check_fe(graph.check_support(), "no engine supports this graph", NVFP4_ERROR_NOT_SUPPORTED);
+  check_fe(graph.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "building the plan",
+           NVFP4_ERROR_NOT_SUPPORTED);
+  check_fe(graph.get_workspace_size(e->workspace), "workspace query", NVFP4_ERROR_CUDNN);
+  e->deterministic = deterministic;
+  return e;
+}
+
+std::shared_ptr<Entry> build(const Key& key, cudnnHandle_t handle) {
+  try {
+    return build_graph(key, handle, true);
+  } catch (const Failure& f) {
+    if (f.status != NVFP4_ERROR_NOT_SUPPORTED) throw;
+    return build_graph(key, handle, false);
+  }
+}
+
+// A bounded LRU of built graphs: a model that sees many distinct M (varying batch or
+// sequence lengths) must not grow it without limit.
+class GraphCache {
+ public:
+  std::shared_ptr<Entry> get(const Key& key, cudnnHandle_t handle) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = map_.find(key);
+      if (it != map_.end()) {
+        lru_.splice(lru_.begin(), lru_, it->second.second);
+        return it->second.first;
+      }
+    }
+    // Built outside the lock: a build takes milliseconds to seconds, and the key holds
+    // the calling thread's handle, so no other thread builds the same entry.
+    std::shared_ptr<Entry> e = build(key, handle);
+    const int64_t n = ++builds_;
+    if (const char* dbg = std::getenv("NVFP4_CUDNN_DEBUG"); dbg && *dbg && *dbg != '0')
+      std::fprintf(stderr,
+                   "nvfp4 cudnn: built graph #%lld (%s, M=%lld N=%lld K=%lld, d=%s%s%s, cc=%d, device=%d), "
+                   "workspace %lld bytes%s\n",
+                   static_cast<long long>(n), key.path == Path::kNative ? "native fp4" : "bf16 emulation",
+                   static_cast<long long>(key.m), static_cast<long long>(key.n), static_cast<long long>(key.k),
+                   dtype_name(key.d_dtype), key.has_c ? ", +beta*C" : "", key.has_bias ? ", +bias" : "", key.cc,
+                   key.device, static_cast<long long>(e->workspace),
+                   e->deterministic ? "" : ", nondeterministic engine (no deterministic one supports it)");
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    if (it != map_.end()) return it->second.first;
+    lru_.push_front(key);
+    map_.emplace(key, std::make_pair(e, lru_.begin()));
+    while (map_.size() > capacity()) {
+      map_.erase(lru_.back());
+      lru_.pop_back();
+    }
+    return e;
+  }
+
+ private:
+  static size_t capacity() {
+    static const size_t cap = [] {
+      const char* s = std::getenv("NVFP4_CUDNN_CACHE_SIZE");
+      long v = s ? std::atol(s) : 0;
+      return v > 0 ? static_cast<size_t>(v) : size_t(256);
+    }();
+    return cap;
+  }
+  std::mutex mu_;
+  std::list<Key> lru_;
+  std::unordered_map<Key, std::pair<std::shared_ptr<Entry>, std::list<Key>::iterator>, KeyHash> map_;
+  std::atomic<int64_t> builds_{0};
+};
+
+GraphCache& cache() {
+  static GraphCache* c = new GraphCache;  // leaked on purpose: no teardown-order hazards at exit
+  return *c;
+}
+
+// ---- one call ----
+
+struct Workspace {
+  size_t scalars = 0;  // alpha at +0, beta at +16 (fp32, on the device)
+  size_t a16 = 0, b16 = 0;  // BF16 copies of the decoded operands (emulation only)
+  size_t c_copy = 0;        // C when it overlaps D (0: not needed)
+  size_t graph = 0;
+  size_t total = 0;
+};
+
+struct Prepared {
+  Path path;
+  cudnnHandle_t handle;
+  std::shared_ptr<Entry> entry;
+  Workspace ws;
+};
+
+Prepared prepare(const GemmJob& job, int cc) {
+  const Library& lib = library();
+  if (!lib.handle) raise(NVFP4_ERROR_CUDNN, lib.error);
+  Prepared p;
+  if (cc >= 100) {
+    if (lib.version < kNativeMinVersion)
+      raise(NVFP4_ERROR_NOT_SUPPORTED, "cudnn: native FP4 GEMM needs cuDNN >= 9.7.0, found " +
+                                           std::to_string(lib.version));
+    if (job.layout != NVFP4_SCALES_SWIZZLED)
+      raise(NVFP4_ERROR_NOT_SUPPORTED,
+            "cudnn: native FP4 operands need swizzled (128x4) scales; swizzle linear scales first");
+    p.path = Path::kNative;
+  } else if (cc == 90) {
+#if defined(NVFP4_HAS_SM90_GEMM)
+    p.path = Path::kBf16Emulation;
+#else
+    raise(NVFP4_ERROR_NOT_SUPPORTED, "cudnn: the Hopper path needs the sm_90a kernels (build with 90a in NVFP4_CUDA_ARCHS)");
+#endif
+  } else {
+    raise(NVFP4_ERROR_NOT_SUPPORTED, "cudnn: needs compute capability 9.0 (emulated) or 10.x/12.x (native), got " +
+                                         std::to_string(cc / 10) + "." + std::to_string(cc % 10));
+  }
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  p.handle = thread_handle(device);
+  const bool has_c = job.c != nullptr && job.beta != 0.0f;
+  Key key{job.m, job.n, job.k, int(job.d_dtype), has_c ? int(job.c_dtype) : 0,
+          job.bias ? int(job.bias_dtype) : 0, has_c, job.bias != nullptr, p.path, cc, device, p.handle};
+  p.entry = cache().get(key, p.handle);
+
+  size_t off = kAlign;  // scalars at 0
+  if (p.path == Path::kBf16Emulation) {
+    p.ws.a16 = off;
+    off = align_up(off + size_t(job.m) * size_t(job.k) * 2, kAlign);
+    p.ws.b16 = off;
+    off = align_up(off + size_t(job.n) * size_t(job.k) * 2, kAlign);
+  }
+  // C may alias D (out= with beta). cuDNN documents no in-place guarantee for a fused
+  // epilogue, so such a C is read from a copy taken just before the matmul.
+  const size_t c_bytes = size_t(job.m) * size_t(job.n) * (job.c_dtype == NVFP4_DTYPE_FLOAT32 ? 4 : 2);
+  const size_t d_bytes = size_t(job.m) * size_t(job.n) * (job.d_dtype == NVFP4_DTYPE_FLOAT32 ? 4 : 2);
+  const auto c0 = reinterpret_cast<uintptr_t>(job.c), d0 = reinterpret_cast<uintptr_t>(job.d);
+  if (has_c && c0 < d0 + d_bytes && d0 < c0 + c_bytes) {
+    p.ws.c_copy = off;
+    off = align_up(off + c_bytes, kAlign);
+  }
+  p.ws.graph = off;
+  p.ws.total = align_up(off + size_t(p.entry->workspace), kAlign);
+  return p;
+}
+
+template <class F>
+nvfp4_status_t guarded(F&& f) {
+  try {
+    return f();
+  } catch (const Failure& e) {
+    return fail(e.status, e.message);
+  } catch (const std::exception& e) {
+    return fail(NVFP4_ERROR_CUDNN, std::string("cudnn: ") + e.what());
+  } catch (...) {
+    return fail(NVFP4_ERROR_CUDNN, "cudnn: unknown error");
+  }
+}
+
+}  // namespace
+
+int cudnn_available() {
+  try {
+    return library().handle ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+nvfp4_status_t cudnn_gemm_workspace_size(const GemmJob& job, int cc, size_t* bytes) {
+  return guarded([&] {
+    *bytes = 0;
+    *bytes = prepare(job, cc).ws.total;
+    return NVFP4_SUCCESS;
+  });
+}
+
+nvfp4_status_t cudnn_gemm(const GemmJob& job, int cc, void* workspace, size_t workspace_bytes,
+                          nvfp4_stream_t stream) {
+  return guarded([&] {
+    Prepared p = prepare(job, cc);
+    if (workspace_bytes < p.ws.total || !workspace)
+      raise(NVFP4_ERROR_WORKSPACE, "cudnn: workspace of " + std::to_string(workspace_bytes) + " bytes, need " +
+                                       std::to_string(p.ws.total));
+    if (reinterpret_cast<uintptr_t>(workspace) % kAlign != 0)
+      raise(NVFP4_ERROR_INVALID_ARGUMENT, "cudnn: workspace must be 256-byte aligned");
+    auto* ws = static_cast<uint8_t*>(workspace);
+    auto* scalars = reinterpret_cast<float*>(ws + p.ws.scalars);
+
+    nvfp4_status_t st = cudnn_gemm_scalars(job.amax_a, job.amax_b, job.beta, scalars, stream);
+    if (st != NVFP4_SUCCESS) return st;
+
+    const Entry& e = *p.entry;
+    std::unordered_map<TensorPtr, void*> pack;
+    if (p.path == Path::kBf16Emulation) {
+#if defined(NVFP4_HAS_SM90_GEMM)
+      st = sm90_decode_bf16(job.a, job.sfa, job.m, job.k, job.layout, ws + p.ws.a16, stream);
+      if (st != NVFP4_SUCCESS) return st;
+      st = sm90_decode_bf16(job.b, job.sfb, job.n, job.k, job.layout, ws + p.ws.b16, stream);
+      if (st != NVFP4_SUCCESS) return st;
+#endif
+      pack[e.a] = ws + p.ws.a16;
+      pack[e.b] = ws + p.ws.b16;
+    } else {
+      pack[e.a] = const_cast<uint8_t*>(job.a);
+      pack[e.b] = const_cast<uint8_t*>(job.b);
+      pack[e.sfa] = const_cast<uint8_t*>(job.sfa);
+      pack[e.sfb] = const_cast<uint8_t*>(job.sfb);
+    }
+    pack[e.alpha] = scalars;
+    if (e.beta) pack[e.beta] = scalars + 4;  // its own 16 bytes: cuDNN's tensor alignment
+    if (e.c && p.ws.c_copy) {
+      const size_t c_bytes = size_t(job.m) * size_t(job.n) * (job.c_dtype == NVFP4_DTYPE_FLOAT32 ? 4 : 2);
+      check_cuda(cudaMemcpyAsync(ws + p.ws.c_copy, job.c, c_bytes, cudaMemcpyDeviceToDevice,
+                                 reinterpret_cast<cudaStream_t>(stream)),
+                 "copying C");
+      pack[e.c] = ws + p.ws.c_copy;
+    } else if (e.c) {
+      pack[e.c] = const_cast<void*>(job.c);
+    }
+    if (e.bias) pack[e.bias] = const_cast<void*>(job.bias);
+    pack[e.d] = job.d;
+
+    cudnnStatus_t s = fe::detail::set_stream(p.handle, reinterpret_cast<cudaStream_t>(stream));
+    if (s != CUDNN_STATUS_SUCCESS)
+      raise(NVFP4_ERROR_CUDNN, std::string("cudnn: cudnnSetStream failed: ") + fe::detail::get_error_string(s));
+    check_fe(e.graph.execute(p.handle, pack, ws + p.ws.graph), "execute", NVFP4_ERROR_CUDNN);
+    return NVFP4_SUCCESS;
+  });
+}
+
+}  // namespace nvfp4::detail

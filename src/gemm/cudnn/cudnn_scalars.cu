@@ -1,0 +1,29 @@
+#include "gemm/cudnn/cudnn_scalars.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/scale.h"
+#include "internal.h"
+
+namespace nvfp4::detail {
+namespace {
+
+__global__ void scalars_kernel(const float* amax_a, const float* amax_b, float beta, float* out) {
+  out[0] = core::global_decode_scale(*amax_a) * core::global_decode_scale(*amax_b);
+  out[4] = beta;
+}
+
+}  // namespace
+
+nvfp4_status_t cudnn_gemm_scalars(const float* amax_a, const float* amax_b, float beta, float* out,
+                                  nvfp4_stream_t stream) {
+  scalars_kernel<<<1, 1, 0, reinterpret_cast<cudaStream_t>(stream)>>>(amax_a, amax_b, beta, out);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return fail(NVFP4_ERROR_CUDA, std::string("cudnn: scalar kernel launch failed: ") + cudaGetErrorString(e));
+  return NVFP4_SUCCESS;
+}
+
+}  // namespace nvfp4::detail

@@ -1,0 +1,198 @@
+// Host-only checks of the Blackwell CUTLASS runners and of the cuDNN loader: no kernel
+// is launched and no GPU is needed, so they run in CI on any machine that builds the
+// sm_100a / sm_120a objects.
+//   - the scale-factor layout CUTLASS computes equals core::swizzle_offset (the layout
+//     our quantizer writes), over the whole padded range, for odd and real shapes;
+//   - can_implement accepts the shapes the runners document and refuses the others
+//     with a message that says what to change;
+//   - the workspace plan is consistent (alpha, widened bias and C, CUTLASS's part);
+//   - with NVFP4_CUDNN_PATH pointing nowhere, the cuDNN runner reports a clean error.
+// Prints "N passed, N failed" and exits non-zero on any failure.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "gemm/backends.h"
+#include "gemm/cutlass/sm1xx_checks.h"
+#include "nvfp4/nvfp4.h"
+
+using namespace nvfp4::detail;
+
+static int g_passed = 0, g_failed = 0;
+
+static void check(bool ok, const std::string& what) {
+  if (ok) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    std::printf("FAIL: %s\n", what.c_str());
+  }
+}
+
+static const char* dtype_name(nvfp4_dtype_t t) {
+  return t == NVFP4_DTYPE_FLOAT32 ? "f32" : t == NVFP4_DTYPE_FLOAT16 ? "f16" : "bf16";
+}
+
+// A job with stand-in, 256-byte-aligned addresses: nothing here dereferences them.
+static GemmJob fake_job(int64_t m, int64_t n, int64_t k, nvfp4_dtype_t d) {
+  GemmJob j;
+  auto addr = [](uintptr_t i) { return reinterpret_cast<uint8_t*>(uintptr_t(0x10000000) * i); };
+  j.a = addr(1);
+  j.sfa = addr(2);
+  j.amax_a = reinterpret_cast<const float*>(addr(3));
+  j.b = addr(4);
+  j.sfb = addr(5);
+  j.amax_b = reinterpret_cast<const float*>(addr(6));
+  j.d = addr(7);
+  j.m = m;
+  j.n = n;
+  j.k = k;
+  j.layout = NVFP4_SCALES_SWIZZLED;
+  j.d_dtype = d;
+  return j;
+}
+
+static std::string shape_str(const GemmJob& j) {
+  return "M=" + std::to_string(j.m) + " N=" + std::to_string(j.n) + " K=" + std::to_string(j.k) + " " +
+         dtype_name(j.d_dtype);
+}
+
+struct Shape3 {
+  int64_t m, n, k;
+};
+
+// Shapes every runner must accept: odd M, M = 1, K = 32 (one half-stage), real LLM shapes.
+static const std::vector<Shape3> kGood = {{1, 8, 32},       {7, 16, 64},        {13, 136, 96},
+                                          {31, 256, 1056},  {128, 128, 256},    {129, 4096, 4096},
+                                          {4096, 4096, 4096}, {4096, 14336, 4096}, {16, 4096, 14336},
+                                          {2048, 128256, 4096}};
+
+template <class CanImpl, class WsSize>
+static void check_runner(const char* arch, CanImpl can_implement, WsSize workspace_size) {
+  const nvfp4_dtype_t dtypes[] = {NVFP4_DTYPE_BFLOAT16, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_FLOAT32};
+  for (nvfp4_dtype_t d : dtypes) {
+    for (const Shape3& s : kGood) {
+      GemmJob j = fake_job(s.m, s.n, s.k, d);
+      nvfp4_status_t st = can_implement(j);
+      check(st == NVFP4_SUCCESS, std::string(arch) + " can_implement(" + shape_str(j) + ") = " +
+                                     std::to_string(st) + ": " + nvfp4_last_error());
+      // With C (same dtype, beta != 0) and a bias of each dtype.
+      j.c = j.d;
+      j.c_dtype = d;
+      j.beta = 0.5f;
+      j.bias = reinterpret_cast<const void*>(uintptr_t(0x90000000));
+      j.bias_dtype = NVFP4_DTYPE_BFLOAT16;
+      st = can_implement(j);
+      check(st == NVFP4_SUCCESS, std::string(arch) + " can_implement(" + shape_str(j) + " +C +bias) = " +
+                                     std::to_string(st) + ": " + nvfp4_last_error());
+    }
+
+    // Workspace: alpha (256 B) + bias widened to fp32 + whatever CUTLASS adds, each part
+    // 256-byte aligned; a 16-bit C for an fp32 output adds an M*N fp32 copy.
+    GemmJob j = fake_job(129, 4096, 4096, d);
+    const size_t plain = workspace_size(j);
+    check(plain >= 256 && plain % 256 == 0, std::string(arch) + " workspace " + std::to_string(plain));
+    j.bias = reinterpret_cast<const void*>(uintptr_t(0x90000000));
+    j.bias_dtype = NVFP4_DTYPE_FLOAT32;
+    const size_t with_bias = workspace_size(j);
+    check(with_bias == plain + 4096 * 4, std::string(arch) + " workspace with bias " + std::to_string(with_bias) +
+                                             ", expected " + std::to_string(plain + 4096 * 4));
+    if (d == NVFP4_DTYPE_FLOAT32) {
+      j.c = j.d;
+      j.c_dtype = NVFP4_DTYPE_BFLOAT16;
+      j.beta = 1.0f;
+      const size_t with_c = workspace_size(j);
+      check(with_c == with_bias + size_t(129) * 4096 * 4,
+            std::string(arch) + " workspace with widened C " + std::to_string(with_c));
+      check(can_implement(j) == NVFP4_SUCCESS, std::string(arch) + " bf16 C into f32 D: " + nvfp4_last_error());
+    }
+  }
+
+  // Refusals, each with the reason in the message.
+  struct Bad {
+    GemmJob job;
+    const char* expect;  // a word the message must contain
+  };
+  std::vector<Bad> bad;
+  bad.push_back({fake_job(128, 128, 48, NVFP4_DTYPE_BFLOAT16), "multiple of 32"});
+  bad.push_back({fake_job(128, 128, 16, NVFP4_DTYPE_FLOAT32), "multiple of 32"});
+  bad.push_back({fake_job(128, 12, 64, NVFP4_DTYPE_BFLOAT16), "16 bytes"});
+  bad.push_back({fake_job(128, 6, 64, NVFP4_DTYPE_FLOAT32), "16 bytes"});
+  {
+    GemmJob j = fake_job(128, 128, 64, NVFP4_DTYPE_BFLOAT16);
+    j.layout = NVFP4_SCALES_LINEAR;
+    bad.push_back({j, "swizzle"});
+  }
+  {
+    GemmJob j = fake_job(128, 128, 64, NVFP4_DTYPE_BFLOAT16);
+    j.sfb = reinterpret_cast<const uint8_t*>(uintptr_t(0x50000008));
+    bad.push_back({j, "aligned"});
+  }
+  {
+    GemmJob j = fake_job(128, 128, 64, NVFP4_DTYPE_BFLOAT16);
+    j.c = j.d;
+    j.c_dtype = NVFP4_DTYPE_FLOAT32;  // narrowing C would round it: refused
+    j.beta = 1.0f;
+    bad.push_back({j, "dtype"});
+  }
+  for (const Bad& b : bad) {
+    nvfp4_status_t st = can_implement(b.job);
+    std::string msg = nvfp4_last_error();
+    check(st == NVFP4_ERROR_NOT_SUPPORTED && msg.find(b.expect) != std::string::npos,
+          std::string(arch) + " refuses " + shape_str(b.job) + " (layout " + std::to_string(b.job.layout) +
+              "): status " + std::to_string(st) + ", message '" + msg + "', expected '" + b.expect + "'");
+  }
+}
+
+template <class Compare>
+static void check_layout(const char* arch, Compare compare) {
+  const int64_t rows[] = {1, 7, 31, 128, 129, 255, 300, 4096};
+  const int64_t ks[] = {16, 32, 48, 64, 96, 256, 1040, 4096};
+  for (int64_t r : rows)
+    for (int64_t k : ks) {
+      std::string diff = compare(r, k);
+      check(diff.empty(), std::string(arch) + " scale layout: " + diff);
+    }
+}
+
+int main() {
+  int runners = 0;
+#if defined(NVFP4_HAS_SM100_GEMM)
+  ++runners;
+  check_layout("sm100", sm100_compare_scale_layout);
+  check_runner("sm100", sm100_gemm_can_implement, sm100_gemm_workspace_size);
+#endif
+#if defined(NVFP4_HAS_SM120_GEMM)
+  ++runners;
+  check_layout("sm120", sm120_compare_scale_layout);
+  check_runner("sm120", sm120_gemm_can_implement, sm120_gemm_workspace_size);
+#endif
+#if defined(NVFP4_HAS_CUDNN)
+  ++runners;
+  {
+    // ctest sets NVFP4_CUDNN_PATH to a file that does not exist for this binary's
+    // "missing" run; without it, the loader may or may not find a libcudnn.so.9.
+    const char* forced = std::getenv("NVFP4_CUDNN_PATH");
+    int avail = cudnn_available();
+    check(avail == 0 || avail == 1, "cudnn_available() is 0 or 1");
+    if (forced && std::string(forced).find("nonexistent") != std::string::npos) {
+      check(avail == 0, "cudnn_available() with NVFP4_CUDNN_PATH=" + std::string(forced));
+      GemmJob j = fake_job(128, 128, 64, NVFP4_DTYPE_BFLOAT16);
+      size_t bytes = 1;
+      nvfp4_status_t st = cudnn_gemm_workspace_size(j, 100, &bytes);
+      std::string msg = nvfp4_last_error();
+      check(st == NVFP4_ERROR_CUDNN && msg.find("libcudnn") != std::string::npos,
+            "cudnn_gemm_workspace_size without cuDNN: status " + std::to_string(st) + ", '" + msg + "'");
+      st = cudnn_gemm(j, 100, nullptr, 0, nullptr);
+      msg = nvfp4_last_error();
+      check(st == NVFP4_ERROR_CUDNN && msg.find("libcudnn") != std::string::npos,
+            "cudnn_gemm without cuDNN: status " + std::to_string(st) + ", '" + msg + "'");
+    }
+  }
+#endif
+  std::printf("runners checked: %d\n", runners);
+  std::printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
