@@ -213,7 +213,8 @@ class Linear(nn.Linear):
 
     @sr_step.setter
     def sr_step(self, value: int) -> None:
-        self._sr_step.fill_(int(value))
+        # a new tensor: the old one may still be saved by a forward whose backward is pending
+        self._sr_step = torch.tensor(int(value), dtype=torch.int64)
 
     def _make_plan(self) -> _Plan:
         r, i = self._recipe, self.layer_index
@@ -240,7 +241,11 @@ class Linear(nn.Linear):
         if x.dtype not in _FLOATS or self.weight.dtype not in _FLOATS:
             raise TypeError(f"x: nvfp4 Linear takes float32/float16/bfloat16 inputs and weights, got "
                             f"{x.dtype} and {self.weight.dtype}")
-        offset = self._sr_step.clone()
+        # The counter tensor is never changed in place, only replaced: the backward pass reads
+        # this step's offset from the tensor saved here. An in-place increment after a clone
+        # is not safe under torch.compile: inductor's joint-graph pass drops the clone as a
+        # no-op, so the backward read the input after the graph's trailing copy_ (offset+1).
+        offset = self._sr_step
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
-            self._sr_step += 1
+            self._sr_step = offset + 1
         return _LinearFn.apply(x, self.weight, self.bias, offset, self._plan)
