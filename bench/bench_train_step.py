@@ -219,7 +219,8 @@ def activation_memory(args, dev):
         per_token = (saved_bytes(layer, x2) - saved_bytes(layer, x1)) / (m2 - m1)
         res[name] = {"saved_bytes_per_token": per_token, "saved_bytes_per_element": per_token / k}
         if dev.type == "cuda":
-            layer(x1)  # warm the weight cache
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                layer(x1)  # warm the weight cache
             sync(dev)
             before = torch.cuda.memory_allocated(dev)
             h = x2 * 1  # an activation that survives only if the layer saves it
