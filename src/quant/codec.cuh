@@ -38,7 +38,8 @@
 
 #include "core/common.h"
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FAMILY_SPECIFIC__)
+// -DNVFP4_QUANT_SOFTWARE_E2M1 keeps the software form on every target.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && !defined(NVFP4_QUANT_SOFTWARE_E2M1)
 #if __CUDA_ARCH_FAMILY_SPECIFIC__ >= 1000
 #define NVFP4_QUANT_HW_E2M1 1
 #endif

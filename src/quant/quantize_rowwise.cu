@@ -91,14 +91,12 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
   // rows_left / blocks_left are uniform per tile, so each test is one compare.
   auto valid = [&](const Cursor& c, int k) { return rt[k] < a.rows - c.tr * 128 && bq < nb - c.tc * 4; };
 
+  // A block outside x keeps whatever its registers held: nothing computed from it is
+  // stored (its codes are skipped and its swizzled scale byte is written as 0).
   auto load = [&](RawBlock<T> (&b)[2], const Cursor& c) {
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      if (valid(c, k))
-        load_block<T>(b[k], x + (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes);
-      else
-        zero_block<T>(b[k]);
-    }
+    for (int k = 0; k < 2; ++k)
+      if (valid(c, k)) load_block<T>(b[k], x + (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes);
   };
 
   auto process = [&](const RawBlock<T> (&b)[2], const Cursor& c) {
@@ -127,6 +125,11 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
   // Two register sets, alternating: the next tile's loads are in flight while the
   // current one is encoded, with no copies between the sets.
   RawBlock<T> ping[2], pong[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    zero_block<T>(ping[k]);
+    zero_block<T>(pong[k]);
+  }
   load(ping, cur);
   while (true) {
     Cursor n = next(cur);

@@ -115,7 +115,10 @@ def randn(shape, dtype, gen, scale_spread=True):
 
 @pytest.fixture
 def gen():
-    return torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    # NVFP4_TEST_SEED reproduces a failing run; pytest shows this line with the failure.
+    seed = int(os.environ.get("NVFP4_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
+    print(f"generator seed: NVFP4_TEST_SEED={seed}")
+    return torch.Generator().manual_seed(seed)
 
 
 # ----------------------------------------------------------------------------- shapes
