@@ -11,7 +11,17 @@ CUDA events, warm-up, inputs rotated through enough copies to exceed L2 three ti
 several timed batches. Shapes: 8192^3 and Llama-3-8B projections (N x K = 4096x4096,
 14336x4096, 4096x14336, 128256x4096) for M in {16, 32, 128, 2048, 4096, 8192}.
 
-  python bench/bench_gemm.py [--quick] [--json out.json]
+Two timings per method:
+  us        eager: a Python loop of calls, what one call costs a PyTorch program that
+            launches it directly (host overhead included when it exceeds the GPU time)
+  graph us  the same calls captured in a CUDA graph and replayed: GPU time per call with
+            the launch overhead of a graph (how decoding loops and CUDA-graph training
+            steps run); the speed targets compare this column
+--kernels adds each nvfp4 method's GPU time per kernel (torch.profiler), e.g. the FP4 ->
+BF16 decode and the CUTLASS GEMM of the two-step path, next to cuBLAS's own kernel.
+
+  python bench/bench_gemm.py [--quick] [--shapes 16x4096x4096,2048x4096x4096] [--kernels]
+                             [--no-graph] [--json out.json]
 """
 from __future__ import annotations
 
@@ -60,6 +70,56 @@ def timed(fn_for, n_sets, target_s=0.12, reps=5, warmup=3):
     return statistics.median(times)
 
 
+def timed_graph(fn_for, n_sets, reps=5, min_calls=20):
+    """Median seconds per call of fn_for(i) replayed from one CUDA graph, or None if the
+    calls cannot be captured. The graph cycles over the input sets like the eager loop."""
+    try:
+        fn_for(0)  # lazy set-up (handles, attributes) stays out of the capture
+        torch.cuda.synchronize()
+        calls = max(min_calls, n_sets)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(calls):
+                fn_for(i % n_sets)
+        g.replay()
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(reps):
+            s.record()
+            g.replay()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) / 1e3 / calls)
+        del g
+        return statistics.median(times)
+    except Exception:  # noqa: BLE001  (not capturable: report the eager time only)
+        torch.cuda.synchronize()
+        return None
+
+
+def kernel_times(fn_for, n_sets, calls=20):
+    """[(kernel name, GPU seconds per call)] of fn_for's kernels, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+    fn_for(0)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            fn_for(i % n_sets)
+        torch.cuda.synchronize()
+    tot = {}
+    for ev in prof.events():
+        dt = getattr(ev, "device_type", None)
+        if dt is None or "CUDA" not in str(dt):
+            continue
+        us = getattr(ev, "device_time", None)
+        if us is None:
+            us = getattr(ev, "cuda_time", 0.0)
+        name = ev.name if len(ev.name) <= 60 else ev.name[:57] + "..."
+        tot[name] = tot.get(name, 0.0) + us
+    return sorted(((k, v / 1e6 / calls) for k, v in tot.items()), key=lambda kv: -kv[1])
+
+
 def n_copies(bytes_per_set, l2):
     return int(max(1, min(16, math.ceil(3 * l2 / max(bytes_per_set, 1)))))
 
@@ -68,15 +128,23 @@ def fmt_t(sec):
     return f"{sec * 1e6:9.1f}" if sec is not None else "        -"
 
 
-def bench_shape(m, n, k, backends, l2, hopper, quick):
+def bench_shape(m, n, k, backends, l2, hopper, quick, graph=True, kernels=False):
     flops = 2.0 * m * n * k
     dev = "cuda"
     rows = []
 
-    def record(method, sec, status="ok", note=""):
+    def record(method, sec, status="ok", note="", fn=None, n_sets=1, with_kernels=False):
+        gsec = timed_graph(fn, n_sets) if (graph and fn is not None and sec is not None) else None
         rows.append({"M": m, "N": n, "K": k, "method": method, "status": status, "note": note,
                      "us": None if sec is None else sec * 1e6,
-                     "tflops": None if sec is None else flops / sec / 1e12})
+                     "tflops": None if sec is None else flops / sec / 1e12,
+                     "graph_us": None if gsec is None else gsec * 1e6,
+                     "graph_tflops": None if gsec is None else flops / gsec / 1e12})
+        if kernels and with_kernels and fn is not None and sec is not None:
+            try:
+                rows[-1]["kernels"] = [{"name": nm, "us": t * 1e6} for nm, t in kernel_times(fn, n_sets)]
+            except Exception as ex:  # noqa: BLE001
+                rows[-1]["kernels"] = [{"name": f"(profiler failed: {type(ex).__name__}: {ex})", "us": 0.0}]
 
     g = torch.Generator(device=dev).manual_seed(m * 7 + n * 3 + k)
     bytes_bf16 = (m * k + n * k) * 2
@@ -87,8 +155,9 @@ def bench_shape(m, n, k, backends, l2, hopper, quick):
 
     # cuBLAS BF16
     try:
-        sec = timed(lambda i: torch.matmul(a16[i], b16[i].t(), out=d16), nb)
-        record("bf16", sec)
+        fn = lambda i: torch.matmul(a16[i], b16[i].t(), out=d16)  # noqa: E731
+        sec = timed(fn, nb)
+        record("bf16", sec, fn=fn, n_sets=nb, with_kernels=True)
     except Exception as ex:  # noqa: BLE001
         record("bf16", None, "error", f"{type(ex).__name__}: {ex}")
 
@@ -97,9 +166,10 @@ def bench_shape(m, n, k, backends, l2, hopper, quick):
         one = torch.ones((), device=dev, dtype=torch.float32)
         a8 = [x.to(torch.float8_e4m3fn) for x in a16]
         b8 = [(x * 50).to(torch.float8_e4m3fn) for x in b16]
-        sec = timed(lambda i: torch._scaled_mm(a8[i], b8[i].t(), scale_a=one, scale_b=one,
-                                               out_dtype=torch.bfloat16), nb)
-        record("fp8", sec)
+        fn = lambda i: torch._scaled_mm(a8[i], b8[i].t(), scale_a=one, scale_b=one,  # noqa: E731
+                                        out_dtype=torch.bfloat16)
+        sec = timed(fn, nb)
+        record("fp8", sec, fn=fn, n_sets=nb)
         del a8, b8
     except Exception as ex:  # noqa: BLE001
         record("fp8", None, "error", f"{type(ex).__name__}: {ex}")
@@ -115,6 +185,8 @@ def bench_shape(m, n, k, backends, l2, hopper, quick):
     for be in backends:
         variants.append((be, be, {}))
         if be == "cutlass" and hopper and m <= 128:
+            if m <= 32:
+                variants.append(("cutlass-ring", be, {"NVFP4_SM90_SMALL_M_KERNEL": "ring"}))
             variants.append(("cutlass-2step", be, {"NVFP4_SM90_SMALL_M": "0"}))
     for name, be, env in variants:
         if not nvfp4.is_supported(be, dev):
@@ -128,8 +200,9 @@ def bench_shape(m, n, k, backends, l2, hopper, quick):
         saved = {key: os.environ.get(key) for key in env}
         os.environ.update(env)
         try:
-            sec = timed(lambda i: nvfp4.gemm(qa[i], qb[i], backend=be, out=out), nq)
-            record(name, sec)
+            fn = lambda i: nvfp4.gemm(qa[i], qb[i], backend=be, out=out)  # noqa: E731
+            sec = timed(fn, nq)
+            record(name, sec, fn=fn, n_sets=nq, with_kernels=True)
             if name == be:
                 x = a16  # the full path: quantize the BF16 activations, then the GEMM
                 sec = timed(lambda i: nvfp4.gemm(nvfp4.quantize(x[i % nb]), qb[i], backend=be, out=out), nq)
@@ -145,8 +218,10 @@ def bench_shape(m, n, k, backends, l2, hopper, quick):
     del a16, b16, qa, qb, out, d16
     torch.cuda.empty_cache()
     base = next((r["us"] for r in rows if r["method"] == "bf16" and r["us"]), None)
+    gbase = next((r["graph_us"] for r in rows if r["method"] == "bf16" and r["graph_us"]), None)
     for r in rows:
         r["speedup_vs_bf16"] = (base / r["us"]) if (base and r["us"]) else None
+        r["graph_speedup_vs_bf16"] = (gbase / r["graph_us"]) if (gbase and r["graph_us"]) else None
     return rows
 
 
@@ -155,6 +230,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a few representative shapes")
     ap.add_argument("--json", metavar="PATH", help="write every measurement to PATH")
     ap.add_argument("--backends", default="cutlass,cudnn", help="nvfp4 backends to time (comma-separated)")
+    ap.add_argument("--shapes", help="comma-separated MxNxK list instead of the built-in shapes")
+    ap.add_argument("--kernels", action="store_true", help="GPU time per kernel of each nvfp4 method")
+    ap.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph timings")
     args = ap.parse_args()
 
     if not torch.cuda.is_available():
@@ -165,12 +243,15 @@ def main():
     l2 = getattr(props, "L2_cache_size", 50 * 2**20)
     backends = [b for b in args.backends.split(",") if b]
 
-    shapes = [(8192, 8192, 8192)]
-    ms = [16, 2048] if args.quick else MS
-    nks = LLAMA_NK[:2] if args.quick else LLAMA_NK
-    for n, k in nks:
-        for m in ms:
-            shapes.append((m, n, k))
+    if args.shapes:
+        shapes = [tuple(int(v) for v in sh.lower().split("x")) for sh in args.shapes.split(",") if sh]
+    else:
+        shapes = [(8192, 8192, 8192)]
+        ms = [16, 2048] if args.quick else MS
+        nks = LLAMA_NK[:2] if args.quick else LLAMA_NK
+        for n, k in nks:
+            for m in ms:
+                shapes.append((m, n, k))
 
     info = {"device": props.name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": props.multi_processor_count,
             "l2_bytes": l2, "torch": torch.__version__, "cuda": torch.version.cuda, "nvfp4": nvfp4.__version__,
@@ -181,12 +262,14 @@ def main():
         print(f"# backend {be}: {'supported' if nvfp4.is_supported(be, 'cuda') else 'NOT supported on this device'}")
 
     all_rows = []
-    hdr = f"{'M':>6} {'N':>7} {'K':>6}  {'method':<15} {'us':>9} {'TFLOP/s':>8} {'x bf16':>7}  note"
+    hdr = (f"{'M':>6} {'N':>7} {'K':>6}  {'method':<15} {'us':>9} {'TFLOP/s':>8} {'x bf16':>7} "
+           f"{'graph us':>9} {'TFLOP/s':>8} {'x bf16':>7}  note")
     print(hdr)
     print("-" * len(hdr))
     for (m, n, k) in shapes:
         try:
-            rows = bench_shape(m, n, k, backends, l2, hopper, args.quick)
+            rows = bench_shape(m, n, k, backends, l2, hopper, args.quick, graph=not args.no_graph,
+                               kernels=args.kernels)
         except torch.cuda.OutOfMemoryError as ex:
             rows = [{"M": m, "N": n, "K": k, "method": "all", "status": "error", "note": f"out of memory: {ex}",
                      "us": None, "tflops": None, "speedup_vs_bf16": None}]
@@ -194,10 +277,16 @@ def main():
         for r in rows:
             tf = f"{r['tflops']:8.1f}" if r["tflops"] else "       -"
             sp = f"{r['speedup_vs_bf16']:7.2f}" if r.get("speedup_vs_bf16") else "      -"
+            gtf = f"{r['graph_tflops']:8.1f}" if r.get("graph_tflops") else "       -"
+            gsp = f"{r['graph_speedup_vs_bf16']:7.2f}" if r.get("graph_speedup_vs_bf16") else "      -"
+            gus = r.get("graph_us")
             note = r["note"] if r["status"] != "ok" else ""
             if r["status"] != "ok":
                 note = f"[{r['status']}] {note}"
-            print(f"{m:>6} {n:>7} {k:>6}  {r['method']:<15} {fmt_t(r['us'] and r['us'] / 1e6)} {tf} {sp}  {note}")
+            print(f"{m:>6} {n:>7} {k:>6}  {r['method']:<15} {fmt_t(r['us'] and r['us'] / 1e6)} {tf} {sp} "
+                  f"{fmt_t(gus and gus / 1e6)} {gtf} {gsp}  {note}")
+            for kt in r.get("kernels", []):
+                print(f"{'':>22}    kernel {kt['us']:9.1f} us  {kt['name']}")
         sys.stdout.flush()
         all_rows.extend(rows)
 

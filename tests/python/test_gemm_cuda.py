@@ -212,10 +212,32 @@ def test_bias_and_beta(m, n, k, out_dtype):
         assert torch.equal(out, out2), "beta path: two runs differ"
 
 
+# The streaming small-M kernel (M <= 32) picks its K split per shape: these shapes reach
+# clusters of several sizes (non-powers of two too), a partial last K chunk inside a split,
+# N not a multiple of its 128-row tile, more CTAs than one wave, long K, and (M > 16 with
+# no one-wave split) the fallback to the ring kernel.
+STREAM_SHAPES = [
+    (1, 4096, 4160), (8, 4096, 4096), (9, 1000, 2880), (17, 4100, 4096), (32, 4096, 14336),
+    (24, 14336, 1024), (5, 300, 96), (32, 33, 8192), (16, 128256, 512), (2, 8, 32),
+]
+
+
+@needs_cutlass
+@pytest.mark.parametrize("m,n,k", STREAM_SHAPES)
+@pytest.mark.parametrize("layout", ["swizzled", "linear"])
+def test_small_m_stream_kernel(m, n, k, layout):
+    if layout == "linear" and k % 64:
+        pytest.skip("linear scales need K % 64 == 0 on the fused path")
+    qa, qb = make(m, n, k, layout, scale_a=1.0, block_b="2d")
+    r, s = reference(qa, qb)
+    got = run_gemm(qa, qb, torch.float32)
+    check_bound(got, r, s, k, torch.float32, what=f"stream M={m} N={n} K={k} {layout}")
+
+
 @needs_cutlass
 @pytest.mark.parametrize("env", [{"NVFP4_SM90_SMALL_M": "0"}, {"NVFP4_SM90_TILE": "large"},
-                                 {"NVFP4_SM90_TILE": "medium"}])
-@pytest.mark.parametrize("m,n,k", [(16, 520, 4096), (128, 264, 1024), (1024, 2048, 512)])
+                                 {"NVFP4_SM90_TILE": "medium"}, {"NVFP4_SM90_SMALL_M_KERNEL": "ring"}])
+@pytest.mark.parametrize("m,n,k", [(16, 520, 4096), (128, 264, 1024), (1024, 2048, 512), (31, 4096, 4160)])
 def test_every_hopper_configuration(monkeypatch, env, m, n, k):
     """The same problems through the two-step path and each BF16 tile configuration."""
     if torch.cuda.get_device_capability() != (9, 0):

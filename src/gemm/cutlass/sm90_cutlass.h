@@ -27,6 +27,10 @@ struct Sm90CutlassArgs {
   const float* bias = nullptr;  // device [n] (16-byte aligned, zero-padded to a multiple of 4), or null
   int device = 0;
   int sm_count = 0;
+  // Persistent tile scheduler: largest swizzle of the tile order (1, 2, 4, 8; 0: CUTLASS's
+  // default) and raster order (0: CUTLASS's heuristic, 1: along M, 2: along N).
+  int swizzle = 0;
+  int raster = 0;
 };
 
 // One entry per compiled configuration.

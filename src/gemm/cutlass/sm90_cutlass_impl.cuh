@@ -121,6 +121,9 @@ struct Bf16Gemm {
 
     args.hw_info.device_id = p.device;
     args.hw_info.sm_count = p.sm_count;
+    if (p.swizzle > 0) args.scheduler.max_swizzle_size = p.swizzle;
+    using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+    args.scheduler.raster_order = p.raster == 1 ? Raster::AlongM : p.raster == 2 ? Raster::AlongN : Raster::Heuristic;
     return args;
   }
 

@@ -13,34 +13,30 @@
 // then the partial tiles are summed through distributed shared memory in rank order, so
 // the result is deterministic and no workspace or second launch is needed.
 //
-// Exactness: decoded operands are exact in FP16 too (E2M1 x E4M3: <= 6 significant bits,
-// |v| in [2^-10, 2688]); FP16 is used because the hardware converts E4M3 to FP16. Decode
-// of one E2M1 code c = (s, e1 e0, m): the byte s|0|0|e1 e0|m|0|0 read as E4M3 equals
-// value(c) * 2^-6 exactly, subnormal codes included (both formats put the implicit bit at
-// the same exponent), so cvt.rn.f16x2.e4m3x2 decodes two codes at once; the 2^6 goes into
-// the block scale, which is multiplied in FP16 (exact: the product is representable).
-// (tests/python/test_gemm_cuda.py checks this for all 16 codes x all 127 finite scales.)
+// Exactness and the K order of the decoded fragments: sm90_small_m_common.cuh.
 //
-// K order: the mma only needs A and B fragments to agree on which k each register slot
-// holds, and a block scale covers 16 consecutive elements, so the kernel permutes k inside
-// each 8-element word to whatever the decode produces cheaply, identically for both
-// operands: slot pairs (e0,e2),(e4,e6) | (e1,e3),(e5,e7) of each 32-bit word.
+// For M <= 32 the register-streaming kernel of sm90_small_m_stream.cu usually runs instead
+// (fewer instructions per byte, more warps); this one is its fallback and covers M <= 128.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/scale.h"
 #include "core/swizzle.h"
 #include "gemm/cutlass/sm90_small_m.h"
+#include "gemm/cutlass/sm90_small_m_common.cuh"
 
 namespace nvfp4::detail {
 namespace {
 
 namespace cg = cooperative_groups;
+using namespace small_m;
 
 constexpr int kThreads = 128;      // 4 warps
 constexpr int kWarps = kThreads / 32;
@@ -94,11 +90,7 @@ struct Params {
   int chunks_per_split;
 };
 
-// ---- PTX wrappers ----
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+// ---- cp.async wrappers ----
 
 // Copies the first src_bytes of a 16- (4-) byte piece and zero-fills the rest.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
@@ -111,65 +103,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// Two E4M3 bytes (low byte -> low half) to two FP16.
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v16) {
-  uint32_t r;
-  asm("{\n .reg .b16 t;\n cvt.u16.u32 t, %1;\n cvt.rn.f16x2.e4m3x2 %0, t;\n}\n" : "=r"(r) : "r"(v16));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
-  __half2 r = __hmul2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
-  return *reinterpret_cast<uint32_t*>(&r);
-}
-
-// Block scale byte -> FP16 pair (s * 2^6, s * 2^6), undoing decode8's 2^-6.
-__device__ __forceinline__ uint32_t scale_pair(uint32_t sb) {
-  const uint32_t s = e4m3x2_to_f16x2(sb | (sb << 8));
-  return hmul2(s, 0x54005400u);  // 64.0 in both halves
-}
-
-// 8 E2M1 codes (element i in nibble i) times the block scale -> 4 FP16 pairs in the
-// kernel's K order: (e0,e2), (e4,e6), (e1,e3), (e5,e7). Exact (see the top of the file).
-__device__ __forceinline__ void decode8(uint32_t w, uint32_t scale2, uint32_t (&d)[4]) {
-  // Even elements (low nibbles) and odd elements (high nibbles) as E4M3 bytes s|00|eem|00.
-  const uint32_t ev = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
-  const uint32_t od = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
-  d[0] = hmul2(e4m3x2_to_f16x2(ev & 0xffffu), scale2);
-  d[1] = hmul2(e4m3x2_to_f16x2(ev >> 16), scale2);
-  d[2] = hmul2(e4m3x2_to_f16x2(od & 0xffffu), scale2);
-  d[3] = hmul2(e4m3x2_to_f16x2(od >> 16), scale2);
-}
-
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float load_f(const void* p, nvfp4_dtype_t dt, int64_t i) {
-  switch (dt) {
-    case NVFP4_DTYPE_FLOAT16: return __half2float(static_cast<const __half*>(p)[i]);
-    case NVFP4_DTYPE_BFLOAT16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-
-__device__ __forceinline__ void store_f(void* p, nvfp4_dtype_t dt, int64_t i, float v) {
-  switch (dt) {
-    case NVFP4_DTYPE_FLOAT16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
-    case NVFP4_DTYPE_BFLOAT16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
-  }
-}
-
-__device__ __forceinline__ int64_t scale_offset(bool swizzled, int64_t r, int64_t c, int64_t cols) {
-  return swizzled ? core::swizzle_offset(r, c, cols) : r * cols + c;
 }
 
 template <class C>
@@ -188,6 +121,9 @@ __global__ void __launch_bounds__(kThreads) small_m_kernel(const __grid_constant
   const int nloc = max(0, c_end - c_begin);
   const int64_t kbytes = p.k / 2;
   const int64_t kscales = p.k / 16;
+  // Needed only after the cluster barrier: load now, off the critical path.
+  const float amax_a = __ldg(p.amax_a);
+  const float amax_b = __ldg(p.amax_b);
 
   // Source offsets of this thread's copies at chunk 0 (-1: a row past N or M). The 8
   // scale bytes of a row and chunk are two 4-byte pieces, contiguous in either layout,
@@ -385,7 +321,7 @@ __global__ void __launch_bounds__(kThreads) small_m_kernel(const __grid_constant
     __syncthreads();
   }
 
-  const float alpha = core::global_decode_scale(p.amax_a[0]) * core::global_decode_scale(p.amax_b[0]);
+  const float alpha = core::global_decode_scale(amax_a) * core::global_decode_scale(amax_b);
   // This CTA finishes columns [split * cols, (split + 1) * cols) of the tile.
   const int cols = C::BN / nsplit;
   const int mrows = min(p.m, C::MP);
@@ -522,7 +458,18 @@ bool sm90_small_m_applicable(const GemmJob& job) {
          aligned(job.sfb, 4);
 }
 
+// Benchmark knob, read on each call: NVFP4_SM90_SMALL_M_KERNEL=ring skips the streaming
+// kernel.
+static bool stream_kernel_enabled() {
+  const char* v = std::getenv("NVFP4_SM90_SMALL_M_KERNEL");
+  return v == nullptr || std::strcmp(v, "ring") != 0;
+}
+
 nvfp4_status_t sm90_small_m_gemm(const GemmJob& job, nvfp4_stream_t stream) {
+  if (job.m <= kSm90StreamMMax && stream_kernel_enabled()) {
+    bool launched = false;
+    if (nvfp4_status_t s = sm90_small_m_stream_gemm(job, stream, &launched); s != NVFP4_SUCCESS || launched) return s;
+  }
   if (job.m <= 8) return launch<Cfg<1, 2>>(job, stream);
   if (job.m <= 16) return launch<Cfg<2, 2>>(job, stream);
   if (job.m <= 32) return launch<Cfg<4, 2>>(job, stream);

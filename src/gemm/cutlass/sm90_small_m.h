@@ -16,7 +16,14 @@ constexpr int64_t kSm90SmallMMax = 128;
 // aligned. It needs no workspace.
 bool sm90_small_m_applicable(const GemmJob& job);
 
-// Runs the job (which must be applicable) on `stream`.
+// Runs the job (which must be applicable) on `stream`: the streaming kernel for
+// M <= kSm90StreamMMax where its limits allow, else the ring kernel.
 nvfp4_status_t sm90_small_m_gemm(const GemmJob& job, nvfp4_stream_t stream);
+
+// The register-streaming kernel (sm90_small_m_stream.cu). Leaves *launched false, with no
+// error, when the job is outside its limits (M, K too long for its shared memory, a
+// cluster that cannot be placed); the caller then runs the ring kernel.
+constexpr int64_t kSm90StreamMMax = 32;
+nvfp4_status_t sm90_small_m_stream_gemm(const GemmJob& job, nvfp4_stream_t stream, bool* launched);
 
 }  // namespace nvfp4::detail
