@@ -13,6 +13,16 @@ from .backends import BACKENDS, check_backend
 __all__ = ["gemm"]
 
 _OUT = (torch.bfloat16, torch.float16, torch.float32)
+_WS_CACHE: dict = {}
+
+
+def _cc_of(device: torch.device) -> int:
+    # The workspace a runner needs can depend on the architecture; devices of one
+    # process rarely differ, but the key must say which one it was.
+    if device.type != "cuda":
+        return 0
+    major, minor = torch.cuda.get_device_capability(device)
+    return major * 10 + minor
 
 
 def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: torch.dtype = torch.bfloat16,
@@ -71,7 +81,17 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
     c2 = d2 if (out is not None and beta != 0.0) else None
     args = (a.data, a.scales.view(torch.uint8), a.amax, b.data, b.scales.view(torch.uint8), b.amax,
             SCALE_LAYOUTS[a.scale_layout], c2, bias, float(beta), d2, BACKENDS[backend])
-    ws_bytes = _C.gemm_workspace_size(*args)
+    # The workspace size depends only on the problem's shape, dtypes, layout, backend and
+    # device; asking the library once per problem halves the per-call binding overhead
+    # that dominates small GEMMs.
+    key = (m, n, ka, a.scale_layout, backend, d.dtype, c2 is not None, None if bias is None else bias.dtype,
+           a.device, _cc_of(a.device))
+    ws_bytes = _WS_CACHE.get(key)
+    if ws_bytes is None:
+        ws_bytes = _C.gemm_workspace_size(*args)
+        if len(_WS_CACHE) > 4096:
+            _WS_CACHE.clear()
+        _WS_CACHE[key] = ws_bytes
     ws = torch.empty((ws_bytes,), dtype=torch.uint8, device=a.device) if ws_bytes else None
     _C.gemm(*args, ws, stream_of(a.device))
     return d
