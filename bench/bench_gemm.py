@@ -37,6 +37,7 @@ import torch
 
 try:
     import nvfp4
+    from nvfp4._gemm import clear_workspace_cache
 except ImportError as e:  # pragma: no cover
     sys.exit(f"bench_gemm: cannot import nvfp4 ({e})")
 
@@ -199,6 +200,7 @@ def bench_shape(m, n, k, backends, l2, hopper, quick, graph=True, kernels=False)
             continue
         saved = {key: os.environ.get(key) for key in env}
         os.environ.update(env)
+        clear_workspace_cache()  # the knobs can change the kernel, hence the workspace
         try:
             fn = lambda i: nvfp4.gemm(qa[i], qb[i], backend=be, out=out)  # noqa: E731
             sec = timed(fn, nq)
@@ -215,6 +217,7 @@ def bench_shape(m, n, k, backends, l2, hopper, quick, graph=True, kernels=False)
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = val
+            clear_workspace_cache()
     del a16, b16, qa, qb, out, d16
     torch.cuda.empty_cache()
     base = next((r["us"] for r in rows if r["method"] == "bf16" and r["us"]), None)

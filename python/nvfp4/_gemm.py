@@ -16,6 +16,13 @@ _OUT = (torch.bfloat16, torch.float16, torch.float32)
 _WS_CACHE: dict = {}
 
 
+def clear_workspace_cache() -> None:
+    """Forget the cached workspace sizes. Only needed after changing the NVFP4_SM90_*
+    tuning environment variables inside a running process (benchmarks do), since they
+    can change which kernel, and so which workspace, a problem gets."""
+    _WS_CACHE.clear()
+
+
 def _cc_of(device: torch.device) -> int:
     # The workspace a runner needs can depend on the architecture; devices of one
     # process rarely differ, but the key must say which one it was.
