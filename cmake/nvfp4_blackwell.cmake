@@ -19,52 +19,8 @@ if(NOT _nvfp4_bw_archs)
 endif()
 
 # ---- CUTLASS headers -----------------------------------------------------------------
-# Found once per build tree. NVFP4_CUTLASS_DIR (given by hand, or found by
-# cmake/nvfp4_cutlass.cmake for Hopper) wins; otherwise a previous configure's
-# NVFP4_CUTLASS_INCLUDE_DIR; otherwise the pip wheel nvidia-cutlass.
-set(NVFP4_CUTLASS_DIR "" CACHE PATH "CUTLASS include directory (holds cutlass/cutlass.h)")
-if(NVFP4_CUTLASS_DIR AND EXISTS "${NVFP4_CUTLASS_DIR}/cutlass/cutlass.h")
-  set(NVFP4_CUTLASS_INCLUDE_DIR "${NVFP4_CUTLASS_DIR}" CACHE PATH
-      "CUTLASS include directory used by nvfp4 (holds cutlass/cutlass.h)" FORCE)
-elseif(NOT NVFP4_CUTLASS_INCLUDE_DIR)
-  # pip's nvidia-cutlass keeps the C++ headers inside the cutlass_library package. Ask
-  # the interpreter that builds the module (scikit-build passes it) where that package
-  # is, without importing it: its __init__ imports scipy & co, absent with --no-deps.
-  set(_nvfp4_py "")
-  foreach(_cand IN ITEMS "${Python_EXECUTABLE}" "${Python3_EXECUTABLE}")
-    if(_cand AND EXISTS "${_cand}")
-      set(_nvfp4_py "${_cand}")
-      break()
-    endif()
-  endforeach()
-  if(NOT _nvfp4_py)
-    find_program(_nvfp4_bw_py NAMES python3 python)
-    set(_nvfp4_py "${_nvfp4_bw_py}")
-  endif()
-  set(_nvfp4_inc "")
-  if(_nvfp4_py)
-    execute_process(
-      COMMAND "${_nvfp4_py}" -c
-              "import importlib.util as u, os; s = u.find_spec('cutlass_library'); print(os.path.join(list(s.submodule_search_locations)[0], 'source', 'include'))"
-      OUTPUT_VARIABLE _nvfp4_inc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _nvfp4_rc)
-    if(NOT _nvfp4_rc EQUAL 0)
-      set(_nvfp4_inc "")
-    endif()
-  endif()
-  if(NOT _nvfp4_inc OR NOT EXISTS "${_nvfp4_inc}/cutlass/cutlass.h")
-    message(FATAL_ERROR
-      "nvfp4: the Blackwell GEMMs (100a/120a in NVFP4_CUDA_ARCHS) need the CUTLASS headers, which were not found.\n"
-      "  Install them with:  pip install --no-deps nvidia-cutlass\n"
-      "  (into the Python environment that builds nvfp4), or pass -DNVFP4_CUTLASS_DIR=<cutlass>/include,\n"
-      "  or leave 100a and 120a out of NVFP4_CUDA_ARCHS.")
-  endif()
-  set(NVFP4_CUTLASS_INCLUDE_DIR "${_nvfp4_inc}" CACHE PATH
-      "CUTLASS include directory used by nvfp4 (holds cutlass/cutlass.h)" FORCE)
-endif()
-if(NOT EXISTS "${NVFP4_CUTLASS_INCLUDE_DIR}/cutlass/cutlass.h")
-  message(FATAL_ERROR "nvfp4: NVFP4_CUTLASS_INCLUDE_DIR=${NVFP4_CUTLASS_INCLUDE_DIR} has no cutlass/cutlass.h "
-                      "(remove it from the cache or point it at a CUTLASS include/ directory)")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/nvfp4_find_cutlass.cmake)
+set(NVFP4_CUTLASS_INCLUDE_DIR "${NVFP4_CUTLASS_DIR}")
 # The sm100 block-scaled builders need CUTLASS >= 3.8; the headers we build against are 4.x.
 file(STRINGS "${NVFP4_CUTLASS_INCLUDE_DIR}/cutlass/version.h" _nvfp4_cutlass_major
      REGEX "^#define CUTLASS_MAJOR [0-9]+")
@@ -73,7 +29,6 @@ if(_nvfp4_cutlass_major LESS 4)
   message(FATAL_ERROR "nvfp4: CUTLASS ${_nvfp4_cutlass_major}.x at ${NVFP4_CUTLASS_INCLUDE_DIR} is too old for "
                       "the Blackwell block-scaled GEMMs; pip install --no-deps 'nvidia-cutlass>=4'")
 endif()
-message(STATUS "nvfp4: CUTLASS headers (Blackwell): ${NVFP4_CUTLASS_INCLUDE_DIR}")
 
 # ---- one OBJECT library per architecture -----------------------------------------------
 # Each file is compiled for its own target only (~100 CPU-s and ~5 GB per CUTLASS file
