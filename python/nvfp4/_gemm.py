@@ -23,15 +23,6 @@ def clear_workspace_cache() -> None:
     _WS_CACHE.clear()
 
 
-def _cc_of(device: torch.device) -> int:
-    # The workspace a runner needs can depend on the architecture; devices of one
-    # process rarely differ, but the key must say which one it was.
-    if device.type != "cuda":
-        return 0
-    major, minor = torch.cuda.get_device_capability(device)
-    return major * 10 + minor
-
-
 def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: torch.dtype = torch.bfloat16,
          bias: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None, beta: float = 0.0) -> torch.Tensor:
     """FP4 GEMM of two NVFP4 tensors quantized along K (their rowwise data).
@@ -92,7 +83,7 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
     # device; asking the library once per problem halves the per-call binding overhead
     # that dominates small GEMMs.
     key = (m, n, ka, a.scale_layout, backend, d.dtype, c2 is not None, None if bias is None else bias.dtype,
-           a.device, _cc_of(a.device))
+           a.device)
     ws_bytes = _WS_CACHE.get(key)
     if ws_bytes is None:
         ws_bytes = _C.gemm_workspace_size(*args)

@@ -23,23 +23,19 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import _gemm, _quantize
-from .._format import RHT_COLUMNWISE, RHT_ROWWISE, mask_to_signs
+from .._format import BLOCKS, RHT_COLUMNWISE, RHT_ROWWISE, ROUNDINGS, mask_to_signs
 from .._tensor import NVFP4Tensor, _Direction
 
 __all__ = ["quantize", "quantize_weight", "gemm", "unpack", "pack", "new_cache_slot", "invalidate_weight_caches",
            "weight_generation", "BLOCK", "ROUNDING"]
 
-BLOCK = {"1d": 0, "2d": 1}
-ROUNDING = {"rtn": 0, "sr": 1}
+BLOCK = BLOCKS
+ROUNDING = ROUNDINGS
 _BLOCK_NAME = {v: k for k, v in BLOCK.items()}
 _ROUNDING_NAME = {v: k for k, v in ROUNDING.items()}
 _RHT_ARG = {0: False, RHT_ROWWISE: "rowwise", RHT_COLUMNWISE: "columnwise", RHT_ROWWISE | RHT_COLUMNWISE: True}
 
 Six = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-def _swizzled_scale_shape(rows, cols):
-    return ((rows + 127) // 128 * 128, (cols // 16 + 3) // 4 * 4)
 
 
 def _empty_dir(like: torch.Tensor):
@@ -57,20 +53,16 @@ def _run_quantize(x, block, rounding, rht, sign_mask, seed, offset, rowwise, col
 
 
 def _fake_quantize(x, rowwise, columnwise) -> Six:
+    # The same allocation as nvfp4.quantize (one definition of the output shapes); under
+    # fake tensor mode it makes fake tensors.
     rows, cols = x.shape
-    if rowwise:
-        row = (x.new_empty((rows, cols // 2), dtype=torch.uint8),
-               x.new_empty(_swizzled_scale_shape(rows, cols), dtype=torch.float8_e4m3fn),
-               x.new_empty((1,), dtype=torch.float32))
-    else:
-        row = _empty_dir(x)
-    if columnwise:
-        prow = (rows + 15) // 16 * 16
-        col = (x.new_empty((cols, prow // 2), dtype=torch.uint8),
-               x.new_empty(_swizzled_scale_shape(cols, prow), dtype=torch.float8_e4m3fn),
-               x.new_empty((1,), dtype=torch.float32))
-    else:
-        col = _empty_dir(x)
+
+    def alloc(r, c):
+        data, scales, amax = _quantize._alloc_direction(r, c, "swizzled", x.device)
+        return data, scales.view(torch.float8_e4m3fn), amax
+
+    row = alloc(rows, cols) if rowwise else _empty_dir(x)
+    col = alloc(cols, (rows + 15) // 16 * 16) if columnwise else _empty_dir(x)
     return (*row, *col)
 
 
