@@ -96,9 +96,16 @@ typedef struct {
   uint32_t rht_sign_mask;          /* bit i set: sign -1 for lane i; see nvfp4_default_rht_sign_mask */
   uint64_t seed;                   /* stochastic rounding: Philox4x32-10 key */
   uint64_t offset;                 /* stochastic rounding: counter offset */
+  /* Optional (NULL: unused): address of a 64-bit counter in the input's memory space (device
+   * memory for CUDA inputs, host memory for CPU inputs, 8-byte aligned) whose value is added
+   * to `offset` when the work runs, not when the call is made. A CUDA graph that captured the
+   * call then draws fresh random bits on each replay as long as something advances the
+   * counter on the device. */
+  const uint64_t* offset_device;
 } nvfp4_quant_config_t;
 
-/* Fills *cfg with: 1D, round-to-nearest, swizzled scales, no RHT, default signs, seed 0. */
+/* Fills *cfg with: 1D, round-to-nearest, swizzled scales, no RHT, default signs, seed 0,
+ * offset 0, no offset_device. */
 NVFP4_API void nvfp4_quant_config_default(nvfp4_quant_config_t* cfg);
 NVFP4_API uint32_t nvfp4_default_rht_sign_mask(void);
 

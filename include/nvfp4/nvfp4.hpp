@@ -440,6 +440,8 @@ class QuantConfig {
   /// NVFP4_RHT_* mask: which outputs get the 16-point Random Hadamard Transform.
   QuantConfig& rht(std::uint32_t mask) noexcept { c_.rht = mask; return *this; }
   QuantConfig& rht_sign_mask(std::uint32_t mask) noexcept { c_.rht_sign_mask = mask; return *this; }
+  /// A counter (in the input's memory space) added to the offset when the work runs.
+  QuantConfig& offset_device(const std::uint64_t* counter) noexcept { c_.offset_device = counter; return *this; }
 
   nvfp4_scale_layout_t scale_layout() const noexcept { return c_.scale_layout; }
   const nvfp4_quant_config_t& c() const noexcept { return c_; }

@@ -84,7 +84,12 @@ void apply_rht_rows(std::vector<float>& v, int64_t rows, int64_t cols, uint32_t 
 
 }  // namespace
 
-nvfp4_status_t cpu_quantize(const QuantJob& job) {
+nvfp4_status_t cpu_quantize(const QuantJob& job_in) {
+  // The counter behind offset_device is read now, when the work runs (kernels read it
+  // on the device the same way).
+  QuantJob job = job_in;
+  if (job.cfg.offset_device) job.cfg.offset += *job.cfg.offset_device;
+  job.cfg.offset_device = nullptr;
   const int64_t R = job.rows, C = job.cols;
   if (job.row.data) {
     std::vector<float> v(static_cast<size_t>(R * C));

@@ -28,6 +28,7 @@ struct RowwiseArgs {
   int swizzled;
   uint32_t sign_mask;
   uint64_t seed, offset;
+  const uint64_t* offset_device;  // optional: added to offset, read when the kernel runs
   int tiles_r, tiles_c;  // ceil(rows/128), ceil(cols/64)
 };
 
@@ -43,6 +44,7 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
   __shared__ EncodeTable tab;
   const core::GlobalScale gs = core::make_global_scale(*a.amax);
   const TensorScale ts = make_tensor_scale(gs);
+  const uint64_t sr_offset = kSR ? a.offset + (a.offset_device ? *a.offset_device : 0) : 0;
   fill_encode_table(tab, gs.dec);
   __syncthreads();
 
@@ -113,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
       } else {
         bamax = raw_absmax_bits<T>(b[k]);
       }
-      const Encoded o = encode_block<kSR>(v, bamax, ts, tab, a.seed, a.offset, e0);
+      const Encoded o = encode_block<kSR>(v, bamax, ts, tab, a.seed, sr_offset, e0);
       if (ok) *reinterpret_cast<uint2*>(a.data + e0 / 2) = make_uint2(o.lo, o.hi);
       if (a.swizzled)  // every byte of the tile's 512, padding included (as 0)
         a.scales[c.tile * 512 + soff[k]] = ok ? static_cast<uint8_t>(o.scale) : uint8_t{0};
@@ -160,6 +162,7 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   a.sign_mask = job.cfg.rht_sign_mask;
   a.seed = job.cfg.seed;
   a.offset = job.cfg.offset;
+  a.offset_device = job.cfg.offset_device;
   const int64_t tiles_r = (job.rows + 127) / 128, tiles_c = (job.cols / kBlock + 3) / 4;
   if (job.rows > INT32_MAX - 128 || tiles_r * tiles_c > INT32_MAX || job.cols / kBlock > INT32_MAX)
     return fail(NVFP4_ERROR_NOT_SUPPORTED, "nvfp4 quantize: tensor too large for the CUDA kernels");

@@ -45,6 +45,7 @@ struct TileArgs {
   int swizzled, row_rht, col_rht;
   uint32_t sign_mask;
   uint64_t seed, offset;
+  const uint64_t* offset_device;  // optional: added to offset, read when the kernel runs
   int tiles_r, tiles_c;  // tiles_c covers the widest padded output
 };
 
@@ -72,6 +73,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   __shared__ uint32_t tam[2][8][4];  // 2D: amax bits of the tile's 8 x 4 16x16 tiles, double-buffered
 
   const bool do_row = a.rdata != nullptr, do_col = a.cdata != nullptr;
+  const uint64_t sr_offset = kSR ? a.offset + (a.offset_device ? *a.offset_device : 0) : 0;
   TensorScale ts_r{}, ts_c{};
   if (do_row) {
     const core::GlobalScale g = core::make_global_scale(*a.ramax);
@@ -174,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
           bamax = raw_absmax_bits<T>(b[k]);
         }
         const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
-        store_row(c, k, encode_block<kSR>(v, bamax, ts_r, tab_r, a.seed, a.offset, e0));
+        store_row(c, k, encode_block<kSR>(v, bamax, ts_r, tab_r, a.seed, sr_offset, e0));
       }
     }
     if (k2D && threadIdx.x < 32) (&tam[pb ^ 1][0][0])[threadIdx.x] = 0u;  // for the next tile
@@ -187,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
       to_float<T>(b[k], v);
       const uint32_t s = block_scale_byte(tam[pb][rt[k] >> 4][bq], ts_r);
       const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
-      store_row(c, k, encode_with_scale<kSR>(v, s, tab_r, a.seed, a.offset, e0));
+      store_row(c, k, encode_with_scale<kSR>(v, s, tab_r, a.seed, sr_offset, e0));
     }
   };
 
@@ -203,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
       s = block_scale_byte(absmax_bits(v), ts_c);
     }
     const uint64_t idx0 = static_cast<uint64_t>(col) * static_cast<uint64_t>(a.rp) + static_cast<uint64_t>(r0);
-    const Encoded o = encode_with_scale<kSR>(v, s, tab_c, a.seed, a.offset, idx0);
+    const Encoded o = encode_with_scale<kSR>(v, s, tab_c, a.seed, sr_offset, idx0);
     const bool ok = col < a.cols && r0 < a.rp;
     if (ok) *reinterpret_cast<uint2*>(a.cdata + idx0 / 2) = make_uint2(o.lo, o.hi);
     const int sci = c.tr * 8 + rb;  // scale column of x^T
@@ -296,6 +298,7 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   a.sign_mask = job.cfg.rht_sign_mask;
   a.seed = job.cfg.seed;
   a.offset = job.cfg.offset;
+  a.offset_device = job.cfg.offset_device;
   // Columns to cover: x itself, the rowwise swizzled padding (to 64) and the columnwise
   // swizzled padding (rows of x^T to 128).
   int64_t cols_ext = job.cols;
