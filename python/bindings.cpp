@@ -74,6 +74,66 @@ struct Quantized {
   }
 };
 
+// ---- raw-pointer fast path (nvfp4's own torch ops) ---------------------------------
+// The package's op layer allocates every buffer itself and knows its size, so it passes
+// addresses and shapes as integers: converting a torch tensor through DLPack costs ~5 us a
+// tensor, which would dominate a small GEMM. The C API still validates shapes, dtypes,
+// devices and alignment; only the buffer sizes behind the addresses are the caller's word.
+nvfp4_tensor_t raw2(uintptr_t ptr, nvfp4_dtype_t dt, int64_t r, int64_t c, int dev_type, int dev_id) {
+  nvfp4_tensor_t t{};
+  t.data = reinterpret_cast<void*>(ptr);
+  t.dtype = dt;
+  t.ndim = 2;
+  t.shape[0] = r;
+  t.shape[1] = c;
+  t.strides[0] = c;
+  t.strides[1] = 1;
+  t.device_type = dev_type == 1 ? NVFP4_DEVICE_CUDA : NVFP4_DEVICE_CPU;
+  t.device_id = dev_id;
+  return t;
+}
+
+nvfp4_tensor_t raw1(uintptr_t ptr, nvfp4_dtype_t dt, int64_t n, int dev_type, int dev_id) {
+  nvfp4_tensor_t t = raw2(ptr, dt, n, 1, dev_type, dev_id);
+  t.ndim = 1;
+  t.strides[0] = 1;
+  return t;
+}
+
+// One quantized orientation [rows, cols] at (data, scales, amax) addresses.
+nvfp4_quantized_t raw_q(uintptr_t data, uintptr_t scales, uintptr_t amax, int64_t rows, int64_t cols, int layout,
+                        int dev_type, int dev_id) {
+  nvfp4_quantized_t q{};
+  q.data = raw2(data, NVFP4_DTYPE_UINT8, rows, cols / 2, dev_type, dev_id);
+  const int64_t sc = cols / 16;
+  const int64_t sr = layout == NVFP4_SCALES_SWIZZLED ? (rows + 127) / 128 * 128 : rows;
+  const int64_t scc = layout == NVFP4_SCALES_SWIZZLED ? (sc + 3) / 4 * 4 : sc;
+  q.scales = raw2(scales, NVFP4_DTYPE_E4M3, sr, scc, dev_type, dev_id);
+  q.amax = raw1(amax, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id);
+  return q;
+}
+
+nvfp4_dtype_t dtype_arg(int v, const char* name) {
+  if (v < NVFP4_DTYPE_FLOAT32 || v > NVFP4_DTYPE_FLOAT64)
+    throw nb::value_error((std::string(name) + ": unknown dtype code " + std::to_string(v)).c_str());
+  return static_cast<nvfp4_dtype_t>(v);
+}
+
+nvfp4_gemm_args_t raw_gemm_args(const nvfp4_quantized_t& a, const nvfp4_quantized_t& b, int layout,
+                                const nvfp4_tensor_t* c, const nvfp4_tensor_t* bias, float beta, nvfp4_tensor_t* d,
+                                int backend) {
+  nvfp4_gemm_args_t args{};
+  args.a = &a;
+  args.b = &b;
+  args.scale_layout = static_cast<nvfp4_scale_layout_t>(layout);
+  args.c = c;
+  args.bias = bias;
+  args.beta = beta;
+  args.d = d;
+  args.backend = static_cast<nvfp4_backend_t>(backend);
+  return args;
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -184,4 +244,54 @@ NB_MODULE(_C, m) {
   m.def("build_cuda_archs", []() { return std::string(nvfp4_build_cuda_archs()); });
   m.def("version", []() { return std::string(nvfp4_version_string()); });
   m.def("default_rht_sign_mask", []() { return nvfp4_default_rht_sign_mask(); });
+
+  // ---- raw-pointer fast path: see raw2() above -------------------------------------
+  // quantize_raw(x, dtype, rows, cols, (row data, scales, amax) or 0s, (col ...) or 0s,
+  //              block, rounding, layout, rht, sign_mask, seed, offset, offset_device,
+  //              device_type, device_id, stream). Columnwise outputs are [cols, roundup(rows,16)].
+  m.def("quantize_raw",
+        [](uintptr_t x, int dtype, int64_t rows, int64_t cols, uintptr_t rd, uintptr_t rs, uintptr_t ra, uintptr_t cd,
+           uintptr_t cs, uintptr_t ca, int block, int rounding, int layout, uint32_t rht, uint32_t sign_mask,
+           uint64_t seed, uint64_t offset, uintptr_t offset_device, int dev_type, int dev_id, uintptr_t stream) {
+          nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), rows, cols, dev_type, dev_id);
+          nvfp4_quant_config_t cfg;
+          nvfp4_quant_config_default(&cfg);
+          cfg.block = static_cast<nvfp4_block_t>(block);
+          cfg.rounding = static_cast<nvfp4_rounding_t>(rounding);
+          cfg.scale_layout = static_cast<nvfp4_scale_layout_t>(layout);
+          cfg.rht = rht;
+          cfg.rht_sign_mask = sign_mask;
+          cfg.seed = seed;
+          cfg.offset = offset;
+          cfg.offset_device = reinterpret_cast<const uint64_t*>(offset_device);
+          const int64_t rp = (rows + 15) / 16 * 16;
+          nvfp4_quantized_t row = raw_q(rd, rs, ra, rows, cols, layout, dev_type, dev_id);
+          nvfp4_quantized_t col = raw_q(cd, cs, ca, cols, rp, layout, dev_type, dev_id);
+          nb::gil_scoped_release nogil;
+          check(nvfp4_quantize(&in, &cfg, rd ? &row : nullptr, cd ? &col : nullptr, stream_of(stream)));
+        });
+
+  // gemm_raw(a (data, scales, amax), b (...), m, n, k, layout, c, c_dtype, bias, bias_dtype, beta,
+  //          d, d_dtype, backend, workspace, workspace_bytes, device_type, device_id, stream);
+  // with workspace_bytes == -1 it only returns the workspace size the call needs.
+  m.def("gemm_raw",
+        [](uintptr_t ad, uintptr_t as, uintptr_t aa, uintptr_t bd, uintptr_t bs, uintptr_t ba, int64_t M, int64_t N,
+           int64_t K, int layout, uintptr_t c, int c_dtype, uintptr_t bias, int bias_dtype, float beta, uintptr_t d,
+           int d_dtype, int backend, uintptr_t ws, int64_t ws_bytes, int dev_type, int dev_id, uintptr_t stream) {
+          nvfp4_quantized_t a = raw_q(ad, as, aa, M, K, layout, dev_type, dev_id);
+          nvfp4_quantized_t b = raw_q(bd, bs, ba, N, K, layout, dev_type, dev_id);
+          nvfp4_tensor_t dt = raw2(d, dtype_arg(d_dtype, "out"), M, N, dev_type, dev_id);
+          nvfp4_tensor_t ct = c ? raw2(c, dtype_arg(c_dtype, "c"), M, N, dev_type, dev_id) : nvfp4_tensor_t{};
+          nvfp4_tensor_t bt = bias ? raw1(bias, dtype_arg(bias_dtype, "bias"), N, dev_type, dev_id) : nvfp4_tensor_t{};
+          nvfp4_gemm_args_t args = raw_gemm_args(a, b, layout, c ? &ct : nullptr, bias ? &bt : nullptr, beta, &dt,
+                                                 backend);
+          if (ws_bytes < 0) {
+            size_t bytes = 0;
+            check(nvfp4_gemm_workspace_size(&args, &bytes));
+            return static_cast<int64_t>(bytes);
+          }
+          nb::gil_scoped_release nogil;
+          check(nvfp4_gemm(&args, reinterpret_cast<void*>(ws), static_cast<size_t>(ws_bytes), stream_of(stream)));
+          return int64_t{0};
+        });
 }

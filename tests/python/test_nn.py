@@ -49,7 +49,7 @@ def lib_alpha(amax_a, amax_b):
     sc[0, 0] = 0x38  # e4m3 1.0
     sc = sc.view(torch.float8_e4m3fn)
     dev = amax_a.device
-    alpha = ops.gemm((data.to(dev), sc.to(dev), amax_a), (data.to(dev), sc.to(dev), amax_b), "auto", torch.float32)
+    alpha = ops.gemm((data.to(dev), sc.to(dev), amax_a), (data.to(dev), sc.to(dev), amax_b), 0, torch.float32)
     alpha = alpha[0, 0].cpu()
     want = s_dec(amax_a) * s_dec(amax_b)
     # bit-exact on the CPU reference; a device may round its alpha differently by an ulp
@@ -213,7 +213,7 @@ def test_inference_mode_and_no_grad():
         assert_equal(layer(x), want, "no_grad forward")
     with torch.inference_mode():
         assert_equal(layer(x), want, "inference forward")
-    assert layer.sr_step == 0  # no training forward happened
+    assert int(layer.sr_step) == 0  # no training step happened
 
 
 # ------------------------------------------------------------------------------ determinism and seeds
@@ -242,46 +242,141 @@ def test_sr_off_is_deterministic_and_sr_reproducible():
     assert not torch.equal(a[1], run_layer(lc, x, dy)[1])
     # and resuming at a step reproduces that step
     ld = nn4.Linear.from_linear(copy.deepcopy(lin), r, layer_index=2)
-    ld.sr_step = 1
+    nn4.set_sr_step(ld, 1)
     assert torch.equal(run_layer(ld, x, dy)[1], a2[1])
     assert nn4.layer_seed(7, 2) != nn4.layer_seed(7, 3) != nn4.layer_seed(8, 2)
 
 
-# ------------------------------------------------------------------------------ weight cache and accumulation
-def _count_quantizations(monkeypatch):
-    calls = []
-    real = ops._run_quantize
+# ------------------------------------------------------------------------------ the weight is never stale
+class _OpSpy:
+    """Every call of the Linear's two ops, with copies of their tensor inputs, the SR counter
+    value they read, and their outputs. The op bodies run both eagerly and from inside an
+    inductor graph, so eager and compiled runs can be compared op by op."""
 
-    def counting(x, *a):
-        calls.append(tuple(x.shape))
-        return real(x, *a)
+    def __init__(self, monkeypatch):
+        self.run = "eager"
+        self.calls = {"eager": [], "compiled": []}
+        real_fwd, real_bwd = ops._linear_fwd_impl, ops._linear_bwd_impl
+        C = ops.LinearConfig
 
-    monkeypatch.setattr(ops, "_run_quantize", counting)
-    return calls
+        def fwd(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
+            step = int(counter)
+            out = real_fwd(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
+            key = ("fwd", tuple(x.shape), cfg[C.SEED_X], tuple(cfg), save_xt, save_wt, w_mode)
+            (m, k), n = x.shape, w.shape[0]
+            res = [out[0].detach().clone()]
+            if save_xt:
+                res += [t.clone() for t in ops.unpack(out[1], k, (m + 15) // 16 * 16)]
+            if out[2].numel():
+                res += [t.clone() for t in ops.unpack(out[2], k, (n + 15) // 16 * 16)]
+            self.calls[self.run].append((key, step, [x.detach().clone(), w.detach().clone()], res))
+            return out
+
+        def bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
+            step = int(counter)
+            ins = [dy.detach().clone(), xt.detach().clone(), wt.detach().clone()]
+            out = real_bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
+            key = ("bwd", tuple(dy.shape), cfg[C.SEED_DY], tuple(cfg), k, need_dx, need_dw)
+            self.calls[self.run].append((key, step, ins, [t.detach().clone() for t in out]))
+            return out
+
+        monkeypatch.setattr(ops, "_linear_fwd_impl", fwd)
+        monkeypatch.setattr(ops, "_linear_bwd_impl", bwd)
+
+    def count(self, kind, run="eager"):
+        return sum(1 for c in self.calls[run] if c[0][0] == kind)
+
+    def pairs(self):
+        """(key, eager record, compiled record), paired by layer and pass: inductor may run
+        independent ops in another order."""
+        e, c = (sorted(self.calls[r], key=lambda t: repr(t[0])) for r in ("eager", "compiled"))
+        assert [t[0] for t in e] == [t[0] for t in c], "eager and compiled ran different ops"
+        return [(a[0], a[1:], b[1:]) for a, b in zip(e, c)]
+
+    def dy(self, seed):
+        """The (padded) dY each run fed to the backward op of the layer whose dY seed is `seed`."""
+        return next((e[1][0], c[1][0]) for key, e, c in self.pairs() if key[0] == "bwd" and key[2] == seed)
 
 
-def test_weight_quantized_once_per_step(monkeypatch):
+def test_weight_never_stale():
+    """Every way a weight can change is seen by the next forward: an optimizer step, an
+    in-place edit, an edit through .data (no version bump: what peft's merge does),
+    load_state_dict, a copy_ into the parameter."""
     x, dy, lin = make()
-    layer = nn4.Linear.from_linear(copy.deepcopy(lin), nn4.get_recipe("nvfp4", backend="reference"))
-    calls = _count_quantizations(monkeypatch)
+    r = nn4.get_recipe("nvfp4", backend="reference")
+    layer = nn4.Linear.from_linear(copy.deepcopy(lin), r)
+
+    def check(what):
+        y = layer(x).detach()
+        want = reference_linear(x, layer.weight, layer.bias, dy, r)["y"]
+        assert_equal(y, want, what)
+
+    check("fresh layer")
     opt = torch.optim.SGD(layer.parameters(), lr=0.1)
-    wshape = tuple(lin.weight.shape)
-    for micro in range(3):
-        run_layer(layer, x, dy)
-    assert calls.count(wshape) == 1, calls
-    opt.step()
     run_layer(layer, x, dy)
-    assert calls.count(wshape) == 2, "an optimizer step must invalidate the cached weight"
+    opt.step()
+    check("after an optimizer step")
     with torch.no_grad():
-        layer.weight.mul_(0.5)  # an in-place change bumps the version counter
-    y = layer(x)
-    assert calls.count(wshape) == 3
-    want = reference_linear(x, layer.weight, layer.bias, dy, layer.recipe)["y"]
-    assert_equal(y.detach(), want, "forward after a weight change")
-    layer.weight.data.mul_(2.0)  # .data bypasses the version counter: the documented escape hatch
-    nn4.invalidate_weight_caches()
-    layer(x)
-    assert calls.count(wshape) == 4
+        layer.weight.mul_(0.5)
+    check("after an in-place change")
+    layer.weight.data.add_(0.01)  # .data: no version bump
+    check("after an edit through .data")
+    other = nn.Linear(64, 48)
+    layer.load_state_dict(other.state_dict())
+    check("after load_state_dict")
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(48, 64) * 0.1)
+    check("after copy_")
+
+
+def test_weight_reuse_across_microbatches(monkeypatch):
+    x, dy, lin = make()
+    x2, dy2 = x * 0.5 + 1, dy.flip(0)
+    r = nn4.get_recipe("nvfp4", backend="reference")
+    ref = nn4.Linear.from_linear(copy.deepcopy(lin), r)
+    layer = nn4.Linear.from_linear(copy.deepcopy(lin), r)
+    with pytest.raises(RuntimeError, match="mode"):
+        layer.set_weight_reuse("reuse")  # nothing stored yet
+    with pytest.raises(ValueError, match="mode"):
+        layer.set_weight_reuse("sometimes")
+    spy = _OpSpy(monkeypatch)
+    got, want = [], []
+    for i, (xi, dyi) in enumerate(((x, dy), (x2, dy2), (x, dy2))):
+        nn4.set_weight_reuse(layer, "store" if i == 0 else "reuse")
+        got.append(run_layer(layer, xi, dyi))
+        want.append(run_layer(ref, xi, dyi))
+    # the kept quantization gives exactly what quantizing again gives
+    for g, w in zip(got, want):
+        for a, b, what in zip(g, w, ("y", "dx", "dw", "db")):
+            assert torch.equal(a, b), what
+    modes = [c[0][6] for c in spy.calls["eager"] if c[0][0] == "fwd"]
+    assert modes == [ops.W_STORE, ops.W_FRESH, ops.W_REUSE, ops.W_FRESH, ops.W_REUSE, ops.W_FRESH], modes
+    # back to the default: quantized on every forward
+    nn4.set_weight_reuse(layer, None)
+    assert layer.weight_reuse is None
+    assert torch.equal(run_layer(layer, x, dy)[0], run_layer(ref, x, dy)[0])
+
+
+def test_shared_layer_twice_in_one_forward():
+    """A layer applied twice in one forward (shared weights): both backward passes run, the
+    counter advances twice, and the gradient is the sum of the two uses' gradients."""
+    x, _, lin = make(k=64, n=64)
+    r = nn4.get_recipe("nvfp4", backend="reference")
+    layer = nn4.Linear.from_linear(copy.deepcopy(lin), r)
+    xx = x.clone().requires_grad_()
+    layer(torch.relu(layer(xx))).square().sum().backward()
+    assert int(layer.sr_step) == 2
+    assert torch.isfinite(layer.weight.grad).all() and torch.isfinite(xx.grad).all()
+
+
+def test_devices_refused_by_name():
+    layer = nn4.Linear(64, 64, device="meta")
+    with pytest.raises(ValueError, match="x: "):
+        layer(torch.randn(8, 64))  # mixed meta / cpu
+    with pytest.raises(ValueError, match="meta"):
+        layer(torch.randn(8, 64, device="meta"))
+    with pytest.raises(ValueError, match="layer_index"):
+        nn4.Linear(64, 64, layer_index=-1)
 
 
 def test_gradient_accumulation():
@@ -326,17 +421,27 @@ def test_saved_activation_memory():
 def test_state_dict_round_trip():
     _, _, lin = make()
     layer = nn4.Linear(64, 48, recipe="nvfp4")
-    assert set(layer.state_dict()) == set(lin.state_dict()) == {"weight", "bias"}
-    layer.load_state_dict(lin.state_dict())
-    assert torch.equal(layer.weight, lin.weight)
-    plain = nn.Linear(64, 48)
-    plain.load_state_dict(layer.state_dict())
-    assert torch.equal(plain.bias, lin.bias)
+    # nn.Linear's parameters plus the stochastic-rounding counter, so that a resume continues
+    # the random streams
+    assert set(layer.state_dict()) == {"weight", "bias", "sr_step"}
+    layer.load_state_dict(lin.state_dict())  # a checkpoint from before conversion: no counter
+    assert torch.equal(layer.weight, lin.weight) and int(layer.sr_step) == 0
+    nn4.set_sr_step(layer, 7)
+    other = nn4.Linear(64, 48, recipe="nvfp4")
+    other.load_state_dict(layer.state_dict())
+    assert int(other.sr_step) == 7
+    with pytest.raises(RuntimeError, match="weight"):  # other missing keys still count
+        other.load_state_dict({"bias": lin.bias})
+    # unconvert gives back nn.Linear's state_dict
+    plain = copy.deepcopy(layer).to_linear()
+    assert set(plain.state_dict()) == {"weight", "bias"} and type(plain) is nn.Linear
     # the parameters are nn.Linear's, in the same order, and survive a pickle round trip
     assert [n for n, _ in layer.named_parameters()] == ["weight", "bias"]
     clone = copy.deepcopy(layer)
-    assert clone._slot != layer._slot and clone.recipe == layer.recipe
+    assert clone.recipe == layer.recipe and int(clone.sr_step) == 7 and clone.sr_step is not layer.sr_step
     assert isinstance(layer, nn.Linear) and "recipe=nvfp4" in repr(layer)
+    with pytest.raises(ValueError, match="step"):
+        nn4.set_sr_step(layer, -1)
 
 
 def test_constructor_and_dtypes():
@@ -396,9 +501,11 @@ def test_convert_selection_and_unconvert():
     assert type(model.embed) is nn.Embedding
     # in place: the same parameters (the optimizer keeps working), the same state_dict
     assert any(p is model.blocks[0].up.weight for p in opt.param_groups[0]["params"])
-    assert before.keys() == model.state_dict().keys()
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    after = model.state_dict()
+    assert set(after) - set(before) == {n + ".sr_step" for n in names} and set(before) <= set(after)
+    assert all(torch.equal(before[k], after[k]) for k in before)
     nn4.unconvert(model)
+    assert model.state_dict().keys() == before.keys()
     assert nn4.converted_layers(model) == [] and type(model.blocks[0].up) is nn.Linear
     assert not hasattr(model.blocks[0].up, "recipe")
 
@@ -494,7 +601,7 @@ def test_compile_fullgraph_no_graph_breaks():
         assert torch.equal(xe.grad, xc.grad)
         for pe, pc in zip(eager.parameters(), mlp.parameters()):
             assert torch.equal(pe.grad, pc.grad)
-    assert mlp[0].sr_step == 2
+    assert int(mlp[0].sr_step) == 2
     from torch._dynamo.utils import counters
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert counters["stats"]["unique_graphs"] == 1
@@ -520,34 +627,27 @@ def _inductor_or_skip(device="cpu"):
     _reset_dynamo()
 
 
-class _QuantizeSpy:
-    """Every quantization the custom ops run. The op's Python body runs both eagerly and
-    from inside an inductor graph, so eager and compiled runs can be compared op by op."""
-
-    def __init__(self, monkeypatch):
-        self.run = None
-        self.calls = {"eager": [], "compiled": []}
-        real = ops._run_quantize
-
-        def spy(x, block, rounding, rht, sign_mask, seed, offset, rowwise, columnwise):
-            out = real(x, block, rounding, rht, sign_mask, seed, offset, rowwise, columnwise)
-            key = (tuple(x.shape), block, rounding, rht, sign_mask, seed, rowwise, columnwise)
-            self.calls[self.run].append((key, offset, x.detach().clone(), [t.detach().clone() for t in out]))
-            return out
-
-        monkeypatch.setattr(ops, "_run_quantize", spy)
-
-    def pairs(self):
-        """(key, eager record, compiled record), paired by layer, operand and shape: inductor
-        may run independent ops in another order."""
-        e, c = (sorted(self.calls[r], key=lambda t: repr(t[0])) for r in ("eager", "compiled"))
-        assert [t[0] for t in e] == [t[0] for t in c], "eager and compiled quantized different operands"
-        return [(a[0], a[1:], b[1:]) for a, b in zip(e, c)]
-
-    def dy(self, seed):
-        """The (padded) dY each run fed to the layer whose dY seed is `seed`."""
-        got = [(e[1], c[1]) for key, e, c in self.pairs() if key[5] == seed and key[2] == ops.ROUNDING["sr"]]
-        return got[0]
+def _fp4_bytes_changed(key, step, in_e, in_c):
+    """FP4 code and scale bytes that differ between the quantizations an op made of two
+    different inputs (X or dY, as the op's config quantizes them; W's quantization is part
+    of the forward's outputs and inputs)."""
+    C = ops.LinearConfig
+    cfg = key[3]
+    a, b = in_e[0], in_c[0]
+    if key[0] == "fwd":
+        confs = [(cfg[C.X_ROUND], 0, cfg[C.SEED_X], True, False)]
+        if key[4]:
+            confs.append((cfg[C.XT_ROUND], 2 * cfg[C.XT_RHT], cfg[C.SEED_X], False, True))
+    else:
+        confs = [(cfg[C.DY_ROUND], 0, cfg[C.SEED_DY], True, False),
+                 (cfg[C.DYT_ROUND], 2 * cfg[C.DYT_RHT], cfg[C.SEED_DY], False, True)]
+    n = 0
+    for rounding, rht, seed, row, col in confs:
+        qa = ops.quantize(a, 0, rounding, rht, cfg[C.SIGN_MASK], seed, step, None, row, col)
+        qb = ops.quantize(b, 0, rounding, rht, cfg[C.SIGN_MASK], seed, step, None, row, col)
+        n += sum(int((u.view(torch.uint8) != v.view(torch.uint8)).sum()) for u, v in zip(qa, qb)
+                 if u.dtype != torch.float32)
+    return n
 
 
 def _eager_vs_inductor(mlp, x, loss_fn, spy, steps=2, autocast_dtype=None):
@@ -574,14 +674,14 @@ def _eager_vs_inductor(mlp, x, loss_fn, spy, steps=2, autocast_dtype=None):
             loss_fn(y).backward()
             out[name] = dict(y=y.detach(), dx=xi.grad, **{n: p.grad for n, p in model.named_parameters()})
         changed = 0
-        for key, (off_e, x_e, q_e), (off_c, x_c, q_c) in spy.pairs():
-            assert off_e == off_c, f"step {step}, {key}: SR offset {off_c} compiled, {off_e} eager"
-            assert key[2] != ops.ROUNDING["sr"] or off_e == step, f"step {step}, {key}: SR offset {off_e}"
-            same = [torch.equal(a, b) for a, b in zip(q_e, q_c)]
-            if torch.equal(x_e, x_c):
-                assert all(same), f"step {step}, {key}: identical inputs, different quantization {same}"
-            changed += sum(int((a.view(torch.uint8) != b.view(torch.uint8)).sum())
-                           for a, b in zip(q_e, q_c) if a.dtype != torch.float32)
+        for key, (off_e, in_e, out_e), (off_c, in_c, out_c) in spy.pairs():
+            assert off_e == off_c, f"step {step}, {key}: SR counter {off_c} compiled, {off_e} eager"
+            assert off_e == step, f"step {step}, {key}: SR counter {off_e}"
+            if all(torch.equal(a, b) for a, b in zip(in_e, in_c)):
+                same = [torch.equal(a, b) for a, b in zip(out_e, out_c)]
+                assert all(same), f"step {step}, {key}: identical inputs, different results {same}"
+            else:
+                changed += _fp4_bytes_changed(key, off_e, in_e, in_c)
         # bias grads are plain sums over tokens, which inductor may add up in another order:
         # each run is within (m-1) u sum|dy| of the exact sum, plus whatever dY differs by
         for layer in layers:
@@ -595,8 +695,8 @@ def _eager_vs_inductor(mlp, x, loss_fn, spy, steps=2, autocast_dtype=None):
             assert (err <= bound.cpu()).all(), f"step {step}, {name}: {(err / bound.cpu()).max().item():.2f}x bound"
         yield out["eager"], out["compiled"], changed
         spy.calls = {"eager": [], "compiled": []}
-    assert [m.sr_step for m in layers] == [m.sr_step for m in eager.modules() if isinstance(m, nn4.Linear)]
-    assert all(m.sr_step == steps for m in layers)
+    assert [int(m.sr_step) for m in layers] == [int(m.sr_step) for m in eager.modules() if isinstance(m, nn4.Linear)]
+    assert all(int(m.sr_step) == steps for m in layers)
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert counters["stats"]["unique_graphs"] == 1  # the moving SR counter does not recompile
 
@@ -622,7 +722,7 @@ def test_compile_inductor_matches_eager(monkeypatch):
     with a GELU and an MSE loss, inductor's own elementwise code rounds differently from
     eager's, and the results may differ by that rounding only."""
     _inductor_or_skip()
-    spy = _QuantizeSpy(monkeypatch)
+    spy = _OpSpy(monkeypatch)
     r = nn4.get_recipe("nvfp4", backend="reference")
     torch.manual_seed(0)
     # 3 x 20 tokens: not a multiple of TOKEN_ALIGN, so the padded path is compiled too
@@ -694,7 +794,7 @@ def test_three_gemms_cuda(recipe, dtype):
 
 def _autocast_compile_case(device, monkeypatch):
     _inductor_or_skip(device)
-    spy = _QuantizeSpy(monkeypatch)
+    spy = _OpSpy(monkeypatch)
     torch.manual_seed(0)
     x = torch.randn(8, 64, 256, device=device)
     g = torch.randn(8, 64, 256, device=device)

@@ -5,13 +5,14 @@ import fnmatch
 import re
 from typing import Callable, List, Sequence, Tuple, Union
 
+import torch
 from torch import nn
 
 from .linear import Linear
 from .recipe import Recipe, get_recipe
 
 __all__ = ["convert", "unconvert", "plan_conversion", "converted_layers", "set_precision", "set_sr_step",
-           "Cooldown", "DEFAULT_EXCLUDE"]
+           "set_weight_reuse", "Cooldown", "DEFAULT_EXCLUDE"]
 
 #: Names left alone unless `exclude` is given explicitly: output heads, whose logits feed the
 #: loss directly (the recipe keeps them in high precision).
@@ -165,10 +166,31 @@ def set_precision(model: nn.Module, precision: Union[str, Recipe]) -> int:
 
 
 def set_sr_step(model: nn.Module, step: int) -> None:
-    """Set every layer's stochastic-rounding offset counter (for an exact resume)."""
+    """Set every layer's stochastic-rounding counter. The counters are in the state_dict,
+    so a resume from a checkpoint does not need this."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step: must be a non-negative int, got {step!r}")
     for m in model.modules():
         if isinstance(m, Linear):
-            m.sr_step = step
+            with torch.no_grad():
+                m.sr_step.fill_(step)
+
+
+def set_weight_reuse(model: nn.Module, mode) -> int:
+    """Set Linear.set_weight_reuse(mode) on every nvfp4 Linear of `model` (None, "store" or
+    "reuse"); returns how many layers. The gradient-accumulation pattern:
+
+        set_weight_reuse(model, "store")      # first micro-batch: quantize W, keep it
+        ... forward/backward ...
+        set_weight_reuse(model, "reuse")      # the other micro-batches of this step
+        ... forward/backward ... optimizer.step()
+    """
+    n = 0
+    for m in model.modules():
+        if isinstance(m, Linear):
+            m.set_weight_reuse(mode)
+            n += 1
+    return n
 
 
 class Cooldown:

@@ -1,34 +1,54 @@
 """nvfp4.nn.Linear: nn.Linear whose three GEMMs run in NVFP4 according to a Recipe.
 
-fprop  Y  = Q(X)·Q(W)ᵀ                 gemm(qx, qw)
-dgrad  dX = Q(dY)·Q(W)                 gemm(qdy, qw.T)      W's columnwise = Wᵀ quantized along N
-wgrad  dW = Q(dYᵀ)·Q(Xᵀ)               gemm(qdy.T, qx.T)    both quantized along the token axis
+fprop  Y  = Q(X)·Q(W)ᵀ          dgrad  dX = Q(dY)·Q(Wᵀ)ᵀ          wgrad  dW = Q(dYᵀ)·Q(Xᵀ)ᵀ
 
-Only the columnwise FP4 X (about 0.28x of BF16 X) is kept for the backward pass. The weight
-is quantized once per optimizer step (ops.quantize_weight) and quantized straight from the
-master weight, never from an autocast copy.
+Wᵀ is W quantized along N (with 2D tiles: the forward codes, transposed); dYᵀ and Xᵀ are
+quantized along the token axis. Each pass is one op (nvfp4._ops.linear_fwd / linear_bwd):
+the forward quantizes X (rowwise for fprop, columnwise for wgrad, one read of X) and W
+(straight from the master weight, never from an autocast copy; both orientations in one
+pass) and runs the forward GEMM; the backward quantizes dY both ways and runs both GEMMs.
+Only the columnwise FP4 X (0.28x of BF16 X) and the FP4 Wᵀ are kept for the backward pass.
+
+The weight is quantized on every forward by default, so any change to it (an optimizer
+step, `.data` edits, `load_state_dict`, a LoRA merge) is seen by the next forward. Across the
+micro-batches of one optimizer step the quantization can be reused explicitly:
+`set_weight_reuse(model, "store")` before the first micro-batch and `"reuse"` for the others.
+
+Stochastic rounding: Philox keyed by the layer's seeds, with the layer's `sr_step` counter
+as offset. The counter lives on the device in a buffer (part of the state_dict); the
+backward pass reads it and then advances it. The forward never changes it, so a recomputed
+forward (activation checkpointing) sees the value the original forward saw, and a CUDA graph
+that captured the step advances it on each replay.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._format import RHT_COLUMNWISE, signs_to_mask
-from . import ops
+from .. import _ops
+from .._format import signs_to_mask
+from ..backends import BACKENDS
 from .recipe import RECIPES, Recipe, get_recipe, layer_seed
 
-__all__ = ["Linear"]
+__all__ = ["Linear", "TOKEN_ALIGN", "WEIGHT_REUSE_MODES"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 # Rows of the token axis are padded to this before a columnwise quantization: the token axis
 # is the K of the wgrad GEMM, and native FP4 GEMMs need K % 32 == 0. Zero rows change no
-# amax, no block scale and no product.
+# amax, no block scale and no product. Padding to the same multiple on every backend keeps
+# the stochastic-rounding bits (counted by element index in the padded transpose) the same
+# on every GPU. Token counts that are multiples of 32 (the usual case) are not copied.
 TOKEN_ALIGN = 32
+
+#: Values of Linear.weight_reuse: None (quantize W on every forward), "store" (quantize and
+#: keep it), "reuse" (use the kept quantization: later micro-batches of one optimizer step).
+WEIGHT_REUSE_MODES = (None, "store", "reuse")
+_W_MODE = {None: _ops.W_FRESH, "store": _ops.W_STORE, "reuse": _ops.W_REUSE}
 
 
 @dataclass(frozen=True)
@@ -37,40 +57,39 @@ class _Plan:
     torch.compile treats it as a constant."""
 
     recipe: Recipe
-    slot: int
-    sign_mask: int
-    seed_x: int
-    seed_dy: int
+    cfg: Tuple[int, ...]  # the LinearConfig ints of the linear ops
+
+
+def _make_cfg(r: Recipe, sign_mask: int, seed_x: int, seed_dy: int) -> Tuple[int, ...]:
+    C = _ops.LinearConfig
+    sr = {"rtn": 0, "sr": 1}
+    cfg = [0] * C.SIZE
+    cfg[C.BACKEND] = BACKENDS[r.backend]
+    cfg[C.SIGN_MASK] = sign_mask
+    cfg[C.X_ROUND] = sr[r.x.rounding]
+    cfg[C.XT_ROUND] = sr[r.wgrad_x.rounding]
+    cfg[C.XT_RHT] = int(r.wgrad_x.rht)
+    cfg[C.W_BLOCK] = 1 if r.w.block == "2d" else 0
+    cfg[C.DY_ROUND] = sr[r.dy.rounding]
+    cfg[C.DYT_ROUND] = sr[r.wgrad_dy.rounding]
+    cfg[C.DYT_RHT] = int(r.wgrad_dy.rht)
+    cfg[C.SEED_X] = seed_x
+    cfg[C.SEED_DY] = seed_dy
+    cfg[C.FPROP] = int(r.fprop)
+    return tuple(cfg)
 
 
 def _pad_rows(t: torch.Tensor, pad: int) -> torch.Tensor:
     return F.pad(t, (0, 0, 0, pad)) if pad else t
 
 
-def _quantize_two_ways(t, row_cfg, col_cfg, plan, seed, offset):
-    """Rowwise with row_cfg and/or columnwise with col_cfg (None = not needed), in one pass
-    when the two configs agree on block and rounding. Returns (row triple, col triple).
-
-    Both orientations use the same seed: SR counts random words by element index within
-    the orientation, so they draw different bits anyway, and a result then does not depend
-    on whether the other orientation was needed (dX not wanted) or fused into one pass."""
-    row = col = None
-    if row_cfg is not None and col_cfg is not None and (row_cfg.block, row_cfg.rounding) == \
-            (col_cfg.block, col_cfg.rounding):
-        rht = RHT_COLUMNWISE if col_cfg.rht else 0
-        q = ops.quantize(t, row_cfg.block, row_cfg.rounding, rht, plan.sign_mask, seed, offset, True, True)
-        return q[:3], q[3:]
-    if row_cfg is not None:
-        row = ops.quantize(t, row_cfg.block, row_cfg.rounding, 0, plan.sign_mask, seed, offset, True, False)[:3]
-    if col_cfg is not None:
-        rht = RHT_COLUMNWISE if col_cfg.rht else 0
-        col = ops.quantize(t, col_cfg.block, col_cfg.rounding, rht, plan.sign_mask, seed, offset, False, True)[3:]
-    return row, col
+def _uses_sr(r: Recipe) -> bool:
+    return "sr" in (r.x.rounding, r.wgrad_x.rounding, r.dy.rounding, r.wgrad_dy.rounding)
 
 
 class _LinearFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, offset, plan: _Plan):
+    def forward(ctx, x, weight, bias, counter, w_cache, plan: _Plan, w_mode: int):
         r = plan.recipe
         cdt = x.dtype
         k = x.shape[-1]
@@ -82,30 +101,30 @@ class _LinearFn(torch.autograd.Function):
         fp4_dgrad = r.dgrad and need_dx
         fp4_wgrad = r.wgrad and need_dw
         pad = (-m) % TOKEN_ALIGN if fp4_wgrad else 0
+        b = None if bias is None else bias.to(cdt)
 
-        qx_col = qw_col = None
-        if r.fprop or fp4_wgrad:
-            xp = _pad_rows(x2, pad).contiguous()
-            qx_row, qx_col = _quantize_two_ways(xp, r.x if r.fprop else None, r.wgrad_x if fp4_wgrad else None,
-                                                plan, plan.seed_x, offset)
-        if r.fprop or fp4_dgrad:
-            qw = ops.quantize_weight(weight, plan.slot, r.w.block, plan.sign_mask, r.fprop, fp4_dgrad)
-            qw_col = qw[3:] if fp4_dgrad else None
+        xt = wt = None
+        if r.fprop or fp4_wgrad or fp4_dgrad:
+            y, xt, wt = _ops.linear_fwd(_pad_rows(x2, pad), weight, b if r.fprop else None, counter, plan.cfg,
+                                        fp4_wgrad, fp4_dgrad, w_mode, w_cache)
+            if w_mode != _ops.W_FRESH and fp4_dgrad:
+                # Wᵀ lives in the layer's cache, after W's rowwise quantization
+                wt = w_cache[_ops.packed_nbytes(n, k):]
         if r.fprop:
-            b = None if bias is None else bias.to(cdt)
-            y = ops.gemm(qx_row, qw[:3], r.backend, cdt, b)
             if pad:
                 y = y[:m]
         else:
-            y = F.linear(x2, weight.to(cdt), None if bias is None else bias.to(cdt))
+            y = F.linear(x2, weight.to(cdt), b)
 
         saved_x = x2 if (need_dw and not fp4_wgrad) else None
         saved_w = weight if (need_dx and not fp4_dgrad) else None
-        qxc = qx_col if fp4_wgrad else (None, None, None)
-        qwc = qw_col if fp4_dgrad else (None, None, None)
-        ctx.save_for_backward(saved_x, saved_w, *qxc, *qwc, offset)
+        ctx.save_for_backward(saved_x, saved_w, xt, wt)
+        # The counter is mutated by the backward op; kept out of save_for_backward so that a
+        # layer called twice in one forward (shared weights) does not trip the saved-tensor
+        # version check when the first backward advances it.
+        ctx.counter = counter
         ctx.plan = plan
-        ctx.meta = (tuple(x.shape), m, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw, need_db, weight.dtype,
+        ctx.meta = (tuple(x.shape), m, k, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw, need_db, weight.dtype,
                     None if bias is None else bias.dtype)
         return y.reshape(*x.shape[:-1], n)
 
@@ -113,36 +132,35 @@ class _LinearFn(torch.autograd.Function):
     def backward(ctx, dy):
         plan = ctx.plan
         r = plan.recipe
-        x_shape, m, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw, need_db, w_dtype, b_dtype = ctx.meta
-        saved_x, saved_w, xd, xs, xa, wd, ws, wa, offset = ctx.saved_tensors
+        x_shape, m, k, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw, need_db, w_dtype, b_dtype = ctx.meta
+        saved_x, saved_w, xt, wt = ctx.saved_tensors
         cdt = dy.dtype
         dy2 = dy.reshape(-1, n)
         dx = dw = db = None
 
         if fp4_dgrad or fp4_wgrad:
-            dyp = _pad_rows(dy2, pad).contiguous()
-            qdy_row, qdy_col = _quantize_two_ways(dyp, r.dy if fp4_dgrad else None,
-                                                  r.wgrad_dy if fp4_wgrad else None, plan, plan.seed_dy, offset)
-        if need_dx:
+            dxq, dwq = _ops.linear_bwd(_pad_rows(dy2, pad), xt, wt, ctx.counter, plan.cfg, k, fp4_dgrad, fp4_wgrad,
+                                       w_dtype)
             if fp4_dgrad:
-                dx = ops.gemm(qdy_row, (wd, ws, wa), r.backend, cdt, None)
-                if pad:
-                    dx = dx[:m]
-            else:
+                dx = dxq[:m] if pad else dxq
+            if fp4_wgrad:
+                dw = dwq
+        elif _uses_sr(r):
+            ctx.counter.add_(1)  # no quantized backward GEMM advanced it, but the forward used it
+        if need_dx:
+            if not fp4_dgrad:
                 dx = dy2 @ saved_w.to(cdt)
             dx = dx.reshape(x_shape)
-        if need_dw:
-            if fp4_wgrad:
-                dw = ops.gemm(qdy_col, (xd, xs, xa), r.backend, w_dtype, None)
-            else:
-                dw = (dy2.t() @ saved_x.to(cdt)).to(w_dtype)
+        if need_dw and not fp4_wgrad:
+            dw = (dy2.t() @ saved_x.to(cdt)).to(w_dtype)
         if need_db:
             db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
-        return dx, dw, db, None, None
+        return dx, dw, db, None, None, None, None
 
 
 class Linear(nn.Linear):
-    """A drop-in ``nn.Linear`` (same parameters and state_dict) whose GEMMs run in NVFP4.
+    """A drop-in ``nn.Linear`` (same parameters, plus an ``sr_step`` buffer) whose GEMMs run
+    in NVFP4.
 
     recipe: a Recipe or a canned recipe name ("nvfp4", "no_rht", "no_sr", "no_2d",
     "fwd_only", "bf16"). layer_index: this layer's place in the model; it selects the
@@ -151,8 +169,10 @@ class Linear(nn.Linear):
     The output dtype is the input's, or the autocast dtype when autocast is on (the layer
     casts its input). Features must be multiples of 16 (NVFP4 blocks).
 
-    Stochastic rounding uses offset = this layer's count of training forwards (``sr_step``);
-    set it when resuming to continue the exact same random streams.
+    ``sr_step`` (a buffer in the state_dict, on the module's device) counts the backward
+    passes that used stochastic rounding; it is the Philox offset, so restoring it with the
+    state_dict resumes the exact random streams. A state_dict without it (a checkpoint of
+    the unconverted model) loads and leaves the counter as it is.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
@@ -165,10 +185,13 @@ class Linear(nn.Linear):
         if self.in_features % 16 or self.out_features % 16:
             raise ValueError(f"in_features/out_features: must be multiples of 16 for NVFP4 blocks, got "
                              f"{self.in_features}x{self.out_features}")
-        self._sr_step = torch.zeros((), dtype=torch.int64)
-        self._slot = ops.new_cache_slot(self)
+        dev = self.weight.device
+        self.register_buffer("sr_step", torch.zeros((), dtype=torch.int64, device=dev), persistent=True)
+        self.register_buffer("_w_cache", None, persistent=False)
         self.precision = "nvfp4"
-        self.layer_index = int(layer_index)
+        self.weight_reuse = None
+        self._w_cache_stored = False
+        self.layer_index = layer_index
         self.recipe = recipe
 
     @classmethod
@@ -181,21 +204,30 @@ class Linear(nn.Linear):
             raise ValueError(f"module: in_features/out_features must be multiples of 16, got "
                              f"{module.in_features}x{module.out_features}")
         module.__class__ = cls
-        module._nvfp4_init(recipe, layer_index)
+        try:
+            module._nvfp4_init(recipe, layer_index)
+        except Exception:
+            module.__class__ = nn.Linear
+            raise
         return module
 
     def to_linear(self) -> nn.Linear:
         """The reverse of from_linear, in place: back to a plain nn.Linear."""
-        for a in ("_sr_step", "_slot", "precision", "layer_index", "_recipe", "_plan"):
+        for name in ("sr_step", "_w_cache"):
+            self._buffers.pop(name, None)
+        for a in ("precision", "_layer_index", "_recipe", "_plan", "weight_reuse", "_w_cache_stored"):
             self.__dict__.pop(a, None)
         self.__class__ = nn.Linear
         return self
 
-    def __setstate__(self, state):
-        # A copy (deepcopy, pickle) must not share this layer's weight cache slot.
-        super().__setstate__(state)
-        self._slot = ops.new_cache_slot(self)
-        self._plan = self._make_plan()
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        # a checkpoint of the model before conversion has no counter: keep ours
+        key = prefix + "sr_step"
+        if key in missing_keys:
+            missing_keys.remove(key)
 
     # -- configuration
     @property
@@ -205,25 +237,44 @@ class Linear(nn.Linear):
     @recipe.setter
     def recipe(self, recipe: Union[str, Recipe]) -> None:
         self._recipe = get_recipe(recipe)
-        self._plan = self._make_plan()
+        self._plan = self._make_plan(self._recipe)
 
     @property
-    def sr_step(self) -> int:
-        return int(self._sr_step.item())
+    def layer_index(self) -> int:
+        return self._layer_index
 
-    @sr_step.setter
-    def sr_step(self, value: int) -> None:
-        # a new tensor: the old one may still be saved by a forward whose backward is pending
-        self._sr_step = torch.tensor(int(value), dtype=torch.int64)
+    @layer_index.setter
+    def layer_index(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"layer_index: must be a non-negative int, got {value!r}")
+        self._layer_index = value
+        if "_recipe" in self.__dict__:
+            self._plan = self._make_plan(self._recipe)
 
-    def _make_plan(self) -> _Plan:
-        r, i = self._recipe, self.layer_index
-        return _Plan(r, self._slot, signs_to_mask(r.rht_signs), layer_seed(r.seed, i, 0), layer_seed(r.seed, i, 1))
+    def _make_plan(self, r: Recipe) -> _Plan:
+        i = self._layer_index
+        return _Plan(r, _make_cfg(r, signs_to_mask(r.rht_signs), layer_seed(r.seed, i, 0), layer_seed(r.seed, i, 1)))
 
     @property
     def active_recipe(self) -> Recipe:
         """The recipe the next forward uses: `recipe`, or bf16 while set_precision(..., "bf16")."""
         return RECIPES["bf16"] if self.precision == "bf16" else self._recipe
+
+    def set_weight_reuse(self, mode: Optional[str]) -> None:
+        """None: quantize the weight on every forward (the default; never stale). "store":
+        quantize it and keep the result in a buffer of this layer; "reuse": use the kept
+        result without looking at the weight — for the later micro-batches of one optimizer
+        step. The caller promises the weight has not changed since the last "store"."""
+        if mode not in WEIGHT_REUSE_MODES:
+            raise ValueError(f"mode: must be one of {WEIGHT_REUSE_MODES}, got {mode!r}")
+        if mode is not None and self._w_cache is None:
+            # allocated here, outside any CUDA-graph capture, sized for both orientations
+            nbytes = _ops.w_cache_nbytes(self.out_features, self.in_features)
+            self._w_cache = torch.zeros((nbytes,), dtype=torch.uint8, device=self.weight.device)
+            self._w_cache_stored = False
+        if mode == "reuse" and not self._w_cache_stored:
+            raise RuntimeError("mode: 'reuse' needs a forward with 'store' first (nothing is kept yet)")
+        self.weight_reuse = mode
 
     def extra_repr(self) -> str:
         s = super().extra_repr() + f", recipe={self._recipe.name}"
@@ -236,16 +287,17 @@ class Linear(nn.Linear):
         if self.precision == "bf16" or not self._recipe.quantized or x.numel() == 0:
             return F.linear(x, self.weight, self.bias)
         dev = x.device.type
+        if dev != self.weight.device.type or dev == "meta":
+            if x.device != self.weight.device:
+                raise ValueError(f"x: on {x.device}, but the layer's weight is on {self.weight.device}")
+            raise ValueError("x: nvfp4 Linear cannot run on the meta device; materialize the module first "
+                             "(e.g. module.to_empty(device=...) and initialize it)")
         if torch.is_autocast_enabled(dev):
             x = x.to(torch.get_autocast_dtype(dev))
         if x.dtype not in _FLOATS or self.weight.dtype not in _FLOATS:
             raise TypeError(f"x: nvfp4 Linear takes float32/float16/bfloat16 inputs and weights, got "
                             f"{x.dtype} and {self.weight.dtype}")
-        # The counter tensor is never changed in place, only replaced: the backward pass reads
-        # this step's offset from the tensor saved here. An in-place increment after a clone
-        # is not safe under torch.compile: inductor's joint-graph pass drops the clone as a
-        # no-op, so the backward read the input after the graph's trailing copy_ (offset+1).
-        offset = self._sr_step
-        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
-            self._sr_step = offset + 1
-        return _LinearFn.apply(x, self.weight, self.bias, offset, self._plan)
+        mode = _W_MODE[self.weight_reuse]
+        if mode == _ops.W_STORE and not torch.compiler.is_compiling():
+            self._w_cache_stored = True
+        return _LinearFn.apply(x, self.weight, self.bias, self.sr_step, self._w_cache, self._plan, mode)

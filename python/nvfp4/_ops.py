@@ -1,0 +1,408 @@
+"""nvfp4's torch operators (namespace ``nvfp4``): the one layer between torch and the library.
+
+Every device op nvfp4 runs from PyTorch goes through here, eagerly or inside a compiled
+graph, so the two take the same path and compute the same bits. The ops are declared with
+``torch.library.Library`` (a plain dispatcher registration: ~5 us a call, against ~20 us for
+``torch.library.custom_op``) and call the compiled module through its raw-pointer entry
+points (a torch tensor converted through DLPack costs ~5 us).
+
+Ops:
+- ``quantize``: rowwise and/or columnwise quantization, six tensors out (the public
+  ``nvfp4.quantize`` and tests use it).
+- ``gemm``: alpha * (Â @ B̂ᵀ) (+ bias) of two rowwise triples (data, scales, amax).
+- ``linear_fwd`` / ``linear_bwd``: one call per pass of an nvfp4 Linear (see nvfp4.nn.linear):
+  the forward quantizes X (and its columnwise copy for wgrad) and W and runs the forward
+  GEMM; the backward quantizes dY both ways and runs dgrad and wgrad. Stochastic rounding
+  reads the layer's step counter on the device, and the backward advances it there, so a
+  captured CUDA graph replays with fresh random bits and a recomputed forward
+  (activation checkpointing) sees the same counter as the original one.
+
+A quantized orientation [rows, cols] that the Linear keeps is one uint8 buffer, "packed":
+data (rows*cols/2 bytes), then the swizzled scales, then the float32 amax, each section
+starting on a 256-byte boundary (`packed_layout`). One allocation instead of three.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+from . import _C
+
+__all__ = ["DTYPE_CODE", "packed_layout", "packed_nbytes", "unpack", "quantize", "gemm", "linear_fwd", "linear_bwd",
+           "LinearConfig", "gemm_workspace_bytes"]
+
+#: nvfp4_dtype_t codes of the C API.
+DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+_LAYOUT_SWIZZLED = 1
+_ALIGN = 256
+
+
+def _up(v, m):
+    # integer arithmetic only, so that it also works on torch.SymInt under torch.compile
+    return (v + m - 1) // m * m
+
+
+def packed_layout(rows, cols) -> Tuple[int, int, int]:
+    """(scales offset, amax offset, total bytes) of a packed orientation [rows, cols]
+    (cols a multiple of 16; swizzled scales)."""
+    data = rows * cols // 2
+    scales = _up(rows, 128) * _up(cols // 16, 4)
+    so = _up(data, _ALIGN)
+    ao = so + _up(scales, _ALIGN)
+    return so, ao, ao + 16
+
+
+def packed_nbytes(rows, cols) -> int:
+    return packed_layout(rows, cols)[2]
+
+
+def unpack(buf: torch.Tensor, rows: int, cols: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Views (data uint8 [rows, cols/2], scales float8_e4m3fn swizzled, amax float32 [1]) of
+    a packed orientation. The bytes between sections are alignment gaps, never written."""
+    so, ao, total = packed_layout(rows, cols)
+    if buf.dtype != torch.uint8 or buf.dim() != 1 or buf.numel() < total:
+        raise ValueError(f"buf: expected a uint8 buffer of at least {total} bytes for [{rows}, {cols}]")
+    data = buf[: rows * cols // 2].view(rows, cols // 2)
+    scales = buf[so: so + _up(rows, 128) * _up(cols // 16, 4)].view(_up(rows, 128), _up(cols // 16, 4))
+    amax = buf[ao: ao + 4].view(torch.float32)
+    return data, scales.view(torch.float8_e4m3fn), amax
+
+
+def _device(t: torch.Tensor) -> Tuple[int, int, int]:
+    """(device type code, index, stream) of a tensor, as the raw entry points take them."""
+    d = t.device
+    if d.type == "cuda":
+        return 1, d.index, torch.cuda.current_stream(d).cuda_stream
+    if d.type == "cpu":
+        return 0, 0, 0
+    raise ValueError(f"nvfp4 ops run on cpu or cuda tensors, got a tensor on {d}")
+
+
+def _addresses(base: int, rows: int, cols: int) -> Tuple[int, int, int]:
+    so, ao, _ = packed_layout(rows, cols)
+    return base, base + so, base + ao
+
+
+# ------------------------------------------------------------------------------ GEMM workspace sizes
+_WS: dict = {}
+
+
+def gemm_workspace_bytes(m, n, k, backend: int, out_dtype: torch.dtype, bias_dtype, has_c: bool,
+                         device: torch.device, dev: Tuple[int, int, int]) -> int:
+    """The workspace the library asks for this problem, asked once per problem. It depends
+    on the shapes, dtypes, backend and device only (and on NVFP4_SM90_* tuning variables:
+    clear_workspace_cache() after changing them in a running process)."""
+    key = (m, n, k, backend, out_dtype, bias_dtype, has_c, device)
+    v = _WS.get(key)
+    if v is None:
+        dt, di, _ = dev
+        # Sizes only: 256-aligned dummy addresses pass the alignment checks and are never read.
+        fake = 1 << 12
+        v = _C.gemm_raw(fake, fake, fake, fake, fake, fake, m, n, k, _LAYOUT_SWIZZLED,
+                        fake if has_c else 0, DTYPE_CODE[out_dtype], fake if bias_dtype is not None else 0,
+                        DTYPE_CODE.get(bias_dtype, 0), 0.0, fake, DTYPE_CODE[out_dtype], backend, 0, -1, dt, di, 0)
+        if len(_WS) > 4096:
+            _WS.clear()
+        _WS[key] = v
+    return v
+
+
+def clear_workspace_cache() -> None:
+    _WS.clear()
+
+
+def _run_gemm(a: Tuple[int, int, int], b: Tuple[int, int, int], m, n, k, d: torch.Tensor, bias, backend: int,
+              dev, ws_base: Optional[int] = None, ws_bytes: int = 0) -> Optional[torch.Tensor]:
+    """d = alpha * (Â @ B̂ᵀ) (+ bias). a, b: (data, scales, amax) addresses. Allocates the
+    workspace unless the caller passes one; returns the allocated workspace (keep it alive
+    until the stream has used it: the caching allocator makes that automatic)."""
+    ws = None
+    if ws_base is None:
+        ws_bytes = gemm_workspace_bytes(m, n, k, backend, d.dtype, None if bias is None else bias.dtype, False,
+                                        d.device, dev)
+        if ws_bytes:
+            ws = torch.empty((ws_bytes,), dtype=torch.uint8, device=d.device)
+            ws_base = ws.data_ptr()
+        else:
+            ws_base = 0
+    dt, di, st = dev
+    _C.gemm_raw(a[0], a[1], a[2], b[0], b[1], b[2], m, n, k, _LAYOUT_SWIZZLED, 0, 0,
+                0 if bias is None else bias.data_ptr(), DTYPE_CODE[bias.dtype] if bias is not None else 0, 0.0,
+                d.data_ptr(), DTYPE_CODE[d.dtype], backend, ws_base, ws_bytes, dt, di, st)
+    return ws
+
+
+lib = torch.library.Library("nvfp4", "DEF")
+
+
+# ------------------------------------------------------------------------------ quantize
+lib.define("quantize(Tensor x, int block, int rounding, int rht, int sign_mask, int seed, int offset, "
+           "Tensor? offset_device, bool rowwise, bool columnwise) -> Tensor[]")
+
+
+def _alloc_orientation(rows, cols, device):
+    return (torch.empty((rows, cols // 2), dtype=torch.uint8, device=device),
+            torch.empty((_up(rows, 128), _up(cols // 16, 4)), dtype=torch.float8_e4m3fn, device=device),
+            torch.empty((1,), dtype=torch.float32, device=device))
+
+
+def _empty3(device):
+    return (torch.empty((0,), dtype=torch.uint8, device=device),
+            torch.empty((0,), dtype=torch.float8_e4m3fn, device=device),
+            torch.empty((0,), dtype=torch.float32, device=device))
+
+
+def _quantize_impl(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
+    x = x.contiguous()
+    rows, cols = x.shape
+    row = _alloc_orientation(rows, cols, x.device) if rowwise else _empty3(x.device)
+    col = _alloc_orientation(cols, _up(rows, 16), x.device) if columnwise else _empty3(x.device)
+    dt, di, st = _device(x)
+    _C.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], rows, cols,
+                    *((t.data_ptr() for t in row) if rowwise else (0, 0, 0)),
+                    *((t.data_ptr() for t in col) if columnwise else (0, 0, 0)),
+                    block, rounding, _LAYOUT_SWIZZLED, rht, sign_mask, seed, offset,
+                    0 if offset_device is None else offset_device.data_ptr(), dt, di, st)
+    return [*row, *col]
+
+
+def _quantize_fake(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
+    rows, cols = x.shape
+    row = _alloc_orientation(rows, cols, x.device) if rowwise else _empty3(x.device)
+    col = _alloc_orientation(cols, _up(rows, 16), x.device) if columnwise else _empty3(x.device)
+    return [*row, *col]
+
+
+# Registered through trampolines so that tests can watch an implementation by replacing
+# the module attribute (the dispatcher keeps the function object it was given).
+for _k in ("CPU", "CUDA"):
+    lib.impl("quantize", lambda *a: _quantize_impl(*a), _k)
+torch.library.register_fake("nvfp4::quantize", _quantize_fake, lib=lib)
+
+
+def quantize(x: torch.Tensor, block: int = 0, rounding: int = 0, rht: int = 0, sign_mask: int = 0, seed: int = 0,
+             offset: int = 0, offset_device: Optional[torch.Tensor] = None, rowwise: bool = True,
+             columnwise: bool = False) -> List[torch.Tensor]:
+    """Quantize a 2D tensor (swizzled scales): [data, scales, amax, data_t, scales_t, amax_t],
+    the orientations not asked for as empty tensors. Codes as in the C API (block 0=1D 1=2D,
+    rounding 0=nearest 1=stochastic, rht bit mask 1=rowwise 2=columnwise)."""
+    return torch.ops.nvfp4.quantize(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise,
+                                    columnwise)
+
+
+# ------------------------------------------------------------------------------ gemm
+lib.define("gemm(Tensor a_data, Tensor a_scales, Tensor a_amax, Tensor b_data, Tensor b_scales, Tensor b_amax, "
+           "int backend, ScalarType out_dtype, Tensor? bias) -> Tensor")
+
+
+def _gemm_impl(a_data, a_scales, a_amax, b_data, b_scales, b_amax, backend, out_dtype, bias):
+    m, n, k = a_data.shape[0], b_data.shape[0], a_data.shape[1] * 2
+    d = torch.empty((m, n), dtype=out_dtype, device=a_data.device)
+    if m == 0 or n == 0:
+        return d
+    dev = _device(d)
+    bias = None if bias is None else bias.contiguous()
+    _run_gemm((a_data.data_ptr(), a_scales.data_ptr(), a_amax.data_ptr()),
+              (b_data.data_ptr(), b_scales.data_ptr(), b_amax.data_ptr()), m, n, k, d, bias, backend, dev)
+    return d
+
+
+def _gemm_fake(a_data, a_scales, a_amax, b_data, b_scales, b_amax, backend, out_dtype, bias):
+    return a_data.new_empty((a_data.shape[0], b_data.shape[0]), dtype=out_dtype)
+
+
+for _k in ("CPU", "CUDA"):
+    lib.impl("gemm", lambda *a: _gemm_impl(*a), _k)
+torch.library.register_fake("nvfp4::gemm", _gemm_fake, lib=lib)
+
+
+def gemm(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], backend: int = 0,
+         out_dtype: torch.dtype = torch.bfloat16, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """alpha * (Â @ B̂ᵀ) (+ bias) of two rowwise (data, scales, amax) triples: [rows_a, rows_b].
+    backend: the C API code (0 auto, 1 reference, 2 cutlass, 3 cudnn)."""
+    return torch.ops.nvfp4.gemm(a[0], a[1], a[2], b[0], b[1], b[2], backend, out_dtype, bias)
+
+
+# ------------------------------------------------------------------------------ the Linear's two passes
+class LinearConfig:
+    """Indices into the int list that configures linear_fwd / linear_bwd (a list of ints
+    is what an op schema can carry; nvfp4.nn.linear builds it once per layer)."""
+
+    FPROP = 11         # run the forward GEMM (else only the operands backward needs)
+    BACKEND = 0        # C API backend code
+    SIGN_MASK = 1      # RHT signs (bit i set: lane i negated)
+    X_ROUND = 2        # fprop X: 0 nearest, 1 stochastic (1D blocks)
+    XT_ROUND = 3       # wgrad X^T (columnwise): rounding
+    XT_RHT = 4         # wgrad X^T: Hadamard transform (0/1)
+    W_BLOCK = 5        # W: 0 1D, 1 2D (always round to nearest)
+    DY_ROUND = 6       # dgrad dY: rounding
+    DYT_ROUND = 7      # wgrad dY^T: rounding
+    DYT_RHT = 8        # wgrad dY^T: Hadamard transform
+    SEED_X = 9         # Philox key of the forward operands
+    SEED_DY = 10       # Philox key of the backward operands
+    SIZE = 12
+
+
+# W cache modes of linear_fwd.
+W_FRESH, W_STORE, W_REUSE = 0, 1, 2
+
+lib.define("linear_fwd(Tensor x, Tensor w, Tensor? bias, Tensor counter, int[] cfg, bool save_xt, bool save_wt, "
+           "int w_mode, Tensor(a!)? w_cache) -> (Tensor, Tensor, Tensor)")
+lib.define("linear_bwd(Tensor dy, Tensor xt, Tensor wt, Tensor(a!) counter, int[] cfg, int k, bool need_dx, "
+           "bool need_dw, ScalarType dw_dtype) -> (Tensor, Tensor)")
+
+
+def _w_cache_layout(n, k):
+    """Offsets of W's two packed orientations inside a weight cache buffer."""
+    row = packed_nbytes(n, k)
+    return row, row + packed_nbytes(k, _up(n, 16))
+
+
+def w_cache_nbytes(n: int, k: int) -> int:
+    return _w_cache_layout(n, k)[1]
+
+
+def _fwd_shapes(x, w, cfg, save_xt, save_wt, w_mode):
+    m, k = x.shape
+    n = w.shape[0]
+    y_shape = (m, n) if cfg[LinearConfig.FPROP] else (0,)
+    xt_bytes = packed_nbytes(k, _up(m, 16)) if save_xt else 0
+    # W^T for dgrad travels with the autograd context unless a weight cache holds it
+    wt_bytes = packed_nbytes(k, _up(n, 16)) if (save_wt and w_mode == W_FRESH) else 0
+    return m, k, n, y_shape, xt_bytes, wt_bytes
+
+
+def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
+    C = LinearConfig
+    x = x.contiguous()
+    m, k, n, y_shape, xt_bytes, wt_bytes = _fwd_shapes(x, w, cfg, save_xt, save_wt, w_mode)
+    fprop = bool(cfg[C.FPROP])
+    dev = x.device
+    if counter.device != dev:
+        raise ValueError(f"counter: the layer's step counter is on {counter.device} but x is on {dev}; "
+                         "move the module with .to()")
+    dt, di, st = _device(x)
+    y = torch.empty(y_shape, dtype=x.dtype, device=dev)
+    xt = torch.empty((xt_bytes,), dtype=torch.uint8, device=dev)
+    wt = torch.empty((wt_bytes,), dtype=torch.uint8, device=dev)
+    backend = cfg[C.BACKEND]
+    bias_dt = None if bias is None else bias.dtype
+    gemm_ws = gemm_workspace_bytes(m, n, k, backend, x.dtype, bias_dt, False, dev, (dt, di, st)) if fprop else 0
+    # one scratch buffer: X rowwise | W rowwise (when not cached) | GEMM workspace
+    xrow_bytes = packed_nbytes(m, k) if fprop else 0
+    wrow_bytes = packed_nbytes(n, k) if (fprop and w_mode == W_FRESH) else 0
+    ws = torch.empty((xrow_bytes + wrow_bytes + gemm_ws,), dtype=torch.uint8, device=dev)
+    base = ws.data_ptr()
+    xrow = _addresses(base, m, k) if fprop else (0, 0, 0)
+    cnt = counter.data_ptr()
+    sign_mask = cfg[C.SIGN_MASK]
+
+    # X: rowwise for fprop, columnwise (optionally Hadamard-transformed) for wgrad; one pass
+    # when both use the same rounding.
+    xt_addr = _addresses(xt.data_ptr(), k, _up(m, 16)) if save_xt else (0, 0, 0)
+    rht = 2 if (save_xt and cfg[C.XT_RHT]) else 0
+    if fprop and save_xt and cfg[C.XT_ROUND] != cfg[C.X_ROUND]:
+        _C.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, *xrow, 0, 0, 0, 0, cfg[C.X_ROUND],
+                        _LAYOUT_SWIZZLED, 0, sign_mask, cfg[C.SEED_X], 0, cnt, dt, di, st)
+        _C.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, 0, 0, 0, *xt_addr, 0, cfg[C.XT_ROUND],
+                        _LAYOUT_SWIZZLED, rht, sign_mask, cfg[C.SEED_X], 0, cnt, dt, di, st)
+    elif fprop or save_xt:
+        _C.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, *xrow, *xt_addr, 0,
+                        cfg[C.X_ROUND] if fprop else cfg[C.XT_ROUND], _LAYOUT_SWIZZLED, rht, sign_mask, cfg[C.SEED_X],
+                        0, cnt, dt, di, st)
+
+    # W: both orientations in one pass (round to nearest, no transform), into the scratch
+    # buffer and the saved W^T, or into the layer's cache.
+    if w_mode == W_FRESH:
+        wrow = _addresses(base + xrow_bytes, n, k) if fprop else (0, 0, 0)
+        wcol = _addresses(wt.data_ptr(), k, _up(n, 16)) if save_wt else (0, 0, 0)
+    else:
+        if w_cache is None:
+            raise ValueError("w_cache: a weight cache buffer is required with this w_mode")
+        cb = w_cache.data_ptr()
+        off, _ = _w_cache_layout(n, k)
+        wrow = _addresses(cb, n, k)
+        wcol = _addresses(cb + off, k, _up(n, 16))
+    if w_mode != W_REUSE and (wrow[0] or wcol[0]):
+        w = w.contiguous()
+        _C.quantize_raw(w.data_ptr(), DTYPE_CODE[w.dtype], n, k, *wrow, *wcol, cfg[C.W_BLOCK], 0, _LAYOUT_SWIZZLED,
+                        0, sign_mask, 0, 0, 0, dt, di, st)
+    if not fprop:
+        return y, xt, wt
+    # fprop: Y = alpha * X̂ Ŵᵀ (+ bias)
+    _C.gemm_raw(*xrow, *wrow, m, n, k, _LAYOUT_SWIZZLED, 0, 0, 0 if bias is None else bias.data_ptr(),
+                DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(), DTYPE_CODE[x.dtype], backend,
+                base + xrow_bytes + wrow_bytes, gemm_ws, dt, di, st)
+    return y, xt, wt
+
+
+def _linear_fwd_fake(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
+    m, k, n, y_shape, xt_bytes, wt_bytes = _fwd_shapes(x, w, cfg, save_xt, save_wt, w_mode)
+    return (x.new_empty(y_shape), x.new_empty((xt_bytes,), dtype=torch.uint8),
+            x.new_empty((wt_bytes,), dtype=torch.uint8))
+
+
+def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
+    """dy [m, n]; xt: packed X^T [k, roundup(m,16)] (need_dw); wt: packed W^T [k, roundup(n,16)]
+    (need_dx). Advances counter by one after the quantization of dY has read it."""
+    C = LinearConfig
+    dy = dy.contiguous()
+    m, n = dy.shape
+    dev = dy.device
+    dt, di, st = _device(dy)
+    mp = _up(m, 16)
+    backend = cfg[C.BACKEND]
+    dx = torch.empty((m, k) if need_dx else (0,), dtype=dy.dtype, device=dev)
+    dw = torch.empty((n, k) if need_dw else (0,), dtype=dw_dtype, device=dev)
+    ws_dx = gemm_workspace_bytes(m, k, n, backend, dy.dtype, None, False, dev, (dt, di, st)) if need_dx else 0
+    ws_dw = gemm_workspace_bytes(n, k, mp, backend, dw_dtype, None, False, dev, (dt, di, st)) if need_dw else 0
+    row_bytes = packed_nbytes(m, n) if need_dx else 0
+    col_bytes = packed_nbytes(n, mp) if need_dw else 0
+    ws = torch.empty((row_bytes + col_bytes + max(ws_dx, ws_dw),), dtype=torch.uint8, device=dev)
+    base = ws.data_ptr()
+    dyrow = _addresses(base, m, n) if need_dx else (0, 0, 0)
+    dycol = _addresses(base + row_bytes, n, mp) if need_dw else (0, 0, 0)
+    g = base + row_bytes + col_bytes
+    cnt = counter.data_ptr()
+    sign_mask = cfg[C.SIGN_MASK]
+    rht = 2 if (need_dw and cfg[C.DYT_RHT]) else 0
+    if need_dx and need_dw and cfg[C.DY_ROUND] != cfg[C.DYT_ROUND]:
+        _C.quantize_raw(dy.data_ptr(), DTYPE_CODE[dy.dtype], m, n, *dyrow, 0, 0, 0, 0, cfg[C.DY_ROUND],
+                        _LAYOUT_SWIZZLED, 0, sign_mask, cfg[C.SEED_DY], 0, cnt, dt, di, st)
+        _C.quantize_raw(dy.data_ptr(), DTYPE_CODE[dy.dtype], m, n, 0, 0, 0, *dycol, 0, cfg[C.DYT_ROUND],
+                        _LAYOUT_SWIZZLED, rht, sign_mask, cfg[C.SEED_DY], 0, cnt, dt, di, st)
+    elif need_dx or need_dw:
+        rounding = cfg[C.DY_ROUND] if need_dx else cfg[C.DYT_ROUND]
+        _C.quantize_raw(dy.data_ptr(), DTYPE_CODE[dy.dtype], m, n, *dyrow, *dycol, 0, rounding, _LAYOUT_SWIZZLED,
+                        rht, sign_mask, cfg[C.SEED_DY], 0, cnt, dt, di, st)
+    if need_dx:  # dgrad: dX = alpha * dŶ (Ŵᵀ)ᵀ, W^T quantized along N
+        _C.gemm_raw(*dyrow, *_addresses(wt.data_ptr(), k, _up(n, 16)), m, k, n, _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0,
+                    dx.data_ptr(), DTYPE_CODE[dy.dtype], backend, g, ws_dx, dt, di, st)
+    if need_dw:  # wgrad: dW = alpha * (dŶᵀ)(X̂ᵀ)ᵀ, both along the token axis
+        _C.gemm_raw(*dycol, *_addresses(xt.data_ptr(), k, mp), n, k, mp, _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0,
+                    dw.data_ptr(), DTYPE_CODE[dw_dtype], backend, g, ws_dw, dt, di, st)
+    # The next backward of this layer draws new bits. In stream order after the quantize
+    # kernels above, which read the counter when they run.
+    counter.add_(1)
+    return dx, dw
+
+
+def _linear_bwd_fake(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
+    m, n = dy.shape
+    return (dy.new_empty((m, k) if need_dx else (0,)), dy.new_empty((n, k) if need_dw else (0,), dtype=dw_dtype))
+
+
+for _k in ("CPU", "CUDA"):
+    lib.impl("linear_fwd", lambda *a: _linear_fwd_impl(*a), _k)
+    lib.impl("linear_bwd", lambda *a: _linear_bwd_impl(*a), _k)
+torch.library.register_fake("nvfp4::linear_fwd", _linear_fwd_fake, lib=lib)
+torch.library.register_fake("nvfp4::linear_bwd", _linear_bwd_fake, lib=lib)
+
+
+def linear_fwd(x, w, bias, counter, cfg, save_xt, save_wt, w_mode=W_FRESH, w_cache=None):
+    return torch.ops.nvfp4.linear_fwd(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
+
+
+def linear_bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
+    return torch.ops.nvfp4.linear_bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
