@@ -11,8 +11,9 @@ A step is forward + backward + fused AdamW. Times are medians over --steps steps
 --warmup (CUDA events on the GPU). Also: bytes each Linear keeps for its backward pass
 (saved-tensor hooks; plus a memory_allocated delta on the GPU), and peak memory per step.
 
-    python3 bench/bench_train_step.py                 # GPU, full size (~85M parameters)
-    python3 bench/bench_train_step.py --smoke         # CPU, toy size
+    python3 bench/bench_train_step.py                               # GPU, ~85M parameters, eager
+    python3 bench/bench_train_step.py --size 400m --modes eager,compile,reduce-overhead --profile
+    python3 bench/bench_train_step.py --smoke                       # CPU, toy size
     python3 bench/bench_train_step.py --json out.json
 """
 from __future__ import annotations
@@ -141,9 +142,68 @@ def sync(dev):
         torch.cuda.synchronize(dev)
 
 
-def time_steps(model, args, dev, batches):
+# Kernel names by kind, for --profile: where a step's GPU time goes.
+_KINDS = (
+    ("quantize", ("nvfp4::detail::quant", "amax_kernel", "rowwise_kernel", "tile_kernel", "amax_colrht")),
+    ("decode", ("gemm_prep", "decode")),
+    ("gemm", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas", "Kernel2", "small_m", "stream_kernel",
+              "flash", "fmha", "attention")),
+)
+
+
+def _kind(name: str) -> str:
+    low = name.lower()
+    for kind, keys in _KINDS:
+        if any(k.lower() in low for k in keys):
+            return "attention" if kind == "gemm" and any(a in low for a in ("flash", "fmha", "attention")) else kind
+    return "other"
+
+
+def profile_steps(step, dev, n):
+    """n steps under torch.profiler: kernels per step, GPU-busy time (union of kernel
+    intervals) vs wall time, and GPU time by kind."""
+    from torch.profiler import ProfilerActivity, profile
+    sync(dev)
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(n):
+            step(i)
+        sync(dev)
+    wall = time.perf_counter() - t0
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    spans = sorted((e.time_range.start, e.time_range.end) for e in kernels)
+    busy, cur_s, cur_e = 0.0, None, None
+    for a, b in spans:
+        if cur_e is None or a > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    if cur_e is not None:
+        busy += cur_e - cur_s
+    by_kind: dict = {}
+    top: dict = {}
+    for e in kernels:
+        k = _kind(e.name)
+        by_kind[k] = by_kind.get(k, 0.0) + (e.time_range.end - e.time_range.start)
+        top[e.name] = top.get(e.name, 0.0) + (e.time_range.end - e.time_range.start)
+    us = 1e-3 / n  # profiler times are in us; report ms per step
+    return {"kernels_per_step": len(kernels) / n, "gpu_busy_ms": busy * us, "wall_ms": wall * 1e3 / n,
+            "by_kind_ms": {k: v * us for k, v in sorted(by_kind.items())},
+            "top_kernels_ms": {k[:90]: v * us for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:12]}}
+
+
+def time_steps(model, args, dev, batches, mode):
+    """mode: "eager", "compile" (torch.compile fullgraph) or "reduce-overhead" (the same with
+    CUDA graphs). The first step's time includes compilation: reported as compile_s."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
-    run = torch.compile(model, fullgraph=True) if args.compile else model
+    if mode == "eager":
+        run = model
+    elif mode == "compile":
+        run = torch.compile(model, fullgraph=True)
+    else:
+        run = torch.compile(model, fullgraph=True, mode="reduce-overhead")
     amp = torch.autocast(dev.type, dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu",
                                                                                                    enabled=False)
 
@@ -157,7 +217,11 @@ def time_steps(model, args, dev, batches):
         opt.zero_grad(set_to_none=True)
         return loss
 
-    for i in range(args.warmup):
+    t0 = time.perf_counter()
+    step(0)
+    sync(dev)
+    first = time.perf_counter() - t0
+    for i in range(1, args.warmup):
         step(i)
     sync(dev)
     if dev.type == "cuda":
@@ -176,9 +240,11 @@ def time_steps(model, args, dev, batches):
             t0 = time.perf_counter()
             step(i)
             times.append(time.perf_counter() - t0)
-    out = {"step_ms": 1e3 * statistics.median(times), "step_ms_min": 1e3 * min(times)}
+    out = {"step_ms": 1e3 * statistics.median(times), "step_ms_min": 1e3 * min(times), "first_step_s": first}
     if dev.type == "cuda":
         out["peak_step_memory_gb"] = (torch.cuda.max_memory_allocated(dev) - base) / 2**30
+    if args.profile and dev.type == "cuda":
+        out["profile"] = profile_steps(step, dev, args.profile_steps)
     return out
 
 
@@ -240,27 +306,42 @@ def activation_memory(args, dev):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", default=None, choices=sorted(T.SIZES))
-    ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--size", default=None, choices=sorted(T.SIZES), help="model size (default full, ~85M; "
+                    "400m: d2048, 8 layers, 8x2048 tokens)")
+    ap.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: the size's)")
     ap.add_argument("--seq-len", type=int, default=None)
     ap.add_argument("--recipe", default="nvfp4", choices=[r for r in nn4.RECIPES if r != "bf16"])
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--steps", type=int, default=None, help="timed steps (default 20; 3 with --smoke)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 5; 1 with --smoke)")
-    ap.add_argument("--compile", action="store_true", help="torch.compile(fullgraph=True) every variant")
+    ap.add_argument("--modes", default="eager", help="comma-separated: eager, compile (torch.compile fullgraph), "
+                    "reduce-overhead (the same with CUDA graphs)")
+    ap.add_argument("--compile", action="store_true", help="shorthand for --modes compile")
     ap.add_argument("--variants", default="bf16,nvfp4,fakequant")
+    ap.add_argument("--profile", action="store_true", help="also profile a few steps of each row: kernels per "
+                    "step, GPU-busy vs wall time, GPU time by kind")
+    ap.add_argument("--profile-steps", type=int, default=3)
     ap.add_argument("--mem-tokens", type=int, default=None, help="tokens for the per-Linear memory test")
+    ap.add_argument("--no-memory", action="store_true", help="skip the per-Linear saved-memory test")
     ap.add_argument("--smoke", action="store_true", help="CPU, toy size")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args(argv)
     size = dict(T.SIZES[a.size or ("smoke" if a.smoke else "full")])
     a.d_model, a.n_layers, a.n_heads = size["d_model"], size["n_layers"], size["n_heads"]
     a.seq_len = a.seq_len or size["seq_len"]
-    a.batch_size = a.batch_size or (size["batch_size"] if a.smoke else 8)
+    a.batch_size = a.batch_size or size["batch_size"]
     a.steps = a.steps or (3 if a.smoke else 20)
     a.warmup = a.warmup or (1 if a.smoke else 5)
     a.mem_tokens = a.mem_tokens or (64 if a.smoke else 8192)
+    modes = ["compile"] if a.compile else [m.strip() for m in a.modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in ("eager", "compile", "reduce-overhead"):
+            ap.error(f"--modes: unknown mode {m!r}")
     dev = torch.device("cpu" if a.smoke or not torch.cuda.is_available() else "cuda")
+    if "reduce-overhead" in modes and dev.type != "cuda":
+        ap.error("--modes: reduce-overhead (CUDA graphs) needs a GPU")
+    if a.profile and dev.type != "cuda":
+        print("--profile: kernel profiles need a GPU; not profiled on the CPU")
     a.recipe_obj = nn4.get_recipe(a.recipe, backend=a.backend)
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -273,45 +354,73 @@ def main(argv=None):
     tokens = a.batch_size * a.seq_len
 
     results = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-               "torch": torch.__version__, "nvfp4": nvfp4.__version__, "recipe": a.recipe, "compile": a.compile,
+               "torch": torch.__version__, "nvfp4": nvfp4.__version__, "recipe": a.recipe, "modes": modes,
+               "date": time.strftime("%Y-%m-%d"),
                "model": {"d_model": a.d_model, "n_layers": a.n_layers, "seq_len": a.seq_len,
                          "batch_size": a.batch_size},
-               "variants": {}}
+               "rows": {}}
     margs = argparse.Namespace(d_model=a.d_model, n_layers=a.n_layers, n_heads=a.n_heads, seq_len=a.seq_len,
                                seed=0, master_dtype=torch.float32)
-    for name in a.variants.split(","):
-        model = T.build_model(margs, dev)
-        if name == "nvfp4":
-            nn4.convert(model, a.recipe_obj, include="blocks.*")
-        elif name == "fakequant":
-            fakequant_convert(model, a.recipe_obj)
-        elif name != "bf16":
-            ap.error(f"--variants: unknown variant {name!r}")
-        r = time_steps(model, a, dev, batches)
-        r["tokens_per_s"] = tokens / (r["step_ms"] / 1e3)
-        results["variants"][name] = r
-        print(f"{name:10s} step {r['step_ms']:9.2f} ms  {r['tokens_per_s']:12,.0f} tokens/s"
-              + (f"  peak step memory {r['peak_step_memory_gb']:.2f} GB" if "peak_step_memory_gb" in r else ""),
-              flush=True)
-        del model
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
-    v = results["variants"]
+    for mode in modes:
+        for name in a.variants.split(","):
+            if name == "fakequant" and mode != "eager":
+                continue  # the plain-PyTorch baseline is an eager baseline
+            model = T.build_model(margs, dev)
+            if name == "nvfp4":
+                nn4.convert(model, a.recipe_obj, include="blocks.*")
+            elif name == "fakequant":
+                fakequant_convert(model, a.recipe_obj)
+            elif name != "bf16":
+                ap.error(f"--variants: unknown variant {name!r}")
+            if mode != "eager":
+                torch._dynamo.reset()
+            try:
+                r = time_steps(model, a, dev, batches, mode)
+            except Exception as e:  # a mode that fails is a result too (reported, not hidden)
+                r = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+                print(f"{name:10s} {mode:16s} FAILED: {r['error']}", flush=True)
+                results["rows"][f"{name}/{mode}"] = r
+                del model
+                continue
+            r["tokens_per_s"] = tokens / (r["step_ms"] / 1e3)
+            results["rows"][f"{name}/{mode}"] = r
+            line = f"{name:10s} {mode:16s} step {r['step_ms']:9.2f} ms  {r['tokens_per_s']:12,.0f} tokens/s" \
+                   f"  first step {r['first_step_s']:6.1f} s"
+            if "peak_step_memory_gb" in r:
+                line += f"  peak step memory {r['peak_step_memory_gb']:.2f} GB"
+            print(line, flush=True)
+            if "profile" in r:
+                p = r["profile"]
+                kinds = "  ".join(f"{k} {v:.2f}" for k, v in p["by_kind_ms"].items())
+                print(f"{'':27s}profile: {p['kernels_per_step']:.0f} kernels/step, GPU busy {p['gpu_busy_ms']:.2f} ms "
+                      f"of {p['wall_ms']:.2f} ms wall; by kind (ms): {kinds}", flush=True)
+            del model
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+    rows = results["rows"]
     ratios = {}
-    if "bf16" in v and "nvfp4" in v:
-        ratios["nvfp4_over_bf16_step_time"] = v["nvfp4"]["step_ms"] / v["bf16"]["step_ms"]
-    if "fakequant" in v and "nvfp4" in v:
-        ratios["fakequant_over_nvfp4_step_time"] = v["fakequant"]["step_ms"] / v["nvfp4"]["step_ms"]
+    for mode in modes:
+        b, q = rows.get(f"bf16/{mode}", {}), rows.get(f"nvfp4/{mode}", {})
+        if "step_ms" in b and "step_ms" in q:
+            ratios[f"nvfp4_over_bf16_step_time/{mode}"] = q["step_ms"] / b["step_ms"]
+            ratios[f"nvfp4_over_bf16_first_step/{mode}"] = q["first_step_s"] / max(b["first_step_s"], 1e-9)
+            if "profile" in b and "profile" in q and b["profile"]["kernels_per_step"]:
+                ratios[f"nvfp4_over_bf16_kernels_per_step/{mode}"] = \
+                    q["profile"]["kernels_per_step"] / b["profile"]["kernels_per_step"]
+    if "step_ms" in rows.get("fakequant/eager", {}) and "step_ms" in rows.get("nvfp4/eager", {}):
+        ratios["fakequant_over_nvfp4_step_time/eager"] = rows["fakequant/eager"]["step_ms"] / \
+            rows["nvfp4/eager"]["step_ms"]
     results["ratios"] = ratios
     for k, val in ratios.items():
         print(f"{k}: {val:.3f}")
-    mem = activation_memory(a, dev)
-    results["activation_memory_per_linear"] = mem
-    for name, r in mem.items():
-        extra = f"  ratio {r['ratio_to_bf16']:.3f}" if "ratio_to_bf16" in r else ""
-        if "allocated_ratio_to_bf16" in r:
-            extra += f"  (allocated-delta ratio {r['allocated_ratio_to_bf16']:.3f})"
-        print(f"saved for backward, {name:10s}: {r['saved_bytes_per_element']:.4f} bytes/input element{extra}")
+    if not a.no_memory:
+        mem = activation_memory(a, dev)
+        results["activation_memory_per_linear"] = mem
+        for name, r in mem.items():
+            extra = f"  ratio {r['ratio_to_bf16']:.3f}" if "ratio_to_bf16" in r else ""
+            if "allocated_ratio_to_bf16" in r:
+                extra += f"  (allocated-delta ratio {r['allocated_ratio_to_bf16']:.3f})"
+            print(f"saved for backward, {name:10s}: {r['saved_bytes_per_element']:.4f} bytes/input element{extra}")
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:

@@ -41,6 +41,7 @@ SIZES = {
     "smoke": dict(d_model=64, n_layers=2, n_heads=4, seq_len=64, batch_size=8),
     "small": dict(d_model=384, n_layers=6, n_heads=6, seq_len=512, batch_size=16),     # ~11M parameters
     "full": dict(d_model=768, n_layers=12, n_heads=12, seq_len=1024, batch_size=16),   # ~85M parameters
+    "400m": dict(d_model=2048, n_layers=8, n_heads=16, seq_len=2048, batch_size=8),    # ~403M parameters
 }
 VOCAB = 256
 
