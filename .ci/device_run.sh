@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# One session on a lent GPU machine (no network there): install the carried header
-# wheels, build nvfp4 for sm_90a only, then run what is asked: "tests", "bench",
-# "train", "cpp", or "all". Logs and JSON land in $OUT (or ./out).
-# Usage (from the repository root): bash .ci/device_run.sh tests bench
+# One session on a GPU machine with no network: install the carried header wheels (.whl/),
+# build nvfp4 for sm_90a only, then run the named jobs in order. With a .base/ folder (the
+# source of an earlier commit, `git archive REV | tar -x -C .base`), `base` builds it too, in
+# parallel, so that benchmarks can compare both in the same run. Logs and JSON land in $OUT.
+#
+#   bash .ci/device_run.sh base tests step85 step400       (from the repository root)
+#
+# jobs: base, tests, quick (a few GPU test files), sanitize, quant, gemm, host,
+#       step85, step400, step85c (compile + reduce-overhead rows), step400c, cpp
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 ROOT=$PWD
 step() { echo; echo "=== $* ($(date +%T))"; }
+ARGS=("$@")
+want() { for a in "${ARGS[@]}"; do [[ $a == "$1" ]] && return 0; done; return 1; }
 
 step setup
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
@@ -18,23 +25,66 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 
 step build
 t0=$(date +%s)
-NVFP4_CUDA_ARCHS=90a CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps -q . \
-  > "$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; exit 1; }
+build() {  # build SRC into /tmp/TARGET
+  NVFP4_CUDA_ARCHS=90a CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-16} python3 -m pip install --no-build-isolation \
+    --no-deps -q --target "/tmp/$2" "$1" > "$OUT/build_$2.log" 2>&1
+}
+if want base && [[ -d .base ]]; then
+  JOBS=8 build "$ROOT/.base" base & bpid=$!
+  JOBS=8 build "$ROOT" new || { tail -60 "$OUT/build_new.log"; exit 1; }
+  wait $bpid || { echo "baseline build failed"; tail -30 "$OUT/build_base.log"; }
+else
+  build "$ROOT" new || { tail -60 "$OUT/build_new.log"; exit 1; }
+fi
 echo "build: $(( $(date +%s) - t0 )) s"
-cd /tmp && python3 -c "import nvfp4, json; print(json.dumps(nvfp4.device_info(), indent=1))"; cd "$ROOT"
-
-want() { for a in "${ARGS[@]}"; do [[ $a == "$1" || $a == all ]] && return 0; done; return 1; }
-ARGS=("$@")
-[[ ${#ARGS[@]} -eq 0 ]] && ARGS=(tests)
+NEW=/tmp/new:/tmp/site
+BASE=/tmp/base:/tmp/site
+(cd /tmp && PYTHONPATH=$NEW python3 -c "import nvfp4, json; print(json.dumps(nvfp4.device_info(), indent=1))")
 
 if want tests; then
   step gpu tests
-  python3 -m pytest tests/python -q -p no:cacheprovider --timeout=300 --maxfail=40 -rf 2>&1 | tee "$OUT/tests.log" | tail -40
+  PYTHONPATH=$NEW timeout 560 python3 -m pytest tests/python -q -p no:cacheprovider -x --maxfail=20 -rfE \
+    2>&1 | tee "$OUT/tests.log" | tail -40
 fi
-if want bench; then
+if want quick; then
+  step quick gpu tests
+  PYTHONPATH=$NEW timeout 400 python3 -m pytest ${QUICK_TESTS:-tests/python/test_nn.py tests/python/test_graphs.py} \
+    -q -p no:cacheprovider --maxfail=20 -rfE 2>&1 | tee "$OUT/quick.log" | tail -40
+fi
+if want sanitize && [[ -f tests/cuda/sanitize_quant.py ]]; then
+  step compute-sanitizer
+  PYTHONPATH=$NEW timeout 300 python3 tests/cuda/sanitize_quant.py 2>&1 | tee "$OUT/sanitize.log" | tail -20
+fi
+if want quant; then
   step bench quant
-  [[ -f bench/bench_quant.py ]] && python3 bench/bench_quant.py --json "$OUT/bench_quant.json" 2>&1 | tee "$OUT/bench_quant.log"
-  step bench gemm
-  [[ -f bench/bench_gemm.py ]] && python3 bench/bench_gemm.py ${GEMM_BENCH_ARGS:-} --json "$OUT/bench_gemm.json" 2>&1 | tee "$OUT/bench_gemm.log"
+  PYTHONPATH=$NEW python3 bench/bench_quant.py --json "$OUT/bench_quant.json" 2>&1 | tee "$OUT/bench_quant.log" | tail -40
 fi
+if want gemm; then
+  step bench gemm
+  PYTHONPATH=$NEW python3 bench/bench_gemm.py ${GEMM_BENCH_ARGS:-} --json "$OUT/bench_gemm.json" 2>&1 \
+    | tee "$OUT/bench_gemm.log" | tail -40
+fi
+if want host && [[ -f bench/bench_host.py ]]; then
+  step bench host overhead
+  PYTHONPATH=$NEW python3 bench/bench_host.py --json "$OUT/bench_host.json" 2>&1 | tee "$OUT/bench_host.log" | tail -30
+fi
+stepbench() {  # name, lib path, extra args
+  local name=$1 lib=$2; shift 2
+  step "train step $name"
+  PYTHONPATH=$lib timeout 400 python3 bench/bench_train_step.py "$@" --json "$OUT/step_$name.json" 2>&1 \
+    | grep -v -E "Warning|warn" | tee "$OUT/step_$name.log" | tail -25
+}
+for size in 85 400; do
+  sz=$([[ $size == 85 ]] && echo full || echo 400m)
+  if want "step$size"; then
+    [[ -d /tmp/base/nvfp4 ]] && stepbench "${size}_base_eager" "$BASE" --size "$sz" --variants bf16,nvfp4 \
+      --modes eager --profile --no-memory --steps 10 --warmup 3
+    stepbench "${size}_new_eager" "$NEW" --size "$sz" --variants bf16,nvfp4,fakequant --modes eager --profile \
+      --steps 10 --warmup 3 $([[ $size == 400 ]] && echo --no-memory)
+  fi
+  if want "step${size}c"; then
+    stepbench "${size}_new_compiled" "$NEW" --size "$sz" --variants bf16,nvfp4 --modes compile,reduce-overhead \
+      --profile --no-memory --steps 10 --warmup 3
+  fi
+done
 exit 0
