@@ -45,12 +45,14 @@ def _up(v, m):
 
 def packed_layout(rows, cols) -> Tuple[int, int, int]:
     """(scales offset, amax offset, total bytes) of a packed orientation [rows, cols]
-    (cols a multiple of 16; swizzled scales)."""
+    (cols a multiple of 16; swizzled scales). The total is a multiple of 256 too, so that
+    packed buffers and GEMM workspaces can follow each other in one allocation (the GEMM
+    workspace must start on a 256-byte boundary)."""
     data = rows * cols // 2
     scales = _up(rows, 128) * _up(cols // 16, 4)
     so = _up(data, _ALIGN)
     ao = so + _up(scales, _ALIGN)
-    return so, ao, ao + 16
+    return so, ao, ao + _ALIGN
 
 
 def packed_nbytes(rows, cols) -> int:

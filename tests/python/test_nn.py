@@ -844,3 +844,52 @@ def test_saved_memory_cuda():
     fp4 = nn4.Linear.from_linear(copy.deepcopy(ref))
     ratio = act_bytes(fp4) / act_bytes(ref)
     assert ratio <= 0.35, ratio
+
+
+def test_op_addresses_aligned(monkeypatch):
+    """Every address the Linear's ops hand to the library is 16-byte aligned and every GEMM
+    workspace 256-byte aligned, as the CUDA kernels require (the CPU reference does not
+    care, so this is checked here rather than left to the GPU)."""
+    real_q, real_g = ops._C.quantize_raw, ops._C.gemm_raw
+    seen = {"q": 0, "g": 0}
+
+    class Checked:
+        def __getattr__(self, name):
+            return getattr(ops.__dict__["_real_C"], name)
+
+        @staticmethod
+        def quantize_raw(x, dtype, rows, cols, rd, rs, ra, cd, cs, ca, *rest):
+            offset_device = rest[-4]
+            assert all(p % 16 == 0 for p in (x, rd, rs, ra, cd, cs, ca)), "quantize address not 16-byte aligned"
+            assert offset_device % 8 == 0
+            seen["q"] += 1
+            return real_q(x, dtype, rows, cols, rd, rs, ra, cd, cs, ca, *rest)
+
+        @staticmethod
+        def gemm_raw(ad, as_, aa, bd, bs, ba, m, n, k, layout, c, cdt, bias, bdt, beta, d, ddt, backend, ws, ws_bytes,
+                     *rest):
+            assert all(p % 16 == 0 for p in (ad, as_, aa, bd, bs, ba, c, bias, d)), "gemm address not aligned"
+            if ws_bytes >= 0:
+                # torch's CPU allocations start on 64-byte boundaries, CUDA ones on 512
+                assert ws % (256 if x_dev == "cuda" else 64) == 0, f"workspace at {ws:#x} not aligned"
+                seen["g"] += 1
+            return real_g(ad, as_, aa, bd, bs, ba, m, n, k, layout, c, cdt, bias, bdt, beta, d, ddt, backend, ws,
+                          ws_bytes, *rest)
+
+    x_dev = "cpu"
+    monkeypatch.setitem(ops.__dict__, "_real_C", ops._C)
+    monkeypatch.setattr(ops, "_C", Checked())
+    # The offsets inside one allocation keep the alignment of its base.
+    for r, c in ((1, 16), (3, 80), (13, 48), (129, 4096), (48, 96)):
+        so, ao, total = ops.packed_layout(r, c)
+        assert so % 256 == ao % 256 == total % 256 == 0 and total >= ao + 4
+        assert ops.w_cache_nbytes(r * 16, c) % 256 == 0
+    for recipe, shape, bias in (("nvfp4", (3, 13), True), ("no_sr", (40,), False), ("fwd_only", (5, 7), True)):
+        x, dy, lin = make(k=80, n=48, shape=shape, bias=bias)
+        layer = nn4.Linear.from_linear(copy.deepcopy(lin), nn4.get_recipe(recipe, backend="reference"))
+        run_layer(layer, x, dy)
+        nn4.set_weight_reuse(layer, "store")
+        run_layer(layer, x, dy)
+        nn4.set_weight_reuse(layer, "reuse")
+        run_layer(layer, x, dy)
+    assert seen["q"] > 0 and seen["g"] > 0
