@@ -187,11 +187,12 @@ def profile_steps(step, dev, n):
     for e in kernels:
         k = _kind(e.name)
         by_kind[k] = by_kind.get(k, 0.0) + (e.time_range.end - e.time_range.start)
-        top[e.name] = top.get(e.name, 0.0) + (e.time_range.end - e.time_range.start)
+        short = e.name[:120]
+        top[short] = top.get(short, 0.0) + (e.time_range.end - e.time_range.start)
     us = 1e-3 / n  # profiler times are in us; report ms per step
     return {"kernels_per_step": len(kernels) / n, "gpu_busy_ms": busy * us, "wall_ms": wall * 1e3 / n,
             "by_kind_ms": {k: v * us for k, v in sorted(by_kind.items())},
-            "top_kernels_ms": {k[:90]: v * us for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:12]}}
+            "top_kernels_ms": {k: v * us for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:16]}}
 
 
 def time_steps(model, args, dev, batches, mode):
