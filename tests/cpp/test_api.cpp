@@ -865,6 +865,25 @@ int test_hardening() {
     EXPECT_BAD(nvfp4_gemm(&g, row.scales.data(), 16, nullptr), "workspace: overlaps a.scales");
     EXPECT_BAD(nvfp4_gemm(&g, wsb.data(), SIZE_MAX, nullptr), "workspace: workspace_bytes");
   }
+  // ---- the C++ size helpers throw instead of overflowing.
+  {
+    int thrown = 0;
+    const auto expect_throw = [&](auto&& f) {
+      try {
+        f();
+      } catch (const nvfp4::Error& e) {
+        thrown += e.status() == NVFP4_ERROR_INVALID_ARGUMENT && std::string(e.what()).find("overflows") != std::string::npos;
+      }
+    };
+    expect_throw([&] { (void)nvfp4::rowwise_layout(max, 16); });
+    expect_throw([&] { (void)nvfp4::columnwise_layout(max, 16); });
+    expect_throw([&] { (void)nvfp4::rowwise_layout(big, big / 16 * 16); });
+    expect_throw([&] { (void)nvfp4::TensorView(nullptr, NVFP4_DTYPE_FLOAT32, {big, 8}); });
+    const int64_t dims[] = {big, big, 16};
+    expect_throw([&] { (void)nvfp4::flatten_2d(dims); });
+    CHECK(thrown == 5);
+  }
+  EXPECT_STATUS(nvfp4_quantize(&in, &cfg, &rq, nullptr, nullptr), NVFP4_SUCCESS);  // leaves no message behind
   return finish("hardening");
 }
 
