@@ -181,8 +181,8 @@ def swizzle_scales(scales) -> torch.Tensor:
 
 def unswizzle_scales(scales, rows: int, cols: int) -> torch.Tensor:
     """Swizzled scales -> linear [rows, cols] (rows/cols: the unpadded scale matrix)."""
-    rows = check_int("rows", rows, 0)
-    cols = check_int("cols", cols, 0)
+    rows = check_int("rows", rows, 0, 2**62)
+    cols = check_int("cols", cols, 0, 2**62)
     src = _bytes(scales, "scales")
     want = ((rows + 127) // 128 * 128, (cols + 3) // 4 * 4)
     if tuple(src.shape) != want:

@@ -111,7 +111,7 @@ class NVFP4Tensor:
     def to(self, device) -> "NVFP4Tensor":
         try:
             device = torch.device(device)
-        except (TypeError, RuntimeError) as e:
+        except (TypeError, ValueError, RuntimeError) as e:
             raise TypeError(f"device: not a device: {device!r} ({e})") from None
         if device.type not in ("cpu", "cuda"):
             raise ValueError(f"device: must be cpu or cuda, got {device}")

@@ -169,6 +169,8 @@ def test_bad_dequantize():
         q.to("meta")
     with raises(TypeError, "device", "not a device"):
         q.to("nonsense")
+    with raises(TypeError, "device", "not a device"):
+        q.to(2**64)
 
 
 def test_bad_swizzle():
@@ -186,6 +188,8 @@ def test_bad_swizzle():
         nvfp4.unswizzle_scales(torch.zeros(128, 4, dtype=torch.uint8), 1.5, 4)
     with raises(ValueError, "cols", "must be in"):
         nvfp4.unswizzle_scales(torch.zeros(128, 4, dtype=torch.uint8), 1, -1)
+    with raises(ValueError, "rows", r"must be in \[0, 2\*\*62\)"):
+        nvfp4.unswizzle_scales(torch.zeros(128, 4, dtype=torch.uint8), 2**64, 4)
 
 
 # --------------------------------------------------------------------------------- gemm
