@@ -72,6 +72,8 @@ cmake --build "$BUILD/embed"
 
 stage "nvfp4-bench smoke run"
 "$BUILD/bench/cpp/nvfp4-bench" --list --quick > /dev/null
+# The installed binary finds its shapes (compiled in) from any directory.
+(cd / && "$PREFIX/bin/nvfp4-bench" --list --quick > /dev/null)
 "$BUILD/bench/cpp/nvfp4-bench" --shapes 256x256x256 --iters 3 --warmup 1 --min-sample-us 0
 
 stage "done"

@@ -6,10 +6,13 @@ For each shape (M, N, K), D[M,N] = A[M,K] @ B[N,K]^T:
   <backend>  nvfp4.gemm on pre-quantized NVFP4 operands (cutlass, cudnn)
   cutlass-2step  on Hopper and M <= 128: the same with the fused small-M kernel disabled
   quant+<b>  the full path: nvfp4.quantize(A) (BF16 activations) + nvfp4.gemm
-CUDA events, warm-up, inputs rotated through enough copies to exceed L2 three times
-(so small problems read their operands from memory as in a real model), the median of
-several timed batches. Shapes: 8192^3 and Llama-3-8B projections (N x K = 4096x4096,
-14336x4096, 4096x14336, 128256x4096) for M in {16, 32, 128, 2048, 4096, 8192}.
+Timing: nvfp4._timing.Timer (the timer of every nvfp4 benchmark): CUDA events, warm-up,
+inputs rotated through enough copies to exceed L2 three times (so small problems read
+their operands from memory as in a real model), the median of several timed batches.
+Shapes: 8192^3 and Llama-3-8B projections (N x K = 4096x4096, 14336x4096, 4096x14336,
+128256x4096) for M in {16, 32, 128, 2048, 4096, 8192}. Without a GPU (or --device cpu)
+the CPU reference backend is timed against torch's CPU matmul with torch.utils.benchmark,
+on small shapes unless --shapes says otherwise; those figures say nothing about GPUs.
 
 Two timings per method:
   us        eager: a Python loop of calls, what one call costs a PyTorch program that
@@ -21,16 +24,14 @@ Two timings per method:
 BF16 decode and the CUTLASS GEMM of the two-step path, next to cuBLAS's own kernel.
 
   python bench/bench_gemm.py [--quick] [--shapes 16x4096x4096,2048x4096x4096] [--kernels]
-                             [--no-graph] [--json out.json]
+                             [--no-graph] [--json out.json] [--device cpu]
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
-import math
 import os
-import statistics
 import sys
 
 import torch
@@ -38,6 +39,7 @@ import torch
 try:
     import nvfp4
     from nvfp4._gemm import clear_workspace_cache
+    from nvfp4._timing import Timer
 except ImportError as e:  # pragma: no cover
     sys.exit(f"bench_gemm: cannot import nvfp4 ({e})")
 
@@ -45,58 +47,26 @@ LLAMA_NK = [(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]
 MS = [16, 32, 128, 2048, 4096, 8192]
 
 
-def timed(fn_for, n_sets, target_s=0.12, reps=5, warmup=3):
+CPU_SHAPES = [(16, 64, 64), (64, 128, 256)]
+
+
+def make_timer(device) -> Timer:
+    """Samples of ~24 ms on a GPU (5 of them, median), ~2 ms on the CPU."""
+    on_gpu = torch.device(device).type == "cuda"
+    return Timer(device, iters=5, warmup=3 if on_gpu else 1, min_sample_us=24000.0 if on_gpu else 2000.0,
+                 l2_factor=3.0, max_sets=16)
+
+
+def timed(timer: Timer, fn_for, n_sets):
     """Median seconds per call of fn_for(i) (i cycles over the input sets)."""
-    for i in range(warmup):
-        fn_for(i % n_sets)
-    torch.cuda.synchronize()
-    # Size the batches from one timed call so each measurement takes ~target_s.
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    fn_for(0)
-    e.record()
-    e.synchronize()
-    one = max(s.elapsed_time(e) / 1e3, 1e-6)
-    per = int(min(200, max(2, target_s / reps / one)))
-    times = []
-    k = 0
-    for _ in range(reps):
-        s.record()
-        for _ in range(per):
-            fn_for(k % n_sets)
-            k += 1
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / 1e3 / per)
-    return statistics.median(times)
+    return timer.time(fn_for, n_sets).median_us * 1e-6
 
 
-def timed_graph(fn_for, n_sets, reps=5, min_calls=20):
-    """Median seconds per call of fn_for(i) replayed from one CUDA graph, or None if the
-    calls cannot be captured. The graph cycles over the input sets like the eager loop."""
-    try:
-        fn_for(0)  # lazy set-up (handles, attributes) stays out of the capture
-        torch.cuda.synchronize()
-        calls = max(min_calls, n_sets)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for i in range(calls):
-                fn_for(i % n_sets)
-        g.replay()
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(reps):
-            s.record()
-            g.replay()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / 1e3 / calls)
-        del g
-        return statistics.median(times)
-    except Exception:  # noqa: BLE001  (not capturable: report the eager time only)
-        torch.cuda.synchronize()
-        return None
+def timed_graph(timer: Timer, fn_for, n_sets):
+    """Median seconds per call of fn_for(i) replayed from one CUDA graph, or None (CPU, or
+    the calls cannot be captured). The graph cycles over the input sets like the eager loop."""
+    us = timer.time_graph(fn_for, n_sets)
+    return None if us is None else us * 1e-6
 
 
 def kernel_times(fn_for, n_sets, calls=20):
@@ -121,27 +91,28 @@ def kernel_times(fn_for, n_sets, calls=20):
     return sorted(((k, v / 1e6 / calls) for k, v in tot.items()), key=lambda kv: -kv[1])
 
 
-def n_copies(bytes_per_set, l2):
-    return int(max(1, min(16, math.ceil(3 * l2 / max(bytes_per_set, 1)))))
+def n_copies(timer: Timer, bytes_per_set):
+    return timer.sets(bytes_per_set)
 
 
 def fmt_t(sec):
     return f"{sec * 1e6:9.1f}" if sec is not None else "        -"
 
 
-def bench_shape(m, n, k, backends, l2, hopper, quick, graph=True, kernels=False):
+def bench_shape(m, n, k, backends, timer, hopper, quick, graph=True, kernels=False):
     flops = 2.0 * m * n * k
-    dev = "cuda"
+    dev = timer.device
+    on_gpu = timer.on_gpu
     rows = []
 
     def record(method, sec, status="ok", note="", fn=None, n_sets=1, with_kernels=False):
-        gsec = timed_graph(fn, n_sets) if (graph and fn is not None and sec is not None) else None
+        gsec = timed_graph(timer, fn, n_sets) if (graph and on_gpu and fn is not None and sec is not None) else None
         rows.append({"M": m, "N": n, "K": k, "method": method, "status": status, "note": note,
                      "us": None if sec is None else sec * 1e6,
                      "tflops": None if sec is None else flops / sec / 1e12,
                      "graph_us": None if gsec is None else gsec * 1e6,
                      "graph_tflops": None if gsec is None else flops / gsec / 1e12})
-        if kernels and with_kernels and fn is not None and sec is not None:
+        if kernels and on_gpu and with_kernels and fn is not None and sec is not None:
             try:
                 rows[-1]["kernels"] = [{"name": nm, "us": t * 1e6} for nm, t in kernel_times(fn, n_sets)]
             except Exception as ex:  # noqa: BLE001
@@ -149,7 +120,7 @@ def bench_shape(m, n, k, backends, l2, hopper, quick, graph=True, kernels=False)
 
     g = torch.Generator(device=dev).manual_seed(m * 7 + n * 3 + k)
     bytes_bf16 = (m * k + n * k) * 2
-    nb = n_copies(bytes_bf16, l2)
+    nb = n_copies(timer, bytes_bf16)
     a16 = [torch.randn(m, k, generator=g, device=dev, dtype=torch.bfloat16) for _ in range(nb)]
     b16 = [torch.randn(n, k, generator=g, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(nb)]
     d16 = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
@@ -157,7 +128,7 @@ def bench_shape(m, n, k, backends, l2, hopper, quick, graph=True, kernels=False)
     # cuBLAS BF16
     try:
         fn = lambda i: torch.matmul(a16[i], b16[i].t(), out=d16)  # noqa: E731
-        sec = timed(fn, nb)
+        sec = timed(timer, fn, nb)
         record("bf16", sec, fn=fn, n_sets=nb, with_kernels=True)
     except Exception as ex:  # noqa: BLE001
         record("bf16", None, "error", f"{type(ex).__name__}: {ex}")
@@ -169,7 +140,7 @@ def bench_shape(m, n, k, backends, l2, hopper, quick, graph=True, kernels=False)
         b8 = [(x * 50).to(torch.float8_e4m3fn) for x in b16]
         fn = lambda i: torch._scaled_mm(a8[i], b8[i].t(), scale_a=one, scale_b=one,  # noqa: E731
                                         out_dtype=torch.bfloat16)
-        sec = timed(fn, nb)
+        sec = timed(timer, fn, nb)
         record("fp8", sec, fn=fn, n_sets=nb)
         del a8, b8
     except Exception as ex:  # noqa: BLE001
@@ -177,7 +148,7 @@ def bench_shape(m, n, k, backends, l2, hopper, quick, graph=True, kernels=False)
 
     # nvfp4 operands: B as a weight (2D blocks), A as activations (1D).
     bytes_fp4 = (m * k + n * k) * 9 // 16
-    nq = n_copies(bytes_fp4, l2)
+    nq = n_copies(timer, bytes_fp4)
     qa = [nvfp4.quantize(a16[i % nb]) for i in range(nq)]
     qb = [nvfp4.quantize(b16[i % nb], block="2d") for i in range(nq)]
     out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
@@ -203,11 +174,11 @@ def bench_shape(m, n, k, backends, l2, hopper, quick, graph=True, kernels=False)
         clear_workspace_cache()  # the knobs can change the kernel, hence the workspace
         try:
             fn = lambda i: nvfp4.gemm(qa[i], qb[i], backend=be, out=out)  # noqa: E731
-            sec = timed(fn, nq)
+            sec = timed(timer, fn, nq)
             record(name, sec, fn=fn, n_sets=nq, with_kernels=True)
             if name == be:
                 x = a16  # the full path: quantize the BF16 activations, then the GEMM
-                sec = timed(lambda i: nvfp4.gemm(nvfp4.quantize(x[i % nb]), qb[i], backend=be, out=out), nq)
+                sec = timed(timer, lambda i: nvfp4.gemm(nvfp4.quantize(x[i % nb]), qb[i], backend=be, out=out), nq)
                 record(f"quant+{be}", sec)
         except Exception as ex:  # noqa: BLE001
             record(name, None, "error", f"{type(ex).__name__}: {str(ex).splitlines()[0]}")
@@ -219,7 +190,8 @@ def bench_shape(m, n, k, backends, l2, hopper, quick, graph=True, kernels=False)
                     os.environ[key] = val
             clear_workspace_cache()
     del a16, b16, qa, qb, out, d16
-    torch.cuda.empty_cache()
+    if on_gpu:
+        torch.cuda.empty_cache()
     base = next((r["us"] for r in rows if r["method"] == "bf16" and r["us"]), None)
     gbase = next((r["graph_us"] for r in rows if r["method"] == "bf16" and r["graph_us"]), None)
     for r in rows:
@@ -230,24 +202,44 @@ def bench_shape(m, n, k, backends, l2, hopper, quick, graph=True, kernels=False)
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="a few representative shapes")
+    ap.add_argument("--quick", action="store_true", help="a few representative shapes (CPU: the first only)")
     ap.add_argument("--json", metavar="PATH", help="write every measurement to PATH")
-    ap.add_argument("--backends", default="cutlass,cudnn", help="nvfp4 backends to time (comma-separated)")
+    ap.add_argument("--backends", default=None,
+                    help="nvfp4 backends to time, comma-separated (default: cutlass,cudnn; CPU: reference)")
     ap.add_argument("--shapes", help="comma-separated MxNxK list instead of the built-in shapes")
     ap.add_argument("--kernels", action="store_true", help="GPU time per kernel of each nvfp4 method")
     ap.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph timings")
+    ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     args = ap.parse_args()
 
-    if not torch.cuda.is_available():
-        sys.exit("bench_gemm: needs a CUDA GPU")
-    props = torch.cuda.get_device_properties(0)
-    cc = torch.cuda.get_device_capability()
+    gpu = torch.cuda.is_available() and bool(nvfp4.device_info()["build_cuda_archs"])
+    if args.device == "cuda" and not gpu:
+        sys.exit("bench_gemm: --device cuda, but no CUDA device (or a CPU-only nvfp4 build)")
+    gpu = gpu and args.device != "cpu"
+    timer = make_timer("cuda" if gpu else "cpu")
+    if gpu:
+        props = torch.cuda.get_device_properties(0)
+        cc = torch.cuda.get_device_capability()
+        name, sms = props.name, props.multi_processor_count
+    else:
+        cc, name, sms = (0, 0), "cpu", 0
+        print("# bench_gemm: timing the CPU reference backend (no GPU, or --device cpu); these figures say "
+              "nothing about GPU performance")
+        if args.kernels:
+            print("# --kernels: per-kernel GPU times need a GPU; ignored")
     hopper = cc == (9, 0)
-    l2 = getattr(props, "L2_cache_size", 50 * 2**20)
-    backends = [b for b in args.backends.split(",") if b]
+    l2 = timer.l2_bytes
+    backends = [b for b in (args.backends or ("cutlass,cudnn" if gpu else "reference")).split(",") if b]
 
     if args.shapes:
-        shapes = [tuple(int(v) for v in sh.lower().split("x")) for sh in args.shapes.split(",") if sh]
+        try:
+            shapes = [tuple(int(v) for v in sh.lower().split("x")) for sh in args.shapes.split(",") if sh]
+        except ValueError:
+            sys.exit(f"bench_gemm: --shapes: expected MxNxK[,MxNxK...], got {args.shapes!r}")
+        if any(len(sh) != 3 for sh in shapes):
+            sys.exit(f"bench_gemm: --shapes: expected MxNxK[,MxNxK...], got {args.shapes!r}")
+    elif not gpu:
+        shapes = CPU_SHAPES[:1] if args.quick else CPU_SHAPES
     else:
         shapes = [(8192, 8192, 8192)]
         ms = [16, 2048] if args.quick else MS
@@ -256,13 +248,14 @@ def main():
             for m in ms:
                 shapes.append((m, n, k))
 
-    info = {"device": props.name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": props.multi_processor_count,
+    info = {"device": name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": sms,
             "l2_bytes": l2, "torch": torch.__version__, "cuda": torch.version.cuda, "nvfp4": nvfp4.__version__,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     print(f"# {info['device']} (cc {info['compute_capability']}, {info['sms']} SMs), torch {info['torch']}, "
           f"CUDA {info['cuda']}, nvfp4 {info['nvfp4']}, {info['date']}")
     for be in backends:
-        print(f"# backend {be}: {'supported' if nvfp4.is_supported(be, 'cuda') else 'NOT supported on this device'}")
+        ok = nvfp4.is_supported(be, timer.device)
+        print(f"# backend {be}: {'supported' if ok else 'NOT supported on this device'}")
 
     all_rows = []
     hdr = (f"{'M':>6} {'N':>7} {'K':>6}  {'method':<15} {'us':>9} {'TFLOP/s':>8} {'x bf16':>7} "
@@ -271,12 +264,13 @@ def main():
     print("-" * len(hdr))
     for (m, n, k) in shapes:
         try:
-            rows = bench_shape(m, n, k, backends, l2, hopper, args.quick, graph=not args.no_graph,
+            rows = bench_shape(m, n, k, backends, timer, hopper, args.quick, graph=not args.no_graph,
                                kernels=args.kernels)
-        except torch.cuda.OutOfMemoryError as ex:
+        except (torch.cuda.OutOfMemoryError, MemoryError) as ex:
             rows = [{"M": m, "N": n, "K": k, "method": "all", "status": "error", "note": f"out of memory: {ex}",
                      "us": None, "tflops": None, "speedup_vs_bf16": None}]
-            torch.cuda.empty_cache()
+            if gpu:
+                torch.cuda.empty_cache()
         for r in rows:
             tf = f"{r['tflops']:8.1f}" if r["tflops"] else "       -"
             sp = f"{r['speedup_vs_bf16']:7.2f}" if r.get("speedup_vs_bf16") else "      -"

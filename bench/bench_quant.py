@@ -13,24 +13,27 @@ What is counted (bytes, per call):
   dequantize: codes + scales read, output written.
   swizzle:  linear scales read, swizzled scales written.
   copy:     2 * |x| (read + write) of a torch copy_ of the same bf16 tensor.
-Timing: CUDA events around each call, warm-up first, inputs rotated through enough
-buffers to exceed the L2 several times over (so no call starts with its input cached by
-the previous one), median of the iterations. Output buffers are allocated once.
+Timing: nvfp4._timing.Timer (the timer of every nvfp4 benchmark): warm-up, then the
+median of --iters samples of back-to-back calls; on a GPU, CUDA events with the inputs
+rotated through enough buffers to exceed the L2 three times over (so no call starts with
+its input cached by the previous one). Output buffers are allocated once. Without a GPU
+(or with --device cpu) the same runs on the CPU reference with torch.utils.benchmark, on
+small sizes; those figures say nothing about GPU throughput.
 
-  python bench/bench_quant.py [--quick] [--json out.json] [--sizes 4096 8192 16384]
+  python bench/bench_quant.py [--quick] [--json out.json] [--sizes 4096 8192 16384] [--device cpu]
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
-import statistics
 import sys
 
 import torch
 
 import nvfp4
 from nvfp4 import _C
+from nvfp4._timing import Timer
 
 FLT_MAX = torch.finfo(torch.float32).max
 
@@ -74,26 +77,9 @@ def torch_fake_quant_wgrad(x: torch.Tensor, rht: torch.Tensor):
 
 
 # ----------------------------------------------------------------------------- timing
-def l2_bytes() -> int:
-    try:
-        return torch.cuda.get_device_properties(0).L2_cache_size
-    except Exception:  # pragma: no cover
-        return 50 << 20
-
-
-def time_calls(fn, n_inputs: int, warmup: int, iters: int) -> float:
-    """Median microseconds of fn(i) over iters calls, i cycling through n_inputs buffers."""
-    for i in range(warmup):
-        fn(i % n_inputs)
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        starts[i].record()
-        fn((warmup + i) % n_inputs)
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+def time_calls(timer: Timer, fn, n_inputs: int) -> float:
+    """Median microseconds of fn(i), i cycling through n_inputs buffers."""
+    return timer.time(fn, n_inputs).median_us
 
 
 def out_bytes(rows: int, cols: int, layout: str) -> int:
@@ -123,22 +109,38 @@ CONFIGS = [
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=None, help="square bf16 sizes (default 4096 8192 12288 16384)")
-    ap.add_argument("--quick", action="store_true", help="two sizes, fewer iterations")
-    ap.add_argument("--iters", type=int, default=None)
+    ap.add_argument("--sizes", type=int, nargs="+", default=None,
+                    help="square bf16 sizes (default 4096 8192 12288 16384; CPU: 256 512)")
+    ap.add_argument("--quick", action="store_true", help="two sizes (CPU: one), fewer iterations")
+    ap.add_argument("--iters", type=int, default=None, help="samples per kernel, median reported")
+    ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     ap.add_argument("--json", type=str, default=None, help="write results here")
     ap.add_argument("--no-baseline", action="store_true", help="skip the plain-PyTorch quantizer")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("bench_quant: no CUDA device", file=sys.stderr)
+    gpu = torch.cuda.is_available() and bool(nvfp4.device_info()["build_cuda_archs"])
+    if args.device == "cuda" and not gpu:
+        print("bench_quant: --device cuda, but no CUDA device (or a CPU-only nvfp4 build)", file=sys.stderr)
         return 1
-    sizes = args.sizes or ([4096, 8192] if args.quick else [4096, 8192, 12288, 16384])
-    iters = args.iters or (10 if args.quick else 30)
-    warmup = 3 if args.quick else 5
-    dev = torch.device("cuda")
-    stream = torch.cuda.current_stream().cuda_stream
-    props = torch.cuda.get_device_properties(0)
-    l2 = l2_bytes()
+    gpu = gpu and args.device != "cpu"
+    if gpu:
+        sizes = args.sizes or ([4096, 8192] if args.quick else [4096, 8192, 12288, 16384])
+        iters = args.iters or (10 if args.quick else 30)
+        warmup = 3 if args.quick else 5
+        dev = torch.device("cuda")
+    else:
+        sizes = args.sizes or ([256] if args.quick else [256, 512])
+        iters = args.iters or (3 if args.quick else 5)
+        warmup = 1
+        dev = torch.device("cpu")
+        print("bench_quant: timing the CPU reference (no GPU, or --device cpu); these figures say nothing about "
+              "GPU throughput.")
+    timer = Timer(dev, iters=iters, warmup=warmup, min_sample_us=200.0, l2_factor=3.0)
+    stream = torch.cuda.current_stream().cuda_stream if gpu else 0
+    if gpu:
+        props = torch.cuda.get_device_properties(0)
+        dev_name, sms, l2 = props.name, props.multi_processor_count, timer.l2_bytes
+    else:
+        dev_name, sms, l2 = "cpu", 0, 0
     rht = nvfp4.rht_matrix(_C.default_rht_sign_mask(), torch.float32, dev)
 
     # The baseline's RTN path is the same math: check it once on a small tensor.
@@ -148,7 +150,7 @@ def main() -> int:
     baseline_exact = bool(torch.equal(p, q.data) and torch.equal(s, q.scales.view(torch.uint8)))
 
     results = []
-    print(f"device: {props.name} ({props.multi_processor_count} SMs, L2 {l2 >> 20} MiB), "
+    print(f"device: {dev_name} ({sms} SMs, L2 {l2 >> 20} MiB), "
           f"torch {torch.__version__}, nvfp4 {nvfp4.__version__}, {datetime.datetime.now().isoformat(timespec='seconds')}")
     print(f"plain-PyTorch RTN baseline bit-exact with nvfp4: {baseline_exact}")
     hdr = f"{'kernel':28s} {'shape':>13s} {'us':>9s} {'GB/s':>8s} {'x copy':>7s} {'1-pass GB/s':>11s} {'torch us':>10s} {'speedup':>8s}"
@@ -157,11 +159,11 @@ def main() -> int:
     for n in sizes:
         rows = cols = n
         xbytes = rows * cols * 2
-        n_in = max(2, -(-3 * l2 // xbytes) + 1)
+        n_in = timer.sets(xbytes)
         xs = [torch.randn(rows, cols, device=dev, dtype=torch.bfloat16) for _ in range(n_in)]
         # copy reference
         dst = torch.empty_like(xs[0])
-        t_copy = time_calls(lambda i: dst.copy_(xs[i]), n_in, warmup, iters)
+        t_copy = time_calls(timer, lambda i: dst.copy_(xs[i]), n_in)
         copy_gbps = 2 * xbytes / t_copy / 1e3
         results.append(dict(kernel="copy (torch copy_)", rows=rows, cols=cols, us=t_copy, bytes=2 * xbytes, gbps=copy_gbps,
                             ratio_to_copy=1.0))
@@ -178,7 +180,7 @@ def main() -> int:
                 _C.quantize(xs[i], *r, *c, nvfp4._format.BLOCKS[block], nvfp4._format.ROUNDINGS[rounding],
                             nvfp4._format.SCALE_LAYOUTS[layout], rht_mask, _C.default_rht_sign_mask(), 1234, 0, stream)
 
-            t = time_calls(call, n_in, warmup, iters)
+            t = time_calls(timer, call, n_in)
             wbytes = (out_bytes(rows, cols, layout) if rw else 0) + (out_bytes(cols, (rows + 15) // 16 * 16, layout) if cw else 0)
             two_pass = 2 * xbytes + wbytes
             gbps = two_pass / t / 1e3
@@ -190,10 +192,11 @@ def main() -> int:
                          ratio_to_copy=gbps / copy_gbps, one_pass_gbps=one_pass, x_reads_by_implementation=x_reads)
             tb = ""
             if not args.no_baseline and name in ("1d rtn rowwise", "1d sr row+col rht(col)") and n <= 16384:
+                base = Timer(dev, iters=max(3, iters // 5), warmup=1, min_sample_us=0.0, l2_factor=3.0)
                 if name == "1d rtn rowwise":
-                    tt = time_calls(lambda i: torch_fake_quant_rowwise(xs[i]), n_in, 1, max(3, iters // 5))
+                    tt = time_calls(base, lambda i: torch_fake_quant_rowwise(xs[i]), n_in)
                 else:
-                    tt = time_calls(lambda i: torch_fake_quant_wgrad(xs[i], rht), n_in, 1, max(3, iters // 5))
+                    tt = time_calls(base, lambda i: torch_fake_quant_wgrad(xs[i], rht), n_in)
                 entry.update(torch_us=tt, speedup_vs_torch=tt / t)
                 tb = f"{tt:10.1f} {tt / t:7.1f}x"
             results.append(entry)
@@ -201,25 +204,26 @@ def main() -> int:
         # dequantize (bf16 out) and swizzle, from one quantized tensor
         q = [nvfp4.quantize(xs[i], scale_layout="swizzled") for i in range(min(n_in, 4))]
         outd = [torch.empty(rows, cols, device=dev, dtype=torch.bfloat16) for _ in q]
-        t = time_calls(lambda i: _C.dequantize(q[i].data, q[i].scales.view(torch.uint8), q[i].amax, 1, outd[i], stream),
-                       len(q), warmup, iters)
+        t = time_calls(timer, lambda i: _C.dequantize(q[i].data, q[i].scales.view(torch.uint8), q[i].amax, 1,
+                                                       outd[i], stream), len(q))
         b = out_bytes(rows, cols, "swizzled") + xbytes
         results.append(dict(kernel="dequantize -> bf16", rows=rows, cols=cols, us=t, bytes=b, gbps=b / t / 1e3,
                             ratio_to_copy=b / t / 1e3 / copy_gbps))
         print(f"{'dequantize -> bf16':28s} {f'{rows}x{cols}':>13s} {t:9.1f} {b / t / 1e3:8.0f} {b / t / 1e3 / copy_gbps:7.2f}")
         lin = [torch.randint(0, 256, (rows, cols // 16), device=dev, dtype=torch.uint8) for _ in range(4)]
         swz = [torch.empty(((rows + 127) // 128 * 128, (cols // 16 + 3) // 4 * 4), device=dev, dtype=torch.uint8) for _ in lin]
-        t = time_calls(lambda i: _C.swizzle(lin[i], swz[i], True, stream), 4, warmup, iters)
+        t = time_calls(timer, lambda i: _C.swizzle(lin[i], swz[i], True, stream), 4)
         b = lin[0].numel() + swz[0].numel()
         results.append(dict(kernel="swizzle scales", rows=rows, cols=cols // 16, us=t, bytes=b, gbps=b / t / 1e3,
                             ratio_to_copy=b / t / 1e3 / copy_gbps))
         print(f"{'swizzle scales':28s} {f'{rows}x{cols // 16}':>13s} {t:9.1f} {b / t / 1e3:8.0f} {b / t / 1e3 / copy_gbps:7.2f}")
         xs = q = outd = lin = swz = dst = None  # free this size's buffers before the next
-        torch.cuda.empty_cache()
+        if gpu:
+            torch.cuda.empty_cache()
 
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(device=props.name, sms=props.multi_processor_count, l2_bytes=l2,
+            json.dump(dict(device=dev_name, sms=sms, l2_bytes=l2,
                            date=datetime.datetime.now().isoformat(timespec="seconds"), torch=torch.__version__,
                            nvfp4=nvfp4.__version__, baseline_rtn_bit_exact=baseline_exact, iters=iters,
                            results=results), f, indent=2)

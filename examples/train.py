@@ -4,13 +4,14 @@
 The corpus is the Python standard library's source (examples/prepare_data.py, prepared on
 first use). The model's attention and MLP projections go through nvfp4.nn.Linear with the
 chosen recipe; embeddings, norms, attention itself, the output head, the optimizer state and
-the master weights stay in high precision (NVIDIA's recipe, DESIGN.md §1).
+the master weights stay in high precision (NVIDIA's recipe; docs/design.md, "Numerics").
 
     python3 examples/train.py --smoke                          # CPU, toy size, < 1 minute
     python3 examples/train.py --recipe nvfp4 --steps 500 --compile --out runs/
     python3 examples/plot_runs.py runs/*.json -o runs/loss.png
 
-Writes OUT/NAME.json (config, loss curves, validation loss, tokens/s, peak memory).
+Writes OUT/NAME.json (config, loss curves, validation loss, tokens/s, peak memory); OUT
+defaults to ~/.cache/nvfp4/runs, beside the prepared corpus, not the working directory.
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ SIZES = {
     "400m": dict(d_model=2048, n_layers=8, n_heads=16, seq_len=2048, batch_size=8),    # ~403M parameters
 }
 VOCAB = 256
+#: Where reports go unless --out says otherwise (never the working directory).
+DEFAULT_RUNS = os.path.join(os.path.expanduser("~"), ".cache", "nvfp4", "runs")
 
 
 # ------------------------------------------------------------------------------ model
@@ -254,7 +257,7 @@ def parse_args(argv=None):
     ap.add_argument("--max-minutes", type=float, default=0.0, help="stop early after this long (0: no limit)")
     ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     ap.add_argument("--data", default=prepare_data.DEFAULT_OUT, help="prepared corpus directory")
-    ap.add_argument("--out", default="runs", help="directory for the JSON report")
+    ap.add_argument("--out", default=DEFAULT_RUNS, help="directory for the JSON report (default: %(default)s)")
     ap.add_argument("--name", default=None, help="run name (default: from the recipe and flags)")
     ap.add_argument("--smoke", action="store_true", help="toy model on CPU, a few steps")
     a = ap.parse_args(argv)

@@ -27,7 +27,10 @@ nvfp4_dtype_t to_dtype(const Array& a, const char* name) {
     if (dt.code == static_cast<uint8_t>(C::Bfloat) && dt.bits == 16) return NVFP4_DTYPE_BFLOAT16;
     if (dt.code == static_cast<uint8_t>(C::UInt) && dt.bits == 8) return NVFP4_DTYPE_UINT8;
   }
-  throw nb::type_error((std::string(name) + ": unsupported dtype").c_str());
+  throw nb::type_error((std::string(name) + ": unsupported dtype (DLPack code " + std::to_string(dt.code) + ", " +
+                        std::to_string(dt.bits) + " bits, " + std::to_string(dt.lanes) +
+                        " lanes); expected float32, float16, bfloat16, float64 or uint8")
+                           .c_str());
 }
 
 nvfp4_tensor_t desc(const Array& a, const char* name) {
@@ -63,6 +66,21 @@ void check(nvfp4_status_t s) {
 }
 
 nvfp4_stream_t stream_of(uintptr_t s) { return reinterpret_cast<nvfp4_stream_t>(s); }
+
+// An int argument that becomes a C enum: checked first (an out-of-range value is
+// undefined behaviour once cast), refused with the argument's name.
+template <class E>
+E enum_arg(int v, int count, const char* name, const char* expected) {
+  if (v < 0 || v >= count)
+    throw nb::value_error((std::string(name) + ": unknown value " + std::to_string(v) + " (expected " + expected + ")").c_str());
+  return static_cast<E>(v);
+}
+nvfp4_scale_layout_t layout_arg(int v) {
+  return enum_arg<nvfp4_scale_layout_t>(v, 2, "scale_layout", "0 = linear, 1 = swizzled");
+}
+nvfp4_backend_t backend_arg(int v) {
+  return enum_arg<nvfp4_backend_t>(v, 4, "backend", "0 = auto, 1 = reference, 2 = cutlass, 3 = cudnn");
+}
 
 struct Quantized {
   nvfp4_quantized_t q{};
@@ -146,9 +164,9 @@ NB_MODULE(_C, m) {
           nvfp4_tensor_t in = desc(x, "x");
           nvfp4_quant_config_t cfg;
           nvfp4_quant_config_default(&cfg);
-          cfg.block = static_cast<nvfp4_block_t>(block);
-          cfg.rounding = static_cast<nvfp4_rounding_t>(rounding);
-          cfg.scale_layout = static_cast<nvfp4_scale_layout_t>(layout);
+          cfg.block = enum_arg<nvfp4_block_t>(block, 2, "block", "0 = 1d, 1 = 2d");
+          cfg.rounding = enum_arg<nvfp4_rounding_t>(rounding, 2, "rounding", "0 = rtn, 1 = sr");
+          cfg.scale_layout = layout_arg(layout);
           cfg.rht = rht;
           cfg.rht_sign_mask = sign_mask;
           cfg.seed = seed;
@@ -159,18 +177,19 @@ NB_MODULE(_C, m) {
           nb::gil_scoped_release nogil;
           check(nvfp4_quantize(&in, &cfg, row ? &row->q : nullptr, col ? &col->q : nullptr, stream_of(stream)));
         },
-        nb::arg("x").noconvert(), nb::arg("row_data").none(), nb::arg("row_scales").none(),
-        nb::arg("row_amax").none(), nb::arg("col_data").none(), nb::arg("col_scales").none(),
-        nb::arg("col_amax").none(), nb::arg("block"), nb::arg("rounding"), nb::arg("scale_layout"),
+        nb::arg("x").noconvert(), nb::arg("row_data").noconvert().none(), nb::arg("row_scales").noconvert().none(),
+        nb::arg("row_amax").noconvert().none(), nb::arg("col_data").noconvert().none(),
+        nb::arg("col_scales").noconvert().none(), nb::arg("col_amax").noconvert().none(), nb::arg("block"), nb::arg("rounding"), nb::arg("scale_layout"),
         nb::arg("rht"), nb::arg("rht_sign_mask"), nb::arg("seed"), nb::arg("offset"), nb::arg("stream"));
 
   m.def("dequantize",
         [](const Array& data, const Array& scales, const Array& amax, int layout, const Array& out,
            uintptr_t stream) {
+          const nvfp4_scale_layout_t lay = layout_arg(layout);
           Quantized q(data, scales, amax, "q");
           nvfp4_tensor_t o = desc(out, "out");
           nb::gil_scoped_release nogil;
-          check(nvfp4_dequantize(&q.q, static_cast<nvfp4_scale_layout_t>(layout), &o, stream_of(stream)));
+          check(nvfp4_dequantize(&q.q, lay, &o, stream_of(stream)));
         },
         nb::arg("data").noconvert(), nb::arg("scales").noconvert(), nb::arg("amax").noconvert(), nb::arg("scale_layout"),
         nb::arg("out").noconvert(), nb::arg("stream"));
@@ -191,12 +210,12 @@ NB_MODULE(_C, m) {
     nvfp4_gemm_args_t args{};
     args.a = &a.q;
     args.b = &b.q;
-    args.scale_layout = static_cast<nvfp4_scale_layout_t>(layout);
+    args.scale_layout = layout_arg(layout);
     args.c = c ? &*c : nullptr;
     args.bias = bias ? &*bias : nullptr;
     args.beta = beta;
     args.d = d;
-    args.backend = static_cast<nvfp4_backend_t>(backend);
+    args.backend = backend_arg(backend);
     return args;
   };
 
@@ -215,7 +234,7 @@ NB_MODULE(_C, m) {
         },
         nb::arg("a_data").noconvert(), nb::arg("a_scales").noconvert(), nb::arg("a_amax").noconvert(),
         nb::arg("b_data").noconvert(), nb::arg("b_scales").noconvert(), nb::arg("b_amax").noconvert(),
-        nb::arg("scale_layout"), nb::arg("c").none(), nb::arg("bias").none(), nb::arg("beta"),
+        nb::arg("scale_layout"), nb::arg("c").noconvert().none(), nb::arg("bias").noconvert().none(), nb::arg("beta"),
         nb::arg("out").noconvert(), nb::arg("backend"));
 
   m.def("gemm",
@@ -235,10 +254,14 @@ NB_MODULE(_C, m) {
         },
         nb::arg("a_data").noconvert(), nb::arg("a_scales").noconvert(), nb::arg("a_amax").noconvert(),
         nb::arg("b_data").noconvert(), nb::arg("b_scales").noconvert(), nb::arg("b_amax").noconvert(),
-        nb::arg("scale_layout"), nb::arg("c").none(), nb::arg("bias").none(), nb::arg("beta"),
-        nb::arg("out").noconvert(), nb::arg("backend"), nb::arg("workspace").none(), nb::arg("stream"));
+        nb::arg("scale_layout"), nb::arg("c").noconvert().none(), nb::arg("bias").noconvert().none(), nb::arg("beta"),
+        nb::arg("out").noconvert(), nb::arg("backend"), nb::arg("workspace").noconvert().none(), nb::arg("stream"));
 
-  m.def("backend_supported", [](int backend, int cc) { return nvfp4_backend_supported(static_cast<nvfp4_backend_t>(backend), cc) != 0; });
+  m.def("backend_supported", [](int backend, int cc) {
+    // Never raises: an unknown backend is simply not supported.
+    return backend >= NVFP4_BACKEND_AUTO && backend <= NVFP4_BACKEND_CUDNN &&
+           nvfp4_backend_supported(static_cast<nvfp4_backend_t>(backend), cc) != 0;
+  });
   m.def("cuda_device_count", []() { return nvfp4_cuda_device_count(); });
   m.def("cuda_device_cc", [](int device) { return nvfp4_cuda_device_cc(device); });
   m.def("build_cuda_archs", []() { return std::string(nvfp4_build_cuda_archs()); });

@@ -1,8 +1,10 @@
 // extern "C" entry points: validate every descriptor, dispatch to the CPU reference or
 // the CUDA kernels, turn any failure into a status plus a thread-local message.
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "core/rht.h"
 #include "core/scale.h"
@@ -32,6 +34,14 @@ void clear_error() { g_last_error.clear(); }
 
 }  // namespace nvfp4::detail
 
+namespace {
+std::string hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%x", v);
+  return buf;
+}
+}  // namespace
+
 using namespace nvfp4::detail;
 
 extern "C" {
@@ -50,44 +60,82 @@ NVFP4_API void nvfp4_quant_config_default(nvfp4_quant_config_t* cfg) {
 
 NVFP4_API uint32_t nvfp4_default_rht_sign_mask(void) { return nvfp4::core::kDefaultRhtSignMask; }
 
-NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg,
+namespace {
+
+// The validated parts of a quantization config: enums checked as integers first.
+nvfp4_quant_config_t checked_config(const nvfp4_quant_config_t* cfg) {
+  if (!cfg) invalid("cfg: null");
+  nvfp4_quant_config_t c;
+  std::memcpy(&c, cfg, sizeof c);  // a byte copy: the enum fields are not loaded as enums yet
+  const nvfp4_block_t block = checked_enum(cfg->block, NVFP4_BLOCK_2D + 1, "cfg.block", "1D or 2D");
+  const nvfp4_rounding_t rounding =
+      checked_enum(cfg->rounding, NVFP4_ROUND_STOCHASTIC + 1, "cfg.rounding", "NEAREST or STOCHASTIC");
+  const nvfp4_scale_layout_t layout = checked_layout(cfg->scale_layout, "cfg.scale_layout");
+  if (cfg->rht & ~(NVFP4_RHT_ROWWISE | NVFP4_RHT_COLUMNWISE))
+    invalid("cfg.rht: unknown bits 0x" + hex(cfg->rht) + " (expected a mask of NVFP4_RHT_ROWWISE | NVFP4_RHT_COLUMNWISE)");
+  if (cfg->rht && block == NVFP4_BLOCK_2D) invalid("cfg.rht: the Hadamard transform applies to 1D blocks only");
+  if (cfg->rht_sign_mask > 0xffffu)
+    invalid("cfg.rht_sign_mask: 0x" + hex(cfg->rht_sign_mask) + " has bits above bit 15 (one bit per lane of 16)");
+  if (cfg->offset_device && reinterpret_cast<uintptr_t>(cfg->offset_device) % alignof(uint64_t) != 0)
+    invalid("cfg.offset_device: must be 8-byte aligned");
+  c.block = block;
+  c.rounding = rounding;
+  c.scale_layout = layout;
+  return c;
+}
+
+}  // namespace
+
+NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg_in,
                                         nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
                                         nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
     check_descriptor(input, "input");
-    if (!cfg) invalid("cfg: null");
+    const nvfp4_quant_config_t cfg = checked_config(cfg_in);
     if (!rowwise && !columnwise) invalid("rowwise/columnwise: at least one output must be requested");
     if (!is_float_io(input->dtype))
       invalid(std::string("input: dtype must be float32, float16 or bfloat16, got ") + dtype_name(input->dtype));
     if (input->ndim < 1) invalid("input: must have at least 1 dimension");
-    if (cfg->block != NVFP4_BLOCK_1D && cfg->block != NVFP4_BLOCK_2D) invalid("cfg.block: must be 1D or 2D");
-    if (cfg->rounding != NVFP4_ROUND_NEAREST && cfg->rounding != NVFP4_ROUND_STOCHASTIC)
-      invalid("cfg.rounding: must be NEAREST or STOCHASTIC");
-    if (cfg->scale_layout != NVFP4_SCALES_LINEAR && cfg->scale_layout != NVFP4_SCALES_SWIZZLED)
-      invalid("cfg.scale_layout: must be LINEAR or SWIZZLED");
-    if (cfg->rht & ~(NVFP4_RHT_ROWWISE | NVFP4_RHT_COLUMNWISE)) invalid("cfg.rht: unknown bits");
-    if (cfg->rht && cfg->block == NVFP4_BLOCK_2D) invalid("cfg.rht: the Hadamard transform applies to 1D blocks only");
-    if (cfg->offset_device && reinterpret_cast<uintptr_t>(cfg->offset_device) % alignof(uint64_t) != 0)
-      invalid("cfg.offset_device: must be 8-byte aligned");
 
     QuantJob job;
     job.x = input->data;
     job.dtype = input->dtype;
+    // The 2D view [rows, cols]: leading dims flattened (their product is checked on its
+    // own, since an empty input's numel does not bound it).
     job.cols = input->shape[input->ndim - 1];
-    job.rows = job.cols == 0 ? 0 : numel(*input) / job.cols;
-    job.cfg = *cfg;
+    job.rows = 1;
+    for (int i = 0; i + 1 < input->ndim; ++i) job.rows = checked_mul(job.rows, input->shape[i], "input");
+    job.cfg = cfg;
     if (job.cols % 16 != 0)
       invalid("input: last dimension must be a multiple of 16, got " + std::to_string(job.cols));
+    std::vector<ByteRange> outs;
     if (rowwise) {
-      check_quantized(*input, rowwise, "rowwise", job.rows, job.cols, cfg->scale_layout);
+      check_quantized(*input, rowwise, "rowwise", job.rows, job.cols, cfg.scale_layout);
       job.row = {static_cast<uint8_t*>(rowwise->data.data), static_cast<uint8_t*>(rowwise->scales.data),
                  static_cast<float*>(rowwise->amax.data)};
+      outs.push_back(byte_range(rowwise->data, "rowwise.data"));
+      outs.push_back(byte_range(rowwise->scales, "rowwise.scales"));
+      outs.push_back(byte_range(rowwise->amax, "rowwise.amax"));
     }
     if (columnwise) {
-      const int64_t rp = nvfp4::core::round_up(job.rows, 16);
-      check_quantized(*input, columnwise, "columnwise", job.cols, rp, cfg->scale_layout);
+      // x^T [cols, roundup(rows, 16)]: the padded extent and its element count must fit.
+      const int64_t rp = checked_round_up(job.rows, 16, "columnwise");
+      checked_mul(job.cols, rp, "columnwise");
+      check_quantized(*input, columnwise, "columnwise", job.cols, rp, cfg.scale_layout);
       job.col = {static_cast<uint8_t*>(columnwise->data.data), static_cast<uint8_t*>(columnwise->scales.data),
                  static_cast<float*>(columnwise->amax.data)};
+      outs.push_back(byte_range(columnwise->data, "columnwise.data"));
+      outs.push_back(byte_range(columnwise->scales, "columnwise.scales"));
+      outs.push_back(byte_range(columnwise->amax, "columnwise.amax"));
+    }
+    const ByteRange in = byte_range(*input, "input");
+    for (size_t i = 0; i < outs.size(); ++i) {
+      check_disjoint(outs[i], in);
+      for (size_t j = 0; j < i; ++j) check_disjoint(outs[i], outs[j]);
+      if (cfg.offset_device) {
+        const uintptr_t p = reinterpret_cast<uintptr_t>(cfg.offset_device);
+        check_disjoint(outs[i], ByteRange{"cfg.offset_device", p, p + sizeof(uint64_t)});
+      }
     }
     require_cuda_build(*input, "input");
     // Empty input: nothing to quantize, but amax is still defined (0). Backends never
@@ -118,19 +166,24 @@ NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4
   });
 }
 
-NVFP4_API nvfp4_status_t nvfp4_dequantize(const nvfp4_quantized_t* q, nvfp4_scale_layout_t layout,
+NVFP4_API nvfp4_status_t nvfp4_dequantize(const nvfp4_quantized_t* q, nvfp4_scale_layout_t layout_in,
                                           nvfp4_tensor_t* out, nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
     if (!q) invalid("q: null");
     check_descriptor(out, "out");
-    if (!is_float_io(out->dtype)) invalid("out: dtype must be float32, float16 or bfloat16");
-    if (layout != NVFP4_SCALES_LINEAR && layout != NVFP4_SCALES_SWIZZLED) invalid("scale_layout: unknown value");
+    if (!is_float_io(out->dtype))
+      invalid(std::string("out: dtype must be float32, float16 or bfloat16, got ") + dtype_name(out->dtype));
+    const nvfp4_scale_layout_t layout = checked_layout(layout_in, "scale_layout");
     check_descriptor(&q->data, "q.data");
-    if (q->data.ndim != 2) invalid("q.data: must have 2 dimensions");
-    const int64_t rows = q->data.shape[0], cols = q->data.shape[1] * 2;
-    if (cols % 16 != 0) invalid("q.data: 2 * shape[1] must be a multiple of 16");
+    if (q->data.ndim != 2) invalid("q.data: must have 2 dimensions [rows, cols/2], got " + shape_str(q->data));
+    const int64_t rows = q->data.shape[0], cols = checked_mul(q->data.shape[1], 2, "q.data");
+    if (cols % 16 != 0) invalid("q.data: 2 * shape[1] must be a multiple of 16, got " + std::to_string(cols));
     check_quantized(*out, q, "q", rows, cols, layout);
     check_shape2(out, "out", rows, cols);
+    const ByteRange o = byte_range(*out, "out");
+    check_disjoint(o, byte_range(q->data, "q.data"));
+    check_disjoint(o, byte_range(q->scales, "q.scales"));
+    check_disjoint(o, byte_range(q->amax, "q.amax"));
     require_cuda_build(*out, "out");
     DequantJob job;
     job.data = static_cast<const uint8_t*>(q->data.data);
@@ -141,6 +194,7 @@ NVFP4_API nvfp4_status_t nvfp4_dequantize(const nvfp4_quantized_t* q, nvfp4_scal
     job.layout = layout;
     job.out = out->data;
     job.out_dtype = out->dtype;
+    if (rows == 0 || cols == 0) return NVFP4_SUCCESS;
     if (on_cuda(*out)) {
 #if defined(NVFP4_WITH_CUDA)
       DeviceGuard g(*out);
@@ -159,16 +213,23 @@ static nvfp4_status_t swizzle_impl(const nvfp4_tensor_t* src, nvfp4_tensor_t* ds
     const char* dn = to_swizzled ? "swizzled" : "linear";
     check_descriptor(src, sn);
     check_descriptor(dst, dn);
-    if (!is_byte(src->dtype) || !is_byte(dst->dtype)) invalid("scales: dtype must be float8_e4m3fn or uint8");
+    if (!is_byte(src->dtype))
+      invalid(std::string(sn) + ": dtype must be float8_e4m3fn or uint8, got " + dtype_name(src->dtype));
+    if (!is_byte(dst->dtype))
+      invalid(std::string(dn) + ": dtype must be float8_e4m3fn or uint8, got " + dtype_name(dst->dtype));
     const nvfp4_tensor_t* lin = to_swizzled ? src : dst;
     const nvfp4_tensor_t* swz = to_swizzled ? dst : src;
-    if (lin->ndim != 2) invalid("linear: must have 2 dimensions [rows, cols]");
+    if (lin->ndim != 2) invalid("linear: must have 2 dimensions [rows, cols], got " + shape_str(*lin));
     const int64_t R = lin->shape[0], C = lin->shape[1];
-    check_shape2(swz, to_swizzled ? "swizzled" : "swizzled",
-                 nvfp4::core::swizzled_rows(R), nvfp4::core::swizzled_cols(C));
+    int64_t rp = 0, cp = 0;
+    if (!nvfp4::core::swizzled_shape_checked(R, C, &rp, &cp))
+      invalid("linear: shape " + shape_str(*lin) + " is too large: its swizzled layout overflows int64");
+    check_shape2(swz, "swizzled", rp, cp);
     check_same_device(*src, dst, dn);
+    check_disjoint(byte_range(*dst, dn), byte_range(*src, sn));
     require_cuda_build(*src, sn);
     SwizzleJob job{static_cast<const uint8_t*>(src->data), static_cast<uint8_t*>(dst->data), R, C, to_swizzled};
+    if (rp == 0 || cp == 0) return NVFP4_SUCCESS;  // nothing to write
     if (on_cuda(*src)) {
 #if defined(NVFP4_WITH_CUDA)
       DeviceGuard g(*src);
@@ -190,25 +251,32 @@ NVFP4_API nvfp4_status_t nvfp4_unswizzle_scales(const nvfp4_tensor_t* swizzled, 
   return swizzle_impl(swizzled, linear, false, stream);
 }
 
-static GemmJob make_gemm_job(const nvfp4_gemm_args_t* args) {
+// Checks every part of the GEMM arguments and returns the job, plus the byte ranges of
+// the buffers it reads (for the workspace overlap check).
+static GemmJob make_gemm_job(const nvfp4_gemm_args_t* args, std::vector<ByteRange>* reads = nullptr) {
   if (!args) invalid("args: null");
-  if (!args->a || !args->b) invalid(std::string(args->a ? "b" : "a") + ": null");
-  if (args->scale_layout != NVFP4_SCALES_LINEAR && args->scale_layout != NVFP4_SCALES_SWIZZLED)
-    invalid("scale_layout: unknown value");
-  if (static_cast<unsigned>(args->backend) > NVFP4_BACKEND_CUDNN) invalid("backend: unknown value");
+  if (!args->a) invalid("a: null");
+  if (!args->b) invalid("b: null");
+  const nvfp4_scale_layout_t layout = checked_layout(args->scale_layout, "scale_layout");
+  checked_enum(args->backend, NVFP4_BACKEND_CUDNN + 1, "backend", "AUTO, REFERENCE, CUTLASS or CUDNN");
   check_descriptor(args->d, "d");
   check_descriptor(&args->a->data, "a.data");
   check_descriptor(&args->b->data, "b.data");
-  if (args->a->data.ndim != 2 || args->b->data.ndim != 2) invalid("a/b: data must have 2 dimensions [rows, K/2]");
+  if (args->a->data.ndim != 2) invalid("a.data: must have 2 dimensions [M, K/2], got " + shape_str(args->a->data));
+  if (args->b->data.ndim != 2) invalid("b.data: must have 2 dimensions [N, K/2], got " + shape_str(args->b->data));
   const int64_t M = args->a->data.shape[0], N = args->b->data.shape[0];
-  const int64_t K = args->a->data.shape[1] * 2;
-  if (args->b->data.shape[1] * 2 != K)
-    invalid("b: K mismatch: a has K=" + std::to_string(K) + ", b has K=" + std::to_string(args->b->data.shape[1] * 2));
+  const int64_t K = checked_mul(args->a->data.shape[1], 2, "a.data");
+  const int64_t Kb = checked_mul(args->b->data.shape[1], 2, "b.data");
+  if (Kb != K) invalid("b: K mismatch: a has K=" + std::to_string(K) + ", b has K=" + std::to_string(Kb));
   if (K % 16 != 0 || K == 0) invalid("a: K must be a positive multiple of 16, got " + std::to_string(K));
+  // The decoded operands (M x K and N x K values) must be countable.
+  checked_mul(M, K, "a");
+  checked_mul(N, K, "b");
   const nvfp4_tensor_t& ref = *args->d;
-  check_quantized(ref, args->a, "a", M, K, args->scale_layout);
-  check_quantized(ref, args->b, "b", N, K, args->scale_layout);
-  if (!is_float_io(ref.dtype)) invalid("d: dtype must be float32, float16 or bfloat16");
+  check_quantized(ref, args->a, "a", M, K, layout);
+  check_quantized(ref, args->b, "b", N, K, layout);
+  if (!is_float_io(ref.dtype))
+    invalid(std::string("d: dtype must be float32, float16 or bfloat16, got ") + dtype_name(ref.dtype));
   check_shape2(args->d, "d", M, N);
   GemmJob job;
   job.a = static_cast<const uint8_t*>(args->a->data.data);
@@ -220,15 +288,23 @@ static GemmJob make_gemm_job(const nvfp4_gemm_args_t* args) {
   job.m = M;
   job.n = N;
   job.k = K;
-  job.layout = args->scale_layout;
+  job.layout = layout;
   job.d = ref.data;
   job.d_dtype = ref.dtype;
   job.beta = args->beta;
+  std::vector<ByteRange> in = {byte_range(args->a->data, "a.data"),   byte_range(args->a->scales, "a.scales"),
+                               byte_range(args->a->amax, "a.amax"),   byte_range(args->b->data, "b.data"),
+                               byte_range(args->b->scales, "b.scales"), byte_range(args->b->amax, "b.amax")};
   if (args->c) {
     check_descriptor(args->c, "c");
-    if (!is_float_io(args->c->dtype)) invalid("c: dtype must be float32, float16 or bfloat16");
+    if (!is_float_io(args->c->dtype))
+      invalid(std::string("c: dtype must be float32, float16 or bfloat16, got ") + dtype_name(args->c->dtype));
     check_shape2(args->c, "c", M, N);
     check_same_device(ref, args->c, "c");
+    // c may be d itself (same memory, same dtype: read before written, element by
+    // element); any other overlap would read values already overwritten.
+    const bool same = args->c->data == ref.data && args->c->dtype == ref.dtype;
+    if (!same) in.push_back(byte_range(*args->c, "c"));
     job.c = args->c->data;
     job.c_dtype = args->c->dtype;
   } else if (args->beta != 0.0f) {
@@ -236,14 +312,22 @@ static GemmJob make_gemm_job(const nvfp4_gemm_args_t* args) {
   }
   if (args->bias) {
     check_descriptor(args->bias, "bias");
-    if (!is_float_io(args->bias->dtype)) invalid("bias: dtype must be float32, float16 or bfloat16");
-    if (numel(*args->bias) != N || args->bias->ndim != 1)
+    if (!is_float_io(args->bias->dtype))
+      invalid(std::string("bias: dtype must be float32, float16 or bfloat16, got ") + dtype_name(args->bias->dtype));
+    if (args->bias->ndim != 1 || numel(*args->bias) != N)
       invalid("bias: expected shape [" + std::to_string(N) + "], got " + shape_str(*args->bias));
     check_same_device(ref, args->bias, "bias");
+    in.push_back(byte_range(*args->bias, "bias"));
     job.bias = args->bias->data;
     job.bias_dtype = args->bias->dtype;
   }
+  const ByteRange d = byte_range(ref, "d");
+  for (const ByteRange& r : in) check_disjoint(d, r);
   require_cuda_build(ref, "d");
+  if (reads) {
+    *reads = std::move(in);
+    reads->push_back(d);
+  }
   return job;
 }
 
@@ -265,7 +349,17 @@ NVFP4_API nvfp4_status_t nvfp4_gemm_workspace_size(const nvfp4_gemm_args_t* args
 NVFP4_API nvfp4_status_t nvfp4_gemm(const nvfp4_gemm_args_t* args, void* workspace, size_t workspace_bytes,
                                     nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
-    GemmJob job = make_gemm_job(args);
+    std::vector<ByteRange> buffers;
+    GemmJob job = make_gemm_job(args, &buffers);
+    if (workspace_bytes > 0) {
+      if (!workspace) invalid("workspace: null with workspace_bytes = " + std::to_string(workspace_bytes));
+      const uintptr_t w = reinterpret_cast<uintptr_t>(workspace);
+      if (on_cuda(*args->d) && w % 16 != 0) invalid("workspace: CUDA pointer must be 16-byte aligned");
+      if (workspace_bytes > static_cast<size_t>(nvfp4::core::kInt64Max) || w + workspace_bytes < w)
+        invalid("workspace: workspace_bytes = " + std::to_string(workspace_bytes) + " runs past the address space");
+      const ByteRange ws{"workspace", w, w + workspace_bytes};
+      for (const ByteRange& r : buffers) check_disjoint(ws, r);
+    }
     if (job.m == 0 || job.n == 0) return NVFP4_SUCCESS;
     if (on_cuda(*args->d)) {
 #if defined(NVFP4_WITH_CUDA)
@@ -279,7 +373,9 @@ NVFP4_API nvfp4_status_t nvfp4_gemm(const nvfp4_gemm_args_t* args, void* workspa
 
 NVFP4_API int nvfp4_backend_supported(nvfp4_backend_t backend, int cc) {
   try {
-    return backend_supported(backend, cc);
+    const int64_t b = enum_bits(backend);
+    if (b < NVFP4_BACKEND_AUTO || b > NVFP4_BACKEND_CUDNN) return 0;
+    return backend_supported(static_cast<nvfp4_backend_t>(b), cc);
   } catch (...) {
     return 0;
   }
@@ -315,10 +411,16 @@ NVFP4_API int nvfp4_cuda_device_cc(int device) {
 
 NVFP4_API const char* nvfp4_build_cuda_archs(void) { return NVFP4_CUDA_ARCHS_STRING; }
 
-NVFP4_API const char* nvfp4_version_string(void) { return "0.1.0"; }
+#define NVFP4_STR2(x) #x
+#define NVFP4_STR(x) NVFP4_STR2(x)
+NVFP4_API const char* nvfp4_version_string(void) {
+  return NVFP4_STR(NVFP4_VERSION_MAJOR) "." NVFP4_STR(NVFP4_VERSION_MINOR) "." NVFP4_STR(NVFP4_VERSION_PATCH);
+}
 
-NVFP4_API const char* nvfp4_status_string(nvfp4_status_t status) {
-  switch (status) {
+NVFP4_API const char* nvfp4_status_string(nvfp4_status_t status_in) {
+  const int64_t s = enum_bits(status_in);
+  if (s < NVFP4_SUCCESS || s > NVFP4_ERROR_INTERNAL) return "unknown status";
+  switch (static_cast<nvfp4_status_t>(s)) {
     case NVFP4_SUCCESS: return "success";
     case NVFP4_ERROR_INVALID_ARGUMENT: return "invalid argument";
     case NVFP4_ERROR_NOT_SUPPORTED: return "not supported";

@@ -1,11 +1,25 @@
 // Descriptor validation shared by the C API entry points (api.cpp and the entry points of
 // other formats): every check raises an Error that `guarded` turns into a status and a
 // thread-local message, so no exception crosses the extern "C" boundary.
+//
+// What a descriptor must satisfy (the promises of nvfp4.h):
+//  - enum fields hold one of their named values. They are read as the raw integers the
+//    caller stored (a C caller can store anything; loading an out-of-range value as a C++
+//    enum is undefined behaviour, and -fstrict-enums lets the compiler fold a range check
+//    on the enum away), and are only used as enums once checked;
+//  - 0 <= ndim <= NVFP4_MAX_DIMS, no negative dimension, and the element and byte counts
+//    fit in int64 (every size derived from a shape is computed with checked arithmetic);
+//  - a non-null data pointer when the tensor has elements, row-major contiguous;
+//  - alignment: CUDA pointers 16 bytes, CPU pointers the size of one element;
+//  - outputs do not overlap inputs or each other (c may alias d exactly).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <exception>
+#include <new>
 #include <string>
+#include <type_traits>
 
 #include "core/swizzle.h"
 #include "internal.h"
@@ -16,6 +30,49 @@
 
 namespace nvfp4::detail {
 
+// Validation failures throw this; the entry points catch it and return the status.
+struct Error {
+  nvfp4_status_t status;
+  std::string message;
+};
+[[noreturn]] inline void raise(nvfp4_status_t s, std::string m) { throw Error{s, std::move(m)}; }
+[[noreturn]] inline void invalid(std::string m) { raise(NVFP4_ERROR_INVALID_ARGUMENT, std::move(m)); }
+
+// ---- enums, read as integers ---------------------------------------------------------
+
+// The integer stored in a C enum field (or parameter), read without loading it as the
+// enum type. nvfp4.h's enums are int-sized in C and in C++ (no fixed underlying type,
+// every enumerator fits in int).
+template <class E>
+inline int64_t enum_bits(const E& field) {
+  static_assert(std::is_enum<E>::value && sizeof(E) == sizeof(int32_t), "nvfp4 C enums are int-sized");
+  int32_t raw = 0;
+  std::memcpy(&raw, &field, sizeof raw);
+  return raw;
+}
+
+// The field's value as E once it is known to be one of 0 .. count-1 (the enums of
+// nvfp4.h are numbered from 0 without gaps). `expected` lists the names for the message.
+template <class E>
+inline E checked_enum(const E& field, int64_t count, const std::string& name, const char* expected) {
+  const int64_t v = enum_bits(field);
+  if (v < 0 || v >= count) invalid(name + ": unknown value " + std::to_string(v) + " (expected " + expected + ")");
+  return static_cast<E>(v);
+}
+
+inline nvfp4_dtype_t checked_dtype(const nvfp4_dtype_t& field, const std::string& name) {
+  const int64_t v = enum_bits(field);
+  if (v < 0 || v > NVFP4_DTYPE_FLOAT64)
+    invalid(name + ": unknown dtype " + std::to_string(v) + " (expected an nvfp4_dtype_t value, 0 to 5)");
+  return static_cast<nvfp4_dtype_t>(v);
+}
+inline nvfp4_scale_layout_t checked_layout(const nvfp4_scale_layout_t& field, const std::string& name) {
+  return checked_enum(field, NVFP4_SCALES_SWIZZLED + 1, name, "LINEAR or SWIZZLED");
+}
+
+// ---- dtypes and shapes -----------------------------------------------------------------
+
+// Only called on dtypes that passed checked_dtype (check_descriptor does that first).
 inline const char* dtype_name(nvfp4_dtype_t dt) {
   switch (dt) {
     case NVFP4_DTYPE_FLOAT32: return "float32";
@@ -28,57 +85,111 @@ inline const char* dtype_name(nvfp4_dtype_t dt) {
   return "unknown";
 }
 
+inline int64_t dtype_bytes(nvfp4_dtype_t dt) {
+  switch (dt) {
+    case NVFP4_DTYPE_FLOAT32: return 4;
+    case NVFP4_DTYPE_FLOAT16: return 2;
+    case NVFP4_DTYPE_BFLOAT16: return 2;
+    case NVFP4_DTYPE_UINT8: return 1;
+    case NVFP4_DTYPE_E4M3: return 1;
+    case NVFP4_DTYPE_FLOAT64: return 8;
+  }
+  return 1;
+}
+
 inline bool is_float_io(nvfp4_dtype_t dt) {
   return dt == NVFP4_DTYPE_FLOAT32 || dt == NVFP4_DTYPE_FLOAT16 || dt == NVFP4_DTYPE_BFLOAT16;
 }
 inline bool is_byte(nvfp4_dtype_t dt) { return dt == NVFP4_DTYPE_UINT8 || dt == NVFP4_DTYPE_E4M3; }
 
+// Only called on descriptors whose ndim passed check_descriptor.
 inline std::string shape_str(const nvfp4_tensor_t& t) {
   std::string s = "[";
   for (int i = 0; i < t.ndim; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
   return s + "]";
 }
 
+// ---- checked size arithmetic (operands are non-negative sizes) -----------------------
+
+inline int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {
+  int64_t r = 0;
+  if (!core::size_mul(a, b, &r))
+    invalid(what + ": size overflows int64 (" + std::to_string(a) + " * " + std::to_string(b) + ")");
+  return r;
+}
+
+inline int64_t checked_round_up(int64_t v, int64_t m, const std::string& what) {
+  int64_t r = 0;
+  if (!core::round_up_checked(v, m, &r))
+    invalid(what + ": size overflows int64 (" + std::to_string(v) + " rounded up to a multiple of " +
+            std::to_string(m) + ")");
+  return r;
+}
+
+// Element count of a descriptor that passed check_descriptor (which proved it fits).
 inline int64_t numel(const nvfp4_tensor_t& t) {
   int64_t n = 1;
-  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] == 0) return 0;
+    n *= t.shape[i];
+  }
   return n;
 }
 
-// Validation failures throw this; the entry points catch it and return the status.
-struct Error {
-  nvfp4_status_t status;
-  std::string message;
-};
-[[noreturn]] inline void raise(nvfp4_status_t s, std::string m) { throw Error{s, std::move(m)}; }
-[[noreturn]] inline void invalid(std::string m) { raise(NVFP4_ERROR_INVALID_ARGUMENT, std::move(m)); }
+inline int64_t checked_numel(const nvfp4_tensor_t& t, const std::string& name) {
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] == 0) return 0;  // empty, however large the other dimensions
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i)
+    if (!core::size_mul(n, t.shape[i], &n))
+      invalid(name + ": shape " + shape_str(t) + " has more elements than int64 can count");
+  return n;
+}
 
-inline void check_descriptor(const nvfp4_tensor_t* t, const char* name) {
-  if (!t) invalid(std::string(name) + ": null descriptor");
+// ---- one descriptor ------------------------------------------------------------------
+
+inline void check_descriptor(const nvfp4_tensor_t* t, const char* name_c) {
+  const std::string name(name_c);
+  if (!t) invalid(name + ": null descriptor");
   if (t->ndim < 0 || t->ndim > NVFP4_MAX_DIMS)
-    invalid(std::string(name) + ": ndim " + std::to_string(t->ndim) + " out of range [0, 8]");
+    invalid(name + ": ndim " + std::to_string(t->ndim) + " out of range [0, " + std::to_string(NVFP4_MAX_DIMS) + "]");
+  const int64_t dev = enum_bits(t->device_type);
+  if (dev != NVFP4_DEVICE_CPU && dev != NVFP4_DEVICE_CUDA)
+    invalid(name + ": unknown device type " + std::to_string(dev) + " (expected CPU or CUDA)");
+  if (t->device_type == NVFP4_DEVICE_CUDA && t->device_id < 0)
+    invalid(name + ": negative CUDA device id " + std::to_string(t->device_id));
+  const nvfp4_dtype_t dt = checked_dtype(t->dtype, name);
   for (int i = 0; i < t->ndim; ++i)
-    if (t->shape[i] < 0) invalid(std::string(name) + ": negative dimension in shape " + shape_str(*t));
-  if (t->device_type != NVFP4_DEVICE_CPU && t->device_type != NVFP4_DEVICE_CUDA)
-    invalid(std::string(name) + ": unknown device type " + std::to_string(t->device_type));
-  if (static_cast<unsigned>(t->dtype) > NVFP4_DTYPE_FLOAT64)
-    invalid(std::string(name) + ": unknown dtype " + std::to_string(t->dtype));
-  if (!t->data && numel(*t) > 0) invalid(std::string(name) + ": null data pointer");
+    if (t->shape[i] < 0) invalid(name + ": negative dimension in shape " + shape_str(*t));
+  const int64_t n = checked_numel(*t, name);
+  int64_t bytes = 0;
+  if (!core::size_mul(n, dtype_bytes(dt), &bytes))
+    invalid(name + ": shape " + shape_str(*t) + " of " + dtype_name(dt) + " spans more bytes than int64 can count");
+  if (!t->data && n > 0) invalid(name + ": null data pointer");
   // Row-major contiguous (strides of size-1 dims, and of empty tensors, do not matter).
+  // The running product stays <= n, so it cannot overflow.
   int64_t expect = 1;
-  for (int i = t->ndim - 1; i >= 0 && numel(*t) > 0; --i) {
+  for (int i = t->ndim - 1; i >= 0 && n > 0; --i) {
     if (t->shape[i] != 1 && t->strides[i] != expect)
-      invalid(std::string(name) + ": must be contiguous (row-major); got strides that are not");
+      invalid(name + ": must be contiguous (row-major); got strides that are not");
     expect *= t->shape[i];
   }
-  if (t->device_type == NVFP4_DEVICE_CUDA && t->data && (reinterpret_cast<uintptr_t>(t->data) % 16) != 0)
-    invalid(std::string(name) + ": CUDA pointer must be 16-byte aligned");
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(t->data);
+  if (t->device_type == NVFP4_DEVICE_CUDA) {
+    if (addr % 16 != 0) invalid(name + ": CUDA pointer must be 16-byte aligned");
+  } else if (addr % static_cast<uintptr_t>(dtype_bytes(dt)) != 0) {
+    invalid(name + ": CPU pointer must be aligned to its element size (" + std::to_string(dtype_bytes(dt)) +
+            " bytes for " + dtype_name(dt) + ")");
+  }
 }
+
+// Bytes spanned by a descriptor that passed check_descriptor.
+inline int64_t nbytes(const nvfp4_tensor_t& t) { return numel(t) * dtype_bytes(t.dtype); }
 
 inline void check_shape2(const nvfp4_tensor_t* t, const char* name, int64_t r, int64_t c) {
   if (t->ndim != 2 || t->shape[0] != r || t->shape[1] != c)
-    invalid(std::string(name) + ": expected shape [" + std::to_string(r) + ", " + std::to_string(c) +
-            "], got " + shape_str(*t));
+    invalid(std::string(name) + ": expected shape [" + std::to_string(r) + ", " + std::to_string(c) + "], got " +
+            shape_str(*t));
 }
 
 inline void check_same_device(const nvfp4_tensor_t& ref, const nvfp4_tensor_t* t, const char* name) {
@@ -86,22 +197,52 @@ inline void check_same_device(const nvfp4_tensor_t& ref, const nvfp4_tensor_t* t
     invalid(std::string(name) + ": must be on the same device as the input");
 }
 
-// Expected shapes of one quantized direction of an orientation [rows, cols].
+// ---- overlap between the buffers of one call -----------------------------------------
+
+// A byte range of one validated descriptor, for the overlap checks.
+struct ByteRange {
+  const char* name;
+  uintptr_t begin;
+  uintptr_t end;
+};
+
+inline ByteRange byte_range(const nvfp4_tensor_t& t, const char* name) {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(t.data);
+  return {name, b, b + static_cast<uintptr_t>(nbytes(t))};
+}
+
+// Refuses an output that overlaps another buffer of the same call: the result would
+// depend on the order in which the backend reads and writes. Both descriptors are on
+// the same device (checked before); empty ranges never overlap.
+inline void check_disjoint(const ByteRange& out, const ByteRange& other) {
+  if (out.begin < out.end && other.begin < other.end && out.begin < other.end && other.begin < out.end)
+    invalid(std::string(out.name) + ": overlaps " + other.name + " (outputs may not share memory with other buffers)");
+}
+
+// Expected shapes of one quantized direction of an orientation [rows, cols]; cols is a
+// multiple of 16.
 inline void check_quantized(const nvfp4_tensor_t& ref, const nvfp4_quantized_t* q, const char* name, int64_t rows,
-                     int64_t cols, nvfp4_scale_layout_t layout) {
+                            int64_t cols, nvfp4_scale_layout_t layout) {
   const std::string n(name);
   check_descriptor(&q->data, (n + ".data").c_str());
   check_descriptor(&q->scales, (n + ".scales").c_str());
   check_descriptor(&q->amax, (n + ".amax").c_str());
-  if (q->data.dtype != NVFP4_DTYPE_UINT8) invalid(n + ".data: dtype must be uint8 (packed E2M1 pairs)");
-  if (!is_byte(q->scales.dtype)) invalid(n + ".scales: dtype must be float8_e4m3fn or uint8");
-  if (q->amax.dtype != NVFP4_DTYPE_FLOAT32 || numel(q->amax) != 1) invalid(n + ".amax: must be float32 with 1 element");
+  if (q->data.dtype != NVFP4_DTYPE_UINT8)
+    invalid(n + ".data: dtype must be uint8 (packed E2M1 pairs), got " + dtype_name(q->data.dtype));
+  if (!is_byte(q->scales.dtype))
+    invalid(n + ".scales: dtype must be float8_e4m3fn or uint8, got " + dtype_name(q->scales.dtype));
+  if (q->amax.dtype != NVFP4_DTYPE_FLOAT32 || numel(q->amax) != 1)
+    invalid(n + ".amax: must be float32 with 1 element, got " + dtype_name(q->amax.dtype) + " " + shape_str(q->amax));
   check_shape2(&q->data, (n + ".data").c_str(), rows, cols / 2);
   const int64_t sc = cols / 16;
-  if (layout == NVFP4_SCALES_SWIZZLED)
-    check_shape2(&q->scales, (n + ".scales").c_str(), core::swizzled_rows(rows), core::swizzled_cols(sc));
-  else
+  if (layout == NVFP4_SCALES_SWIZZLED) {
+    const int64_t sr = checked_round_up(rows, 128, n + ".scales");
+    const int64_t scp = checked_round_up(sc, 4, n + ".scales");
+    checked_mul(sr, scp, n + ".scales");
+    check_shape2(&q->scales, (n + ".scales").c_str(), sr, scp);
+  } else {
     check_shape2(&q->scales, (n + ".scales").c_str(), rows, sc);
+  }
   check_same_device(ref, &q->data, (n + ".data").c_str());
   check_same_device(ref, &q->scales, (n + ".scales").c_str());
   check_same_device(ref, &q->amax, (n + ".amax").c_str());
@@ -138,6 +279,8 @@ inline nvfp4_status_t guarded(F&& f) {
     return f();
   } catch (const Error& e) {
     return fail(e.status, e.message);
+  } catch (const std::bad_alloc&) {
+    return fail(NVFP4_ERROR_INTERNAL, "out of host memory (the CPU backend could not allocate its scratch space)");
   } catch (const std::exception& e) {
     return fail(NVFP4_ERROR_INTERNAL, std::string("internal error: ") + e.what());
   } catch (...) {

@@ -41,8 +41,12 @@
 #endif
 #include "nvfp4/nvfp4.hpp"
 
-#ifndef NVFP4_BENCH_SHAPES_FILE
-#define NVFP4_BENCH_SHAPES_FILE "python/nvfp4/shapes.json"
+// The shapes file's text, compiled in by CMake (generated/nvfp4_bench_shapes.h), so the
+// installed binary needs no file at a source-tree path; --shapes-file reads another.
+#if __has_include("nvfp4_bench_shapes.h")
+#include "nvfp4_bench_shapes.h"
+#else
+static const char kShapesJson[] = "";
 #endif
 
 namespace {
@@ -185,12 +189,7 @@ int64_t to_int(const Json* j, const char* what) {
 }
 
 // Flattens model x layer x m into unique (m, n, k), keeping every name that maps to each.
-std::vector<Shape> load_shapes_file(const std::string& path, bool quick) {
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error("cannot open shapes file " + path + " (pass --shapes-file or --shapes)");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
+std::vector<Shape> load_shapes_text(const std::string& text, bool quick) {
   const Json root = JsonParser(text).parse();
   const Json* models = root.get("models");
   if (!models || models->kind != Json::Array) throw std::runtime_error("shapes file: no \"models\" array");
@@ -228,6 +227,20 @@ std::vector<Shape> load_shapes_file(const std::string& path, bool quick) {
   return out;
 }
 
+// An empty path means the shapes compiled into this binary.
+std::vector<Shape> load_shapes_file(const std::string& path, bool quick) {
+  if (path.empty()) {
+    const std::string text = kShapesJson;
+    if (text.empty()) throw std::runtime_error("this nvfp4-bench has no shapes compiled in (pass --shapes-file or --shapes)");
+    return load_shapes_text(text, quick);
+  }
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot open shapes file " + path + " (pass --shapes-file or --shapes)");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return load_shapes_text(ss.str(), quick);
+}
+
 // "8192x8192x8192,16x4096x4096" -> shapes (M x N x K).
 std::vector<Shape> parse_shapes_arg(const std::string& arg) {
   std::vector<Shape> out;
@@ -256,7 +269,7 @@ std::vector<Shape> parse_shapes_arg(const std::string& arg) {
 
 struct Options {
   std::vector<Shape> shapes;
-  std::string shapes_file = NVFP4_BENCH_SHAPES_FILE;
+  std::string shapes_file;  // empty: the compiled-in copy of python/nvfp4/shapes.json
   std::string shapes_arg;
   std::string csv;
   std::set<std::string> ops = {"quant", "gemm"};
@@ -282,7 +295,7 @@ void usage() {
   std::printf(
       "nvfp4-bench: NVFP4 quantization and GEMM microbenchmarks (CUDA events, warm-up, L2 rotation, median)\n"
       "  --shapes MxNxK[,...]   GEMM shapes; quantization runs on x[M,K] and w[N,K]\n"
-      "  --shapes-file PATH     JSON of model shapes (default %s)\n"
+      "  --shapes-file PATH     JSON of model shapes (default: python/nvfp4/shapes.json, compiled in)\n"
       "  --quick                first model of the shapes file, smallest and largest M\n"
       "  --ops quant,gemm       what to time (default both)\n"
       "  --backends LIST        cutlass,cudnn,cublas (cublas = BF16 baseline; default all available)\n"
@@ -291,8 +304,7 @@ void usage() {
       "  --min-sample-us T      calls per sample are repeated to last at least T us (default 200)\n"
       "  --csv PATH             also write every row as CSV\n"
       "  --device I             CUDA device (default 0)\n"
-      "  --list                 print the shapes and exit\n",
-      NVFP4_BENCH_SHAPES_FILE);
+      "  --list                 print the shapes and exit\n");
 }
 
 Options parse_args(int argc, char** argv) {

@@ -11,6 +11,23 @@
  *  - The CUDA stream comes last. It is ignored for CPU tensors. nvfp4_stream_t is
  *    binary-compatible with cudaStream_t.
  *  - All tensors of one call live on the same device (all CPU, or all on one CUDA device).
+ *  - Every argument is validated before any memory is touched; a malformed call returns
+ *    NVFP4_ERROR_INVALID_ARGUMENT and a message that starts with the parameter's name
+ *    (e.g. "rowwise.scales: expected shape [128, 4], got [32, 4]"). What is checked:
+ *      . enum fields and parameters hold one of their named values (they are read as
+ *        integers, so any int a C caller stores is caught);
+ *      . 0 <= ndim <= NVFP4_MAX_DIMS, no negative dimension, and the element count, the
+ *        byte count and every size derived from a shape (K = 2 * data.shape[1], padded
+ *        and swizzled extents) fit in int64_t;
+ *      . a non-null data pointer for every tensor with elements; row-major contiguous
+ *        strides (strides of size-1 dimensions are ignored);
+ *      . alignment: CUDA pointers (tensors and the GEMM workspace) 16 bytes; CPU pointers
+ *        the size of one element (4 bytes for float32, 2 for float16/bfloat16, 8 for
+ *        float64, none for uint8/E4M3); cfg.offset_device 8 bytes;
+ *      . outputs share no byte with the inputs or with each other (nvfp4_gemm's c may be
+ *        d itself), and the GEMM workspace overlaps none of the operands.
+ *    What cannot be checked is the caller's promise: that each pointer addresses memory
+ *    of the size its descriptor states, on the device it names.
  *
  * Quantized tensor layout (a "2D" view [R, C] of the input, leading dims flattened):
  *  - rowwise:    quantization of x [R, C] in blocks of 16 along C (C % 16 == 0).
@@ -20,7 +37,8 @@
  *      With Rp = roundup(R, 16): data uint8 [C, Rp/2] (codes past R are 0);
  *      scales E4M3 [C, Rp/16] (linear) or [roundup(C,128), roundup(Rp/16,4)] (swizzled).
  *  - amax: float32 [1], max |x| of the values quantized (after the RHT where it applies).
- *    The per-tensor decode scale is amax / (448 * 6) (see DESIGN.md section 1).
+ *    The per-tensor decode scale is 1 / S_enc with S_enc = min(448 * 6 / amax, FLT_MAX)
+ *    (see docs/design.md, "Numerics").
  */
 #ifndef NVFP4_NVFP4_H
 #define NVFP4_NVFP4_H
@@ -38,6 +56,8 @@
 extern "C" {
 #endif
 
+/* The version of nvfp4: the one place it is written. CMakeLists.txt, pyproject.toml and
+ * nvfp4_version_string() read it from here. */
 #define NVFP4_VERSION_MAJOR 0
 #define NVFP4_VERSION_MINOR 1
 #define NVFP4_VERSION_PATCH 0
@@ -93,14 +113,15 @@ typedef struct {
   nvfp4_rounding_t rounding;
   nvfp4_scale_layout_t scale_layout;
   uint32_t rht;                    /* NVFP4_RHT_* mask; 1D blocks only */
-  uint32_t rht_sign_mask;          /* bit i set: sign -1 for lane i; see nvfp4_default_rht_sign_mask */
+  uint32_t rht_sign_mask;          /* bit i (0..15) set: sign -1 for lane i; bits 16..31 must be 0;
+                                      see nvfp4_default_rht_sign_mask */
   uint64_t seed;                   /* stochastic rounding: Philox4x32-10 key */
   uint64_t offset;                 /* stochastic rounding: counter offset */
   /* Optional (NULL: unused): address of a 64-bit counter in the input's memory space (device
    * memory for CUDA inputs, host memory for CPU inputs, 8-byte aligned) whose value is added
    * to `offset` when the work runs, not when the call is made. A CUDA graph that captured the
    * call then draws fresh random bits on each replay as long as something advances the
-   * counter on the device. */
+   * counter on the device. The sum wraps modulo 2^64. */
   const uint64_t* offset_device;
 } nvfp4_quant_config_t;
 

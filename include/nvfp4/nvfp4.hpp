@@ -18,7 +18,9 @@
  * rowwise as packed E2M1 codes uint8 [R, C/2] (element 2i in the low nibble) with E4M3
  * scales [R, C/16] (linear) or [roundup(R,128), roundup(C/16,4)] (the 128x4 swizzle the
  * GEMMs read), plus an fp32 amax [1]; columnwise stores the quantization of x^T.
- * CUDA pointers must be 16-byte aligned. The stream comes last and is ignored on the CPU.
+ * CUDA pointers must be 16-byte aligned, CPU pointers aligned to their element size (see
+ * nvfp4.h). The stream comes last and is ignored on the CPU. Every size helper here
+ * throws nvfp4::Error instead of overflowing int64.
  */
 #ifndef NVFP4_NVFP4_HPP
 #define NVFP4_NVFP4_HPP
@@ -70,6 +72,19 @@ inline void check(nvfp4_status_t status, const char* context = nullptr) {
 
 namespace detail {
 [[noreturn]] inline void invalid(const std::string& message) { throw Error(NVFP4_ERROR_INVALID_ARGUMENT, message); }
+
+/// a * b for non-negative sizes; throws (naming `what`) instead of overflowing int64.
+inline std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what) {
+  if (a < 0 || b < 0 || (a != 0 && b > INT64_MAX / a))
+    invalid(std::string(what) + ": size overflows int64 (" + std::to_string(a) + " * " + std::to_string(b) + ")");
+  return a * b;
+}
+/// round_up for a non-negative size; throws instead of overflowing int64.
+inline std::int64_t checked_round_up(std::int64_t v, std::int64_t m, const char* what) {
+  if (v < 0 || v > INT64_MAX - (m - 1))
+    invalid(std::string(what) + ": size overflows int64 (" + std::to_string(v) + " rounded up to " + std::to_string(m) + ")");
+  return (v + m - 1) / m * m;
+}
 }  // namespace detail
 
 // =====================================================================================
@@ -207,7 +222,7 @@ constexpr std::int64_t round_up(std::int64_t value, std::int64_t multiple) noexc
 constexpr std::int64_t kBlockSize = 16;
 
 /// Byte offset of scale (r, c) in the 128x4 swizzled layout of an R x `scale_cols` scale
-/// matrix (DESIGN.md section 2; the layout of cuDNN F8_128x4, CUTLASS
+/// matrix (docs/design.md, "Layouts"; the layout of cuDNN F8_128x4, CUTLASS
 /// Sm1xxBlkScaledConfig and cuBLASLt VEC16_UE4M3). Lets a caller read one scale of a
 /// swizzled tensor without unswizzling all of it.
 constexpr std::int64_t swizzled_scale_offset(std::int64_t r, std::int64_t c, std::int64_t scale_cols) noexcept {
@@ -244,7 +259,7 @@ class TensorView {
     std::int64_t stride = 1;
     for (int i = t_.ndim - 1; i >= 0; --i) {
       t_.strides[i] = stride;
-      stride *= t_.shape[i];
+      stride = detail::checked_mul(stride, t_.shape[i] == 0 ? 1 : t_.shape[i], "TensorView");
     }
     t_.device_type = device.type;
     t_.device_id = device.id;
@@ -330,12 +345,17 @@ inline QuantizedLayout make_layout(std::int64_t rows, std::int64_t cols, nvfp4_s
   q.scale_layout = layout;
   const std::int64_t sc = cols / kBlockSize;
   if (layout == NVFP4_SCALES_SWIZZLED) {
-    q.scale_rows = round_up(rows, 128);
-    q.scale_cols = round_up(sc, 4);
+    q.scale_rows = checked_round_up(rows, 128, "quantized layout");
+    q.scale_cols = checked_round_up(sc, 4, "quantized layout");
   } else {
     q.scale_rows = rows;
     q.scale_cols = sc;
   }
+  // Every byte count (and packed_bytes()) must be representable.
+  checked_mul(q.data_rows, q.data_cols, "quantized layout");
+  checked_mul(q.scale_rows, q.scale_cols, "quantized layout");
+  if (q.data_rows * q.data_cols > INT64_MAX / 2 || q.scale_rows * q.scale_cols > INT64_MAX / 2)
+    invalid("quantized layout: too large to pack into one buffer");
   return q;
 }
 }  // namespace detail
@@ -345,7 +365,7 @@ inline std::pair<std::int64_t, std::int64_t> flatten_2d(Span<const std::int64_t>
   if (shape.empty()) detail::invalid("flatten_2d: the input needs at least one dimension");
   const std::int64_t cols = shape[shape.size() - 1];
   std::int64_t rows = 1;
-  for (std::size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+  for (std::size_t i = 0; i + 1 < shape.size(); ++i) rows = detail::checked_mul(rows, shape[i], "flatten_2d");
   return {rows, cols};
 }
 
@@ -365,7 +385,7 @@ inline QuantizedLayout columnwise_layout(std::int64_t rows, std::int64_t cols,
   // The C API requires cols % 16 == 0 for every quantization, columnwise-only included.
   if (cols % kBlockSize != 0)
     detail::invalid("columnwise_layout: cols must be a multiple of 16, got " + std::to_string(cols));
-  return detail::make_layout(cols, round_up(rows, kBlockSize), layout);
+  return detail::make_layout(cols, detail::checked_round_up(rows, kBlockSize, "columnwise_layout"), layout);
 }
 
 /// A filled nvfp4_quantized_t over three caller buffers, with the layout it was built for.

@@ -1,6 +1,11 @@
-"""Small format helpers shared by the Python modules (the numerics live in C++)."""
+"""Small format helpers shared by the Python modules (the numerics live in C++), and the
+argument checks of the public functions: each names its parameter, checks the type
+before the value, and never coerces (no int() of 1.5, no truthiness of 'no')."""
 from __future__ import annotations
 
+import operator
+
+import numpy as np
 import torch
 
 from . import _C
@@ -14,11 +19,75 @@ RHT_ROWWISE, RHT_COLUMNWISE = 1, 2
 DEFAULT_RHT_SIGNS = (1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1)
 
 
-def signs_to_mask(signs) -> int:
-    signs = [int(s) for s in signs]
-    if len(signs) != 16 or any(s not in (1, -1) for s in signs):
-        raise ValueError("rht_signs: must be 16 values, each +1 or -1")
-    return sum(1 << i for i, s in enumerate(signs) if s < 0)
+def _what(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def check_bool(name: str, value) -> bool:
+    """A bool (Python or NumPy); anything else is a TypeError, even when truthy."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name}: must be a bool, got {_what(value)}")
+
+
+def check_int(name: str, value, lo=None, hi=None) -> int:
+    """An integer (anything with __index__ except bool), optionally in [lo, hi)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: must be an int, got {_what(value)}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: must be an int, got {_what(value)}") from None
+    if (lo is not None and v < lo) or (hi is not None and v >= hi):
+        raise ValueError(f"{name}: must be in [{_num(lo, '-inf')}, {_num(hi, 'inf')}), got {v}")
+    return v
+
+
+def _num(v, none: str) -> str:
+    if v is None:
+        return none
+    return f"2**{v.bit_length() - 1}" if v > 1 << 32 and v & (v - 1) == 0 else str(v)
+
+
+def check_choice(name: str, value, choices) -> str:
+    """One of the string options in `choices`."""
+    options = ", ".join(repr(c) for c in choices)
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: must be a str, one of {options}; got {_what(value)}")
+    if value not in choices:
+        raise ValueError(f"{name}: must be one of {options}, got {value!r}")
+    return value
+
+
+def check_dtype(name: str, value, allowed) -> torch.dtype:
+    """A torch.dtype among `allowed` (an unsupported dtype is a TypeError too)."""
+    names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+    if not isinstance(value, torch.dtype):
+        raise TypeError(f"{name}: must be a torch.dtype ({names}), got {_what(value)}")
+    if value not in allowed:
+        raise TypeError(f"{name}: must be one of {names}, got {value}")
+    return value
+
+
+def check_real(name: str, value) -> float:
+    """A real number (int or float, not bool), returned as a Python float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: must be a real number, got {_what(value)}")
+    return float(value)
+
+
+def signs_to_mask(signs, name: str = "rht_signs") -> int:
+    """16 signs (+1/-1, lane i negative sets bit i) as a bit mask."""
+    if isinstance(signs, (str, bytes)) or not hasattr(signs, "__iter__"):
+        raise TypeError(f"{name}: must be a sequence of 16 ints (+1 or -1), got {_what(signs)}")
+    values = [check_int(f"{name}[{i}]", s) for i, s in enumerate(signs)]
+    if len(values) != 16:
+        raise ValueError(f"{name}: must have 16 values, got {len(values)}")
+    for i, s in enumerate(values):
+        if s not in (1, -1):
+            raise ValueError(f"{name}[{i}]: must be +1 or -1, got {s}")
+    return sum(1 << i for i, s in enumerate(values) if s < 0)
 
 
 def mask_to_signs(mask: int) -> tuple:

@@ -6,7 +6,7 @@ from typing import Optional
 import torch
 
 from . import _C
-from ._format import SCALE_LAYOUTS, stream_of
+from ._format import SCALE_LAYOUTS, check_choice, check_dtype, check_real, stream_of
 from ._tensor import NVFP4Tensor
 from .backends import BACKENDS, check_backend
 
@@ -23,6 +23,14 @@ def clear_workspace_cache() -> None:
     _WS_CACHE.clear()
 
 
+def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether two contiguous tensors on one device share a byte."""
+    if x.device != y.device or x.numel() == 0 or y.numel() == 0:
+        return False
+    x0, y0 = x.data_ptr(), y.data_ptr()
+    return x0 < y0 + y.numel() * y.element_size() and y0 < x0 + x.numel() * x.element_size()
+
+
 def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: torch.dtype = torch.bfloat16,
          bias: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None, beta: float = 0.0) -> torch.Tensor:
     """FP4 GEMM of two NVFP4 tensors quantized along K (their rowwise data).
@@ -31,27 +39,44 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
     is [..., N] = alpha * (Â @ B̂ᵀ) + beta * out + bias with alpha = S_dec(a) * S_dec(b),
     read on the device. Use ``x.T`` to multiply by the columnwise (transposed) quantization.
     backend: "auto" (fastest for the device), "cutlass", "cudnn", or "reference" (CPU).
+    out_dtype: bfloat16, float16 or float32 (ignored when out= is given: out's dtype is used).
+    bias: optional [N] tensor; out: optional contiguous result tensor ([..., N], M*N elements),
+    read as C when beta != 0. The operands must carry the same Hadamard transform along K
+    (both without, or both with the same signs), or the product would be meaningless.
     """
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, NVFP4Tensor):
             raise TypeError(f"{name}: expected an NVFP4Tensor, got {type(t).__name__}")
         if t.rowwise is None:
             raise ValueError(f"{name}: has no rowwise (K-major) data; quantize with rowwise=True or pass .T")
+    check_choice("backend", backend, BACKENDS)
+    out_dtype = check_dtype("out_dtype", out_dtype, _OUT)
+    beta = check_real("beta", beta)
+    if bias is not None and not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias: must be a torch.Tensor or None, got {type(bias).__name__}")
+    if out is not None and not isinstance(out, torch.Tensor):
+        raise TypeError(f"out: must be a torch.Tensor or None, got {type(out).__name__}")
     if a.scale_layout != b.scale_layout:
         raise ValueError(f"b: scale_layout {b.scale_layout!r} differs from a's {a.scale_layout!r}")
     if a.device != b.device:
         raise ValueError(f"b: on {b.device}, but a is on {a.device}")
+    # The operands' K-axis transforms must agree, or the product is of two different
+    # bases: the Hadamard transform cancels only when both sides carry it with the same
+    # signs (H·diag(s) applied to both K-vectors leaves their dot product unchanged).
+    ra, rb = a.rowwise.rht, b.rowwise.rht
+    if ra != rb:
+        raise ValueError(f"b: the Hadamard transform was applied along K to {'a' if ra else 'b'} only; "
+                         "quantize both operands with the same rht setting for this direction")
+    if ra and a.rht_sign_mask != b.rht_sign_mask:
+        raise ValueError(f"b: RHT sign mask {b.rht_sign_mask:#06x} differs from a's {a.rht_sign_mask:#06x}; "
+                         "both operands need the same rht_signs")
     check_backend(backend, a.device)
-    if out_dtype not in _OUT:
-        raise TypeError(f"out_dtype: must be bfloat16, float16 or float32, got {out_dtype}")
     ka, kb = a.data.shape[1] * 2, b.data.shape[1] * 2
     if ka != kb:
         raise ValueError(f"b: K mismatch: a has K={ka}, b has K={kb}")
     m, n = a.data.shape[0], b.data.shape[0]
     lead = tuple(a.shape[:-1]) if not a.transposed else (m,)
     if out is not None:
-        if not isinstance(out, torch.Tensor):
-            raise TypeError("out: must be a torch.Tensor")
         if out.dtype not in _OUT:
             raise TypeError(f"out: dtype must be bfloat16, float16 or float32, got {out.dtype}")
         if out.device != a.device:
@@ -60,14 +85,16 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
             raise ValueError(f"out: expected {m * n} elements shaped [..., {n}], got {tuple(out.shape)}")
         if not out.is_contiguous():
             raise ValueError("out: must be contiguous")
+        for name, t in (("a.data", a.data), ("a.scales", a.scales), ("a.amax", a.amax), ("b.data", b.data),
+                        ("b.scales", b.scales), ("b.amax", b.amax), ("bias", bias)):
+            if t is not None and _overlaps(out, t):
+                raise ValueError(f"out: shares memory with {name}; the result would overwrite an input")
         d = out
     else:
         if beta != 0.0:
             raise ValueError("beta: nonzero beta needs out= (it is read as C)")
         d = torch.empty(lead + (n,), dtype=out_dtype, device=a.device)
     if bias is not None:
-        if not isinstance(bias, torch.Tensor):
-            raise TypeError("bias: must be a torch.Tensor")
         if bias.shape != (n,):
             raise ValueError(f"bias: expected shape ({n},), got {tuple(bias.shape)}")
         if bias.device != a.device:

@@ -1,37 +1,78 @@
 """nvfp4.quantize and the scale (un)swizzle helpers."""
 from __future__ import annotations
 
+import math
+import warnings
 from typing import Optional, Sequence, Union
 
+import numpy as np
 import torch
 
 from . import _C
-from ._format import (BLOCKS, RHT_COLUMNWISE, RHT_ROWWISE, ROUNDINGS, SCALE_LAYOUTS, signs_to_mask,
-                      default_rht_mask, stream_of)
+from ._format import (BLOCKS, RHT_COLUMNWISE, RHT_ROWWISE, ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice,
+                      check_int, default_rht_mask, signs_to_mask, stream_of)
 from ._tensor import NVFP4Tensor, _Direction
 
 __all__ = ["quantize", "swizzle_scales", "unswizzle_scales", "as_torch"]
 
 _IN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_RHT = {False: 0, None: 0, True: RHT_ROWWISE | RHT_COLUMNWISE, "none": 0, "rowwise": RHT_ROWWISE,
-        "columnwise": RHT_COLUMNWISE, "both": RHT_ROWWISE | RHT_COLUMNWISE}
+_RHT_NAMES = {"none": 0, "rowwise": RHT_ROWWISE, "columnwise": RHT_COLUMNWISE, "both": RHT_ROWWISE | RHT_COLUMNWISE}
+
+
+def _from_numpy(x: np.ndarray, name: str) -> torch.Tensor:
+    # torch.from_numpy shares memory; it cannot represent negative or non-element strides,
+    # another byte order or a misaligned buffer, so those arrays are copied first
+    # (torch.from_dlpack would abort the process on a negative stride).
+    if x.dtype.hasobject or x.dtype.kind not in "biufc":
+        raise TypeError(f"{name}: unsupported NumPy dtype {x.dtype}")
+    if not (x.flags.c_contiguous and x.flags.aligned and x.dtype.isnative):
+        x = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # read-only arrays: we only read them
+        try:
+            return torch.from_numpy(x)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{name}: cannot convert this NumPy array ({x.dtype}, shape {x.shape}): {e}") from None
 
 
 def as_torch(x, name: str = "x") -> torch.Tensor:
-    """Accept a torch tensor or anything that speaks DLPack (NumPy, CuPy, JAX...)."""
+    """A torch tensor for x: a torch tensor as is; a NumPy array (or anything with
+    __array_interface__) through torch.from_numpy, copied to a C-contiguous array first
+    when its strides, byte order or alignment need it; other DLPack producers (CuPy,
+    JAX...) through torch.from_dlpack."""
     if isinstance(x, torch.Tensor):
         return x
+    if isinstance(x, np.ndarray):
+        return _from_numpy(x, name)
+    if hasattr(x, "__array_interface__"):
+        return _from_numpy(np.asarray(x), name)
     if hasattr(x, "__dlpack__"):
+        cai = getattr(x, "__cuda_array_interface__", None)
+        if isinstance(cai, dict) and cai.get("strides"):
+            itemsize = np.dtype(cai["typestr"]).itemsize
+            if any(s < 0 or s % itemsize for s in cai["strides"]):
+                if not hasattr(x, "copy"):
+                    raise ValueError(f"{name}: negative or non-element strides; pass a contiguous array")
+                x = x.copy()
         try:
             return torch.from_dlpack(x)
         except Exception as e:  # pragma: no cover - depends on the producer
             raise TypeError(f"{name}: could not import through DLPack: {e}") from e
-    raise TypeError(f"{name}: expected a torch tensor or a DLPack-capable array, got {type(x).__name__}")
+    raise TypeError(f"{name}: expected a torch tensor, a NumPy array or a DLPack-capable array, "
+                    f"got {type(x).__name__}")
 
 
-def _check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(f"{name}: must be one of {sorted(map(str, choices))}, got {value!r}")
+def _rht_mask(rht) -> int:
+    if isinstance(rht, (bool, np.bool_)):
+        return (RHT_ROWWISE | RHT_COLUMNWISE) if rht else 0
+    if rht is None:
+        return 0
+    if not isinstance(rht, str):
+        raise TypeError(f"rht: must be a bool or one of 'none', 'rowwise', 'columnwise', 'both'; "
+                        f"got {type(rht).__name__} {rht!r}")
+    if rht not in _RHT_NAMES:
+        raise ValueError(f"rht: must be False, True, 'none', 'rowwise', 'columnwise' or 'both', got {rht!r}")
+    return _RHT_NAMES[rht]
 
 
 def _alloc_direction(rows: int, cols: int, layout: str, device) -> tuple:
@@ -50,45 +91,53 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
              scale_layout: str = "swizzled", rht_signs: Optional[Sequence[int]] = None) -> NVFP4Tensor:
     """Quantize x (float32/float16/bfloat16, last dim a multiple of 16) to NVFP4.
 
+    x: a torch tensor (contiguous, on the CPU or a CUDA device) or a NumPy array (copied
+        when it is not C-contiguous) or another DLPack-capable array.
     block: "1d" (1x16 blocks along the last dim) or "2d" (16x16 tiles, for weights).
     rounding: "rtn" (nearest-even) or "sr" (stochastic; Philox keyed by seed/offset).
     rht: Hadamard transform before quantizing: False, True (every output), "rowwise" or
-        "columnwise" (the wgrad recipe). 1D only.
-    rowwise / columnwise: which orientations to produce (both in one call).
+        "columnwise" (the wgrad recipe), "both" or "none". 1D only.
+    seed, offset: ints in [0, 2**64); seed=None draws a random seed for rounding="sr".
+    rowwise / columnwise: bools, which orientations to produce (both in one call).
     scale_layout: "swizzled" (128x4, what the GEMMs read) or "linear" ([rows, cols/16]).
+    rht_signs: 16 ints, each +1 or -1 (default: TransformerEngine's wgrad signs).
     Runs on x's device; on CUDA, on the current stream with no host synchronization.
+    Every argument is checked (type first, then value); errors name the parameter.
     """
+    # Types and values of the options first: they cost nothing and do not depend on x.
+    check_choice("block", block, BLOCKS)
+    check_choice("rounding", rounding, ROUNDINGS)
+    check_choice("scale_layout", scale_layout, SCALE_LAYOUTS)
+    rht_mask = _rht_mask(rht)
+    if rht_mask and block == "2d":
+        raise ValueError("rht: the Hadamard transform applies to 1d blocks only")
+    rowwise = check_bool("rowwise", rowwise)
+    columnwise = check_bool("columnwise", columnwise)
+    if not (rowwise or columnwise):
+        raise ValueError("rowwise/columnwise: at least one must be True")
+    sign_mask = default_rht_mask() if rht_signs is None else signs_to_mask(rht_signs, "rht_signs")
+    if seed is not None:
+        seed = check_int("seed", seed, 0, 2**64)
+    offset = check_int("offset", offset, 0, 2**64)
+
     x = as_torch(x, "x")
     if x.dtype not in _IN_DTYPES:
         raise TypeError(f"x: dtype must be float32, float16 or bfloat16, got {x.dtype}")
+    if x.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"x: device must be cpu or cuda, got {x.device}")
     if x.dim() < 1:
         raise ValueError("x: must have at least one dimension")
     if x.shape[-1] % 16 != 0:
         raise ValueError(f"x: last dimension must be a multiple of 16, got {x.shape[-1]}")
     if not x.is_contiguous():
         raise ValueError("x: must be contiguous (call .contiguous() first)")
-    if x.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"x: device must be cpu or cuda, got {x.device}")
-    _check_choice("block", block, BLOCKS)
-    _check_choice("rounding", rounding, ROUNDINGS)
-    _check_choice("scale_layout", scale_layout, SCALE_LAYOUTS)
-    if not isinstance(rht, (bool, str)) or rht not in _RHT:
-        raise ValueError(f"rht: must be False, True, 'rowwise', 'columnwise' or 'both', got {rht!r}")
-    rht_mask = _RHT[rht]
-    if rht_mask and block == "2d":
-        raise ValueError("rht: the Hadamard transform applies to 1d blocks only")
-    if not (rowwise or columnwise):
-        raise ValueError("rowwise/columnwise: at least one must be True")
-    sign_mask = default_rht_mask() if rht_signs is None else signs_to_mask(rht_signs)
+    if x.numel() and x.data_ptr() % x.element_size():
+        x = x.clone()  # a misaligned view (possible through as_strided on a byte buffer)
     if seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item()) if rounding == "sr" else 0
-    if not (0 <= int(seed) < 2**64):
-        raise ValueError("seed: must be in [0, 2**64)")
-    if not (0 <= int(offset) < 2**64):
-        raise ValueError("offset: must be in [0, 2**64)")
 
     cols = x.shape[-1]
-    rows = x.numel() // cols if cols else 0
+    rows = math.prod(x.shape[:-1])
     x2 = x.reshape(rows, cols)
     row = col = None
     if rowwise:
@@ -96,7 +145,7 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
     if columnwise:
         col = _alloc_direction(cols, (rows + 15) // 16 * 16, scale_layout, x.device)
     _C.quantize(x2, *(row or (None, None, None)), *(col or (None, None, None)), BLOCKS[block],
-                ROUNDINGS[rounding], SCALE_LAYOUTS[scale_layout], rht_mask, sign_mask, int(seed), int(offset),
+                ROUNDINGS[rounding], SCALE_LAYOUTS[scale_layout], rht_mask, sign_mask, seed, offset,
                 stream_of(x.device))
 
     def direction(t, bit):
@@ -108,10 +157,12 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
                        direction(row, RHT_ROWWISE), direction(col, RHT_COLUMNWISE), sign_mask)
 
 
-def _bytes(t: torch.Tensor, name: str) -> torch.Tensor:
+def _bytes(t, name: str) -> torch.Tensor:
     t = as_torch(t, name)
     if t.dtype not in (torch.uint8, torch.float8_e4m3fn):
         raise TypeError(f"{name}: dtype must be float8_e4m3fn or uint8, got {t.dtype}")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name}: device must be cpu or cuda, got {t.device}")
     if t.dim() != 2:
         raise ValueError(f"{name}: must be 2D, got {t.dim()} dims")
     if not t.is_contiguous():
@@ -130,9 +181,13 @@ def swizzle_scales(scales) -> torch.Tensor:
 
 def unswizzle_scales(scales, rows: int, cols: int) -> torch.Tensor:
     """Swizzled scales -> linear [rows, cols] (rows/cols: the unpadded scale matrix)."""
+    rows = check_int("rows", rows, 0, 2**62)
+    cols = check_int("cols", cols, 0, 2**62)
     src = _bytes(scales, "scales")
-    if rows < 0 or cols < 0:
-        raise ValueError("rows/cols: must be non-negative")
+    want = ((rows + 127) // 128 * 128, (cols + 3) // 4 * 4)
+    if tuple(src.shape) != want:
+        raise ValueError(f"scales: a swizzled [{rows}, {cols}] scale matrix has shape {list(want)}, "
+                         f"got {list(src.shape)}")
     dst = torch.empty((rows, cols), dtype=torch.uint8, device=src.device)
     _C.swizzle(src, dst, False, stream_of(src.device))
     return dst.view(torch.float8_e4m3fn) if as_torch(scales).dtype == torch.float8_e4m3fn else dst

@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 
 from . import _C
-from ._format import SCALE_LAYOUTS, inverse_rht_blocks, global_decode_scale
+from ._format import SCALE_LAYOUTS, check_bool, check_dtype, inverse_rht_blocks, global_decode_scale
 
 __all__ = ["NVFP4Tensor", "dequantize"]
 
@@ -102,13 +102,19 @@ class NVFP4Tensor:
         return replace(self, rowwise=self.columnwise, columnwise=self.rowwise, transposed=not self.transposed)
 
     def global_decode_scale(self, columnwise: bool = False) -> torch.Tensor:
+        columnwise = check_bool("columnwise", columnwise)
         d = self.columnwise if columnwise else self.rowwise
         if d is None:
             raise ValueError("columnwise: this tensor has no %s data" % ("columnwise" if columnwise else "rowwise"))
         return global_decode_scale(d.amax)
 
     def to(self, device) -> "NVFP4Tensor":
-        device = torch.device(device)
+        try:
+            device = torch.device(device)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise TypeError(f"device: not a device: {device!r} ({e})") from None
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device: must be cpu or cuda, got {device}")
 
         def mv(d):
             if d is None:
@@ -123,9 +129,9 @@ class NVFP4Tensor:
         [rows, cols] after .T). columnwise=True decodes the other direction and returns it
         transposed back, so both directions approximate the same tensor. A direction that
         went through the Hadamard transform is transformed back unless undo_rht=False."""
-        dtype = self.dtype if dtype is None else dtype
-        if dtype not in _OUT_DTYPES:
-            raise TypeError(f"dtype: must be float32, float16 or bfloat16, got {dtype}")
+        dtype = self.dtype if dtype is None else check_dtype("dtype", dtype, _OUT_DTYPES)
+        columnwise = check_bool("columnwise", columnwise)
+        undo_rht = check_bool("undo_rht", undo_rht)
         d = self.columnwise if columnwise else self.rowwise
         if d is None:
             raise ValueError("columnwise: this tensor has no %s data" % ("columnwise" if columnwise else "rowwise"))

@@ -3,35 +3,38 @@
 The figures are those of the C++ ``nvfp4-bench`` (same shapes file, same method), measured
 through the Python API, beside what PyTorch gives on the same device in the same run:
 cuBLAS BF16 (``torch.matmul``), FP8 (``torch._scaled_mm``, tensor-wise scales) and
-device-to-device copy bandwidth.
+copy bandwidth.
 
-Method: warm-up; CUDA events on the current stream; a sample is ``reps`` back-to-back calls
-divided by ``reps`` (reps chosen so a sample lasts >= --min-sample-us); the median of
---iters samples is reported; inputs rotate through enough copies to exceed 2x the L2 cache.
-Quantization bandwidth counts the bytes that must move at least once (input read, codes,
-scales and amax written); GEMMs count 2*M*N*K flops. For small shapes the Python call
-overhead (argument checks, output allocation) may show: nvfp4-bench has none.
+Method (nvfp4._timing.Timer, shared with bench/bench_quant.py and bench/bench_gemm.py):
+warm-up; a sample is ``reps`` back-to-back calls divided by ``reps`` (reps chosen so a
+sample lasts >= --min-sample-us); the median of --iters samples is reported. On a GPU,
+CUDA events on the current stream, and inputs rotate through enough copies to exceed 2x
+the L2 cache. Quantization bandwidth counts the bytes that must move at least once (input
+read, codes, scales and amax written); GEMMs count 2*M*N*K flops. For small shapes the
+Python call overhead (argument checks, output allocation) may show: nvfp4-bench has none.
 
-Without a GPU (or with a CPU-only build) it times the CPU reference on tiny shapes, and
-says so: those numbers say nothing about GPU performance.
+Without a GPU (or with a CPU-only build, or --device cpu) it times the CPU reference with
+torch.utils.benchmark (--cpu-threads torch threads, default 1), on tiny shapes unless
+--shapes or --shapes-file says otherwise; every option applies there too. Those numbers
+say nothing about GPU performance.
 
     python -m nvfp4.bench --quick
     python -m nvfp4.bench --shapes 8192x8192x8192,16x4096x4096 --json out.json --csv out.csv
+    python -m nvfp4.bench --device cpu --shapes 32x64x128 --ops gemm --plot cpu.png
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
 import nvfp4
+from ._timing import Timer
 
 __all__ = ["load_shapes", "main"]
 
@@ -89,52 +92,8 @@ def _label(shape: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------------
-# timing
+# rows
 # ----------------------------------------------------------------------------------------
-
-class _Timer:
-    def __init__(self, args, device: torch.device):
-        self.iters, self.warmup, self.min_sample_us = args.iters, args.warmup, args.min_sample_us
-        self.device = device
-        props = torch.cuda.get_device_properties(device)
-        self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 50 << 20)
-
-    def sets(self, set_bytes: float) -> int:
-        """Copies of a working set to cycle through so that together they exceed 2x L2."""
-        free, _ = torch.cuda.mem_get_info(self.device)
-        n = int(2 * self.l2_bytes // max(set_bytes, 1)) + 1
-        n = min(n, int(0.6 * free // max(set_bytes, 1)), 256)
-        if n < 1:
-            raise MemoryError("does not fit in device memory")
-        return n
-
-    def time(self, fn: Callable[[int], object], sets: int) -> dict:
-        idx = 0
-        for _ in range(max(self.warmup, 1)):
-            fn(idx % sets)
-            idx += 1
-        torch.cuda.synchronize(self.device)
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn(idx % sets)
-        idx += 1
-        e.record()
-        e.synchronize()
-        one_us = max(s.elapsed_time(e) * 1e3, 0.5)
-        reps = int(min(1000, max(1, math.ceil(self.min_sample_us / one_us))))
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(self.iters)]
-        for a, b in events:
-            a.record()
-            for _ in range(reps):
-                fn(idx % sets)
-                idx += 1
-            b.record()
-        torch.cuda.synchronize(self.device)
-        us = [a.elapsed_time(b) * 1e3 / reps for a, b in events]
-        return {"median_us": statistics.median(us), "min_us": min(us), "mean_us": statistics.fmean(us),
-                "iters": self.iters, "reps": reps, "sets": sets}
-
 
 def _row(section, op, backend, shape=None, **kw) -> dict:
     r = {"section": section, "op": op, "backend": backend, "m": 0, "n": 0, "k": 0, "models": "",
@@ -158,23 +117,33 @@ def _fmt(v: float) -> str:
 
 
 # ----------------------------------------------------------------------------------------
-# GPU
+# the runs (GPU, or the CPU reference)
 # ----------------------------------------------------------------------------------------
 
-def _copy_baseline(t: _Timer) -> dict:
-    nbytes = max(256 << 20, 4 * t.l2_bytes)
+#: CPU shapes when none are given: the reference backend decodes and accumulates in
+#: float64, one value at a time; model shapes would take hours.
+_CPU_SHAPES = ((16, 64, 64), (64, 128, 256))
+
+
+def _m(res) -> dict:
+    return res.as_dict()
+
+
+def _copy_baseline(t: Timer) -> dict:
+    nbytes = max(256 << 20, 4 * t.l2_bytes) if t.on_gpu else 16 << 20
     src = torch.ones(nbytes, dtype=torch.uint8, device=t.device)
     dst = torch.empty_like(src)
-    res = t.time(lambda i: dst.copy_(src), 1)
-    row = _row("copy", "device-to-device copy", "torch", bytes=2.0 * nbytes, **res)
+    res = _m(t.time(lambda i: dst.copy_(src), 1))
+    row = _row("copy", "copy", "torch", bytes=2.0 * nbytes, **res)
     row["gbps"] = row["bytes"] / (res["median_us"] * 1e-6) / 1e9
     return row
 
 
-def _bench_quant(t: _Timer, name: str, kwargs: dict, rows: int, cols: int, shape: dict, copy_gbps: float) -> dict:
+def _bench_quant(t: Timer, name: str, kwargs: dict, rows: int, cols: int, shape: dict, copy_gbps: float) -> dict:
     row = _row("quant", name, "nvfp4", m=rows, k=cols, models=_label(shape))
     try:
         x = _random(rows, cols, t.device)
+
         def layout_bytes(r: int, c: int) -> int:  # codes + swizzled scales + amax
             return r * c // 2 + ((r + 127) // 128 * 128) * ((c // 16 + 3) // 4 * 4) + 4
 
@@ -184,7 +153,7 @@ def _bench_quant(t: _Timer, name: str, kwargs: dict, rows: int, cols: int, shape
         row["bytes"] = float(rows * cols * 2 + out)
         sets = t.sets(row["bytes"])
         xs = [x] + [x.clone() for _ in range(sets - 1)]
-        row.update(t.time(lambda i: nvfp4.quantize(xs[i], **kwargs), sets))
+        row.update(_m(t.time(lambda i: nvfp4.quantize(xs[i], **kwargs), sets)))
         row["gbps"] = row["bytes"] / (row["median_us"] * 1e-6) / 1e9
         if copy_gbps:
             row.update(ratio=row["gbps"] / copy_gbps, ratio_to="of copy")
@@ -193,19 +162,19 @@ def _bench_quant(t: _Timer, name: str, kwargs: dict, rows: int, cols: int, shape
     return row
 
 
-def _bench_gemms(t: _Timer, shape: dict, backends: List[str]) -> List[dict]:
+def _bench_gemms(t: Timer, shape: dict, backends: List[str]) -> List[dict]:
     m, n, k = shape["m"], shape["n"], shape["k"]
     flops = 2.0 * m * n * k
     rows = []
 
     def finish(row, res):
-        row.update(res)
-        row["tflops"] = flops / (res["median_us"] * 1e-6) / 1e12
+        row.update(_m(res))
+        row["tflops"] = flops / (row["median_us"] * 1e-6) / 1e12
         return row
 
     a, b = _random(m, k, t.device), _random(n, k, t.device)
     bf16 = None
-    # cuBLAS BF16: what an FP4 GEMM has to beat.
+    # BF16 matmul (cuBLAS on a GPU): what an FP4 GEMM has to beat.
     row = _row("gemm", "bf16 matmul", "torch-bf16", shape, flops=flops)
     try:
         sets = t.sets(2.0 * (m * k + n * k + m * n))
@@ -229,7 +198,7 @@ def _bench_gemms(t: _Timer, shape: dict, backends: List[str]) -> List[dict]:
     except Exception as e:
         row["status"] = f"n/a: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         rows.append(row)
-    # nvfp4, one row per backend this device supports.
+    # nvfp4, one row per requested backend.
     try:
         qa = nvfp4.quantize(a)
         qb = nvfp4.quantize(b, block="2d")
@@ -256,71 +225,39 @@ def _bench_gemms(t: _Timer, shape: dict, backends: List[str]) -> List[dict]:
     return rows
 
 
-def _run_gpu(args, shapes: List[dict]) -> dict:
-    device = torch.device("cuda", torch.cuda.current_device())
-    t = _Timer(args, device)
-    props = torch.cuda.get_device_properties(device)
-    cc = props.major * 10 + props.minor
-    print(f"device: {props.name} (sm_{cc}), L2 {t.l2_bytes / 2**20:.0f} MiB; nvfp4 {nvfp4.__version__}, "
-          f"torch {torch.__version__}; {args.iters} iters (median), warm-up {args.warmup}")
+def _run(args, device: torch.device, shapes: List[dict]) -> dict:
+    t = Timer(device, iters=args.iters, warmup=args.warmup, min_sample_us=args.min_sample_us,
+              cpu_threads=args.cpu_threads)
+    if t.on_gpu:
+        props = torch.cuda.get_device_properties(t.device)
+        cc = props.major * 10 + props.minor
+        name = props.name
+        print(f"device: {name} (sm_{cc}), L2 {t.l2_bytes / 2**20:.0f} MiB; nvfp4 {nvfp4.__version__}, "
+              f"torch {torch.__version__}; {t.iters} iters (median), warm-up {t.warmup}")
+    else:
+        cc, name = 0, "cpu"
+        print(f"device: CPU, {t.cpu_threads} torch thread(s); nvfp4 {nvfp4.__version__}, torch {torch.__version__}; "
+              f"{t.iters} iters (median), warm-up {t.warmup}")
     rows = [_copy_baseline(t)]
     copy_gbps = rows[0]["gbps"]
     print(f"copy baseline: {copy_gbps:.0f} GB/s (read + write)")
     if "quant" in args.ops:
         done = set()
         for s in shapes:
-            for name, which, kw in _QUANT_VARIANTS:
+            for vname, which, kw in _QUANT_VARIANTS:
                 r, c = (s["m"], s["k"]) if which == "x" else (s["n"], s["k"])
-                if (name, r, c) in done:
+                if (vname, r, c) in done:
                     continue
-                done.add((name, r, c))
-                rows.append(_bench_quant(t, name, kw, r, c, s, copy_gbps))
-                torch.cuda.empty_cache()
+                done.add((vname, r, c))
+                rows.append(_bench_quant(t, vname, kw, r, c, s, copy_gbps))
+                if t.on_gpu:
+                    torch.cuda.empty_cache()
     if "gemm" in args.ops:
         for s in shapes:
             rows.extend(_bench_gemms(t, s, args.backends))
-            torch.cuda.empty_cache()
-    return {"mode": "gpu", "device": props.name, "cc": cc, "copy_gbps": copy_gbps, "rows": rows}
-
-
-# ----------------------------------------------------------------------------------------
-# CPU (no GPU): the reference backend on tiny shapes
-# ----------------------------------------------------------------------------------------
-
-def _time_cpu(fn, iters: int) -> dict:
-    fn()
-    us = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        us.append((time.perf_counter() - t0) * 1e6)
-    return {"median_us": statistics.median(us), "min_us": min(us), "mean_us": statistics.fmean(us),
-            "iters": iters, "reps": 1, "sets": 1}
-
-
-def _run_cpu(args, why: str) -> dict:
-    print(f"{why}: timing the CPU reference backend on tiny shapes instead. These numbers say nothing about "
-          "GPU performance; run on a GPU for the real figures.")
-    tiny = [{"m": m, "n": n, "k": k, "models": [f"tiny {m}x{n}x{k}"]} for m, n, k in ((16, 64, 64), (64, 128, 256))]
-    iters = max(1, min(args.iters, 5))
-    rows = []
-    for s in tiny:
-        m, n, k = s["m"], s["n"], s["k"]
-        a, b = _random(m, k, "cpu"), _random(n, k, "cpu")
-        res = _time_cpu(lambda: nvfp4.quantize(a), iters)
-        row = _row("quant", "1d rtn rowwise (x)", "reference", m=m, k=k, models=_label(s), **res)
-        row["bytes"] = float(m * k * 2 + m * k // 2 + m * k // 16)
-        row["gbps"] = row["bytes"] / (res["median_us"] * 1e-6) / 1e9
-        rows.append(row)
-        qa, qb = nvfp4.quantize(a), nvfp4.quantize(b, block="2d")
-        flops = 2.0 * m * n * k
-        for op, backend, fn in (("fp32 matmul", "torch-fp32", lambda: a.float() @ b.float().t()),
-                                ("nvfp4 gemm (bf16 out)", "reference",
-                                 lambda: nvfp4.gemm(qa, qb, backend="reference"))):
-            res = _time_cpu(fn, iters)
-            rows.append(_row("gemm", op, backend, s, flops=flops, tflops=flops / (res["median_us"] * 1e-6) / 1e12,
-                             **res))
-    return {"mode": "cpu", "device": "cpu", "cc": 0, "copy_gbps": 0.0, "rows": rows, "note": why}
+            if t.on_gpu:
+                torch.cuda.empty_cache()
+    return {"mode": "gpu" if t.on_gpu else "cpu", "device": name, "cc": cc, "copy_gbps": copy_gbps, "rows": rows}
 
 
 # ----------------------------------------------------------------------------------------
@@ -357,7 +294,7 @@ def _print_summary(rows: List[dict]) -> None:
         return
     print(f"\nsummary (TFLOP/s)  {'M x N x K':<22}" + "".join(f"{c:>12}" for c in cols) + "  best nvfp4 / bf16  layer")
     for (m, n, k, models), v in by_shape.items():
-        best = max(v.get("cutlass", 0.0), v.get("cudnn", 0.0))
+        best = max(v.get("cutlass", 0.0), v.get("cudnn", 0.0), v.get("reference", 0.0))
         speed = f"{best / v['torch-bf16']:.2f}x" if best and v.get("torch-bf16") else "-"
         cells = "".join(f"{_fmt(v[c]):>12}" if c in v else f"{'-':>12}" for c in cols)
         print(f"{'':<19}{f'{m} x {n} x {k}':<22}{cells}  {speed:>17}  {models}")
@@ -413,33 +350,62 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m nvfp4.bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", help="GEMM shapes MxNxK[,...] instead of the shapes file")
-    p.add_argument("--shapes-file", default=None, help=f"JSON of model shapes (default: {SHAPES_FILE})")
-    p.add_argument("--quick", action="store_true", help="first model only, smallest and largest M")
-    p.add_argument("--ops", default="quant,gemm", help="quant,gemm")
-    p.add_argument("--backends", default="cutlass,cudnn", help="nvfp4 GEMM backends to time")
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--min-sample-us", type=float, default=200.0)
+    p.add_argument("--shapes-file", default=None, help=f"JSON of model shapes (default: {SHAPES_FILE}; "
+                   "on the CPU, small built-in shapes unless this is given)")
+    p.add_argument("--quick", action="store_true",
+                   help="first model only, smallest and largest M (CPU: the first shape only)")
+    p.add_argument("--ops", default="quant,gemm", help="what to time: quant, gemm or both (default)")
+    p.add_argument("--backends", default=None,
+                   help="nvfp4 GEMM backends to time (default: cutlass,cudnn on a GPU, reference on the CPU)")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                   help="where to run (auto: the GPU when this build and torch can use one)")
+    p.add_argument("--iters", type=int, default=30, help="samples per op; the median is reported")
+    p.add_argument("--warmup", type=int, default=5, help="untimed calls before the samples")
+    p.add_argument("--min-sample-us", type=float, default=200.0, help="a sample repeats the call to last this long")
+    p.add_argument("--cpu-threads", type=int, default=1, help="torch threads for the CPU timings (default 1)")
     p.add_argument("--json", help="write every row (and the device) as JSON")
     p.add_argument("--csv", help="write every row as CSV (the columns of nvfp4-bench --csv)")
     p.add_argument("--plot", default="nvfp4_bench.png", help="GEMM bar chart (needs matplotlib; '' for none)")
     args = p.parse_args(argv)
     args.ops = set(filter(None, args.ops.split(",")))
-    args.backends = [b for b in args.backends.split(",") if b]
+    bad = args.ops - {"quant", "gemm"}
+    if bad or not args.ops:
+        p.error(f"--ops: expected quant, gemm or both, got {','.join(sorted(bad)) or 'nothing'}")
     args.iters = max(1, args.iters)
 
-    shapes = _parse_shapes(args.shapes) if args.shapes else load_shapes(args.shapes_file, args.quick)
     info = nvfp4.device_info()
+    why = None
     if not info.get("build_cuda_archs"):
         why = "this nvfp4 build has no CUDA code"
     elif not torch.cuda.is_available():
         why = "no CUDA device visible to torch"
+    if args.device == "cuda" and why:
+        p.error(f"--device cuda: {why}")
+    on_cpu = args.device == "cpu" or (args.device == "auto" and why is not None)
+    if on_cpu:
+        print(f"{why or '--device cpu'}: timing the CPU reference backend. These numbers say nothing about GPU "
+              "performance; run on a GPU for the real figures.")
+    backends = args.backends if args.backends is not None else ("reference" if on_cpu else "cutlass,cudnn")
+    args.backends = [b for b in backends.split(",") if b]
+    bad = [b for b in args.backends if b not in ("reference", "cutlass", "cudnn")]
+    if bad:
+        p.error(f"--backends: unknown backend(s) {', '.join(bad)} (reference, cutlass, cudnn)")
+
+    if args.shapes:
+        shapes = _parse_shapes(args.shapes)
+    elif on_cpu and not args.shapes_file:
+        shapes = [{"m": m, "n": n, "k": k, "models": [f"cpu {m}x{n}x{k}"]} for m, n, k in _CPU_SHAPES]
     else:
-        why = None
-    result = _run_cpu(args, why) if why else _run_gpu(args, shapes)
+        shapes = load_shapes(args.shapes_file, args.quick)
+    if on_cpu and args.quick:
+        shapes = shapes[:1]
+    device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
+    result = _run(args, device, shapes)
     result.update(date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), nvfp4=nvfp4.__version__,
                   torch=torch.__version__, shapes_file=str(args.shapes_file or SHAPES_FILE),
                   shapes=len(shapes), build_cuda_archs=info.get("build_cuda_archs"))
+    if on_cpu:
+        result["note"] = why or "--device cpu"
     _print_table(result["rows"])
     _print_summary(result["rows"])
     if args.json:
@@ -448,7 +414,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"wrote {args.json}")
     if args.csv:
         _write_csv(args.csv, result)
-    if args.plot and result["mode"] == "gpu":
+    if args.plot:
         _plot(args.plot, result)
     errors = [r for r in result["rows"] if r["status"].startswith("error")]
     if errors:

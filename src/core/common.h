@@ -66,6 +66,28 @@ NVFP4_HD float rint_even(float v) {
 #endif
 }
 
+// ---- size arithmetic on caller-provided shapes ----
+// Shapes reach the library from C callers as plain int64 values, so every size derived
+// from them (element counts, byte counts, padded extents) is computed with these first:
+// they report an overflow instead of wrapping (signed overflow is undefined behaviour,
+// and a wrapped size once let a [2^62, 4] descriptor pass as empty). Operands must be
+// non-negative; a negative operand also reports failure. Kernels and the CPU reference
+// then use plain arithmetic on sizes that validation has proven to fit.
+constexpr int64_t kInt64Max = 0x7fffffffffffffffll;
+
+NVFP4_HD bool size_mul(int64_t a, int64_t b, int64_t* out) {
+  if (a < 0 || b < 0) return false;
+  if (a != 0 && b > kInt64Max / a) return false;
+  *out = a * b;
+  return true;
+}
+
+NVFP4_HD bool size_add(int64_t a, int64_t b, int64_t* out) {
+  if (a < 0 || b < 0 || a > kInt64Max - b) return false;
+  *out = a + b;
+  return true;
+}
+
 // ---- 16-bit float <-> float32 (bit-level, so host and device agree) ----
 
 NVFP4_HD float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }

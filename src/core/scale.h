@@ -1,5 +1,5 @@
 // Two-level NVFP4 scaling, all in fp32 and in this order (the order of the
-// TransformerEngine reference quantizer; see DESIGN.md section 1):
+// TransformerEngine reference quantizer; see docs/design.md, "Numerics"):
 //   S_enc = min(448*6 / amax, FLT_MAX), 1 if that is 0 (amax = inf); S_dec = 1 / S_enc
 //   s_b   = e4m3(clamp(min(block_amax * (S_enc * (1/6)), FLT_MAX), -448, 448))
 //   e     = min(1 / (float(s_b) * S_dec), FLT_MAX);  code = e2m1(clamp(x * e, -6, 6))

@@ -1,4 +1,4 @@
-"""An independent NVFP4 reference quantizer for the tests, written from DESIGN.md §1 in
+"""An independent NVFP4 reference quantizer for the tests, written from docs/design.md §1 in
 plain torch/NumPy (it never calls into nvfp4). The C++ reference and the kernels must
 match it bit for bit.
 

@@ -1,0 +1,815 @@
+// Randomized test of the C API's argument checking, meant to run under ASan + UBSan.
+//
+// Each case builds a well-formed call (quantize, dequantize, swizzle, unswizzle, GEMM),
+// then changes a few of its parts at random: shapes (huge, negative, overflowing int64),
+// ndim, raw enum values out of range, strides, misaligned or null pointers, buffers that
+// overlap, the quantization config, the GEMM's c/bias/beta/workspace. Buffers are always
+// honest: a pointer addresses exactly the bytes its descriptor claims (a heap block of
+// that size, so ASan sees any access past it), or is null when the claim is too large to
+// allocate. What must hold:
+//   - nothing crashes, no sanitizer report (the build uses -fno-sanitize-recover);
+//   - an unchanged call succeeds; so does any call that only changed what is allowed;
+//   - a call with a part that can never be valid (overflowing sizes, an unknown enum
+//     value, a misaligned or null pointer, overlapping outputs, ndim out of range...)
+//     returns NVFP4_ERROR_INVALID_ARGUMENT, and when that is the only change, the message
+//     names the parameter changed;
+//   - every failure leaves a message that starts with a parameter name ("name: ...").
+//
+//   nvfp4_fuzz_api [--seconds S] [--iters N] [--seed X] [-v]
+// runs cases until S seconds (default 20) or N cases have passed, then prints what it ran.
+// Built with -DNVFP4_LIBFUZZER (clang -fsanitize=fuzzer), the same case generator reads
+// its choices from libFuzzer's input instead.
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "nvfp4/nvfp4.h"
+
+// By-value enum parameters take any int only from C: c_callers.c passes them.
+extern "C" {
+nvfp4_status_t nvfp4_test_c_dequantize(const nvfp4_quantized_t* q, int scale_layout, nvfp4_tensor_t* out);
+const char* nvfp4_test_c_status_string(int status);
+int nvfp4_test_c_backend_supported(int backend, int cc);
+}
+
+namespace {
+
+// ---- choices: a splitmix64 stream, or libFuzzer's bytes -------------------------------
+
+struct Source {
+  const uint8_t* data = nullptr;
+  size_t size = 0, pos = 0;
+  uint64_t state = 0;
+  bool from_data = false;
+
+  uint64_t u64() {
+    if (from_data) {
+      uint64_t v = 0;
+      for (int i = 0; i < 8 && pos < size; ++i) v |= static_cast<uint64_t>(data[pos++]) << (8 * i);
+      return v;
+    }
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  uint64_t below(uint64_t n) { return n ? u64() % n : 0; }
+  bool pct(int p) { return static_cast<int>(below(100)) < p; }
+  template <class T>
+  T pick(std::initializer_list<T> xs) {
+    return xs.begin()[below(xs.size())];
+  }
+};
+
+constexpr int64_t kMax = INT64_MAX;
+
+// A dimension worth trying: mostly small, sometimes at or past the edges of int64.
+int64_t wild_dim(Source& s) {
+  switch (s.below(12)) {
+    case 0: return -static_cast<int64_t>(s.below(40)) - 1;
+    case 1: return s.pick<int64_t>({int64_t{1} << 31, (int64_t{1} << 31) + 16, int64_t{1} << 32});
+    case 2: return s.pick<int64_t>({int64_t{1} << 60, (int64_t{1} << 60) + 1, int64_t{1} << 62, kMax, kMax - 15, kMax / 2});
+    case 3: return s.pick<int64_t>({(int64_t{1} << 62) + 16, (int64_t{1} << 61), (int64_t{1} << 59) + 16});
+    case 4: return 0;
+    default: return static_cast<int64_t>(s.below(300));
+  }
+}
+
+// ---- honest buffers -------------------------------------------------------------------
+
+// Claimed size of a descriptor, computed in 128 bits so that the test itself never
+// overflows; `over` when it does not fit in int64 (no such buffer can exist).
+struct Claim {
+  __int128 numel = 1;
+  __int128 bytes = 0;
+  bool negative = false;
+  bool over = false;
+};
+
+int elem_bytes(int32_t dtype_raw) {
+  switch (dtype_raw) {
+    case NVFP4_DTYPE_FLOAT32: return 4;
+    case NVFP4_DTYPE_FLOAT16: case NVFP4_DTYPE_BFLOAT16: return 2;
+    case NVFP4_DTYPE_FLOAT64: return 8;
+    default: return 1;
+  }
+}
+
+constexpr size_t kCap = size_t{1} << 21;  // largest buffer allocated for a claim (2 MiB)
+
+// One descriptor and the heap block behind it.
+struct Tensor {
+  std::string name;
+  int32_t ndim = 0;
+  int64_t shape[NVFP4_MAX_DIMS] = {};
+  int64_t strides[NVFP4_MAX_DIMS] = {};
+  int32_t dtype = NVFP4_DTYPE_FLOAT32;  // raw: may be out of range
+  int32_t device = NVFP4_DEVICE_CPU;    // raw
+  int32_t device_id = 0;
+  size_t misalign = 0;                  // bytes added to an aligned block
+  bool force_null = false;
+  bool unhonoured = false;              // has elements, but too large to allocate: left null
+  void* block = nullptr;
+  void* ptr = nullptr;
+  Claim claim;
+
+  void set_shape(std::initializer_list<int64_t> dims) {
+    ndim = static_cast<int32_t>(dims.size());
+    int i = 0;
+    for (int64_t d : dims) shape[i++] = d;
+    contiguous();
+  }
+  void contiguous() {
+    __int128 st = 1;
+    for (int i = std::min<int32_t>(ndim, NVFP4_MAX_DIMS) - 1; i >= 0; --i) {
+      strides[i] = static_cast<int64_t>(st);
+      st *= shape[i] > 0 ? shape[i] : 1;
+      if (st > kMax) st = 1;  // only the claimed shape matters for such a tensor
+    }
+  }
+  void compute_claim() {
+    claim = Claim{};
+    const int n = ndim < 0 ? 0 : std::min<int32_t>(ndim, NVFP4_MAX_DIMS);
+    for (int i = 0; i < n; ++i) {
+      if (shape[i] < 0) claim.negative = true;
+      else if (!claim.over) {
+        claim.numel *= shape[i];
+        if (claim.numel > kMax) claim.over = true;
+      }
+    }
+    if (claim.negative) claim.numel = 0;
+    claim.bytes = claim.over ? 0 : claim.numel * elem_bytes(dtype);
+    if (claim.bytes > kMax) claim.over = true;
+    // An overflowing shape that contains a zero dimension has zero elements.
+    for (int i = 0; i < n; ++i)
+      if (shape[i] == 0) claim.over = false, claim.numel = 0, claim.bytes = 0;
+  }
+  // Allocates the claimed bytes (or makes the pointer null / a stand-in when the claim
+  // cannot be honoured); the layout never lies about an allocation it made.
+  void allocate(Source& s) {
+    compute_claim();
+    release();
+    unhonoured = false;
+    if (force_null) return;
+    if (device != NVFP4_DEVICE_CPU) {
+      // Never dereferenced: CUDA descriptors only appear where the build has no CUDA.
+      ptr = reinterpret_cast<void*>(uintptr_t{0x7f0000100000} + misalign);
+      return;
+    }
+    size_t bytes = 0;
+    if (claim.over) {
+      bytes = 16 * s.below(3);  // any pointer: the call must be refused before using it
+    } else if (claim.bytes > static_cast<__int128>(kCap)) {
+      unhonoured = !claim.negative && claim.numel > 0;
+      return;  // cannot honour: null (the call must be refused when it has elements)
+    } else {
+      bytes = static_cast<size_t>(claim.bytes);
+    }
+    if (posix_memalign(&block, 64, bytes + misalign + (bytes + misalign == 0 ? 1 : 0)) != 0) block = nullptr;
+    if (!block) std::abort();
+    std::memset(block, 0x5a, bytes + misalign);
+    ptr = static_cast<unsigned char*>(block) + misalign;
+  }
+  void release() {
+    std::free(block);
+    block = nullptr;
+    ptr = nullptr;
+  }
+  ~Tensor() { release(); }
+  Tensor() = default;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  size_t bytes() const { return claim.over || !ptr ? 0 : static_cast<size_t>(claim.bytes); }
+  nvfp4_tensor_t desc() const {
+    nvfp4_tensor_t t;
+    std::memset(&t, 0, sizeof t);
+    t.data = ptr;
+    // Raw enum values go in as bytes, as a C caller's would.
+    std::memcpy(&t.dtype, &dtype, sizeof dtype);
+    std::memcpy(&t.device_type, &device, sizeof device);
+    t.ndim = ndim;
+    for (int i = 0; i < NVFP4_MAX_DIMS; ++i) t.shape[i] = shape[i], t.strides[i] = strides[i];
+    t.device_id = device_id;
+    return t;
+  }
+};
+
+// ---- the expectations of one case ----------------------------------------------------
+
+struct Expect {
+  int changes = 0;               // how many parts were changed
+  bool must_fail = false;        // a change that no valid call has
+  std::set<std::string> names;   // parameters a single must-fail change may be reported under
+  std::string what;              // description, for the failure report
+
+  void change(const std::string& desc) {
+    ++changes;
+    what += (what.empty() ? "" : "; ") + desc;
+  }
+  void bad(const std::string& name, const std::string& desc) {
+    change(desc);
+    must_fail = true;
+    names.insert(name);
+  }
+};
+
+bool g_cuda_build = false;
+bool g_verbose = false;
+uint64_t g_cases = 0, g_failures = 0;
+std::map<std::string, uint64_t> g_status_count;
+
+// Applies the random changes that fit any descriptor. `elem_dtype` is the valid dtype.
+void mutate_tensor(Source& s, Tensor& t, Expect& e, int pct) {
+  if (!s.pct(pct)) return;
+  switch (s.below(9)) {
+    case 0: {  // shape: one dimension replaced by a wild value
+      if (t.ndim <= 0) break;
+      const int i = static_cast<int>(s.below(t.ndim));
+      const int64_t d = wild_dim(s);
+      t.shape[i] = d;
+      t.contiguous();
+      e.change(t.name + ".shape[" + std::to_string(i) + "]=" + std::to_string(d));
+      t.compute_claim();
+      if (t.claim.negative) e.bad(t.name, t.name + ": negative dim");
+      else if (t.claim.over) e.bad(t.name, t.name + ": overflow");
+      break;
+    }
+    case 1: {  // ndim
+      const int32_t nd = s.pick<int32_t>({-1, 0, 3, 9, 1000, INT32_MIN});
+      const bool in_range = nd >= 0 && nd <= NVFP4_MAX_DIMS;
+      for (int i = t.ndim < 0 ? 0 : t.ndim; i < NVFP4_MAX_DIMS; ++i) t.shape[i] = 1, t.strides[i] = 1;
+      t.ndim = nd;
+      if (in_range) t.contiguous(), e.change(t.name + ".ndim=" + std::to_string(nd));
+      else e.bad(t.name, t.name + ".ndim=" + std::to_string(nd));
+      break;
+    }
+    case 2: {  // dtype, raw
+      const int32_t dt = s.pick<int32_t>({-1, 6, 7, 42, INT32_MAX, INT32_MIN, 0, 1, 2, 3, 4, 5});
+      if (dt == t.dtype) break;
+      t.dtype = dt;
+      if (dt < 0 || dt > NVFP4_DTYPE_FLOAT64) e.bad(t.name, t.name + ".dtype=" + std::to_string(dt));
+      else e.change(t.name + ".dtype=" + std::to_string(dt));
+      break;
+    }
+    case 3: {  // device type, raw
+      const int32_t dv = s.pick<int32_t>({-1, 2, 7, INT32_MAX, NVFP4_DEVICE_CUDA});
+      if (dv == NVFP4_DEVICE_CUDA && g_cuda_build) break;  // fake device pointers must never reach a kernel
+      t.device = dv;
+      if (dv != NVFP4_DEVICE_CUDA) e.bad(t.name, t.name + ".device_type=" + std::to_string(dv));
+      else e.change(t.name + ".device_type=CUDA");  // mixed devices or NOT_SUPPORTED
+      break;
+    }
+    case 4: {  // one stride
+      if (t.ndim <= 0 || t.ndim > NVFP4_MAX_DIMS) break;
+      const int i = static_cast<int>(s.below(t.ndim));
+      t.strides[i] = s.pick<int64_t>({0, -1, 2, kMax, t.strides[i] == kMax ? 0 : t.strides[i] + 1});
+      e.change(t.name + ".strides[" + std::to_string(i) + "]");
+      break;
+    }
+    case 5:  // misaligned pointer (honest: the block is that much larger)
+      t.misalign = 1 + s.below(15);
+      if (elem_bytes(t.dtype) > 1 && t.misalign % elem_bytes(t.dtype) != 0) {
+        t.compute_claim();
+        if (t.claim.numel > 0 || t.claim.over) e.bad(t.name, t.name + ": misaligned by " + std::to_string(t.misalign));
+        else e.change(t.name + ": misaligned empty");
+      } else {
+        e.change(t.name + ": misaligned by " + std::to_string(t.misalign));
+      }
+      break;
+    case 6:  // null data pointer
+      t.force_null = true;
+      t.compute_claim();
+      if (t.claim.numel > 0) e.bad(t.name, t.name + ": null data");
+      else e.change(t.name + ": null data (empty)");
+      break;
+    case 7:  // device id
+      t.device_id = s.pick<int32_t>({1, -1, 7});
+      e.change(t.name + ".device_id");
+      break;
+    default: break;
+  }
+}
+
+// Allocates the buffers of one call; a tensor the call uses that has elements but could
+// not be allocated stays null, and the call must then be refused.
+void allocate_all(Source& s, Expect& e, std::initializer_list<Tensor*> used, std::initializer_list<Tensor*> unused = {}) {
+  for (Tensor* t : used) {
+    t->allocate(s);
+    if (t->unhonoured) e.bad(t->name, t->name + ": too large to allocate (null)");
+  }
+  for (Tensor* t : unused) t->allocate(s);
+}
+
+// The message of a failed call must start with "<parameter>: ".
+bool names_a_parameter(const std::string& msg, const std::set<std::string>& known, std::string* prefix) {
+  const size_t colon = msg.find(": ");
+  if (colon == std::string::npos || colon == 0) return false;
+  *prefix = msg.substr(0, colon);
+  return known.count(*prefix) != 0;
+}
+
+void report(const char* entry, const Expect& e, nvfp4_status_t st, const std::string& msg, const char* why,
+            uint64_t case_seed) {
+  ++g_failures;
+  std::fprintf(stderr, "FAIL %s (case seed %" PRIu64 "): %s\n  changes: %s\n  status %d (%s), message \"%s\"\n",
+               entry, case_seed, why, e.what.empty() ? "(none)" : e.what.c_str(), static_cast<int>(st),
+               nvfp4_status_string(st), msg.c_str());
+}
+
+void judge(const char* entry, const Expect& e, nvfp4_status_t st, const std::set<std::string>& known,
+           uint64_t case_seed) {
+  ++g_cases;
+  const std::string msg = nvfp4_last_error();
+  g_status_count[std::string(entry) + ":" + nvfp4_status_string(st)]++;
+  if (g_verbose && st != NVFP4_SUCCESS) std::printf("  %-12s %-60.60s -> %s\n", entry, e.what.c_str(), msg.c_str());
+  if (st == NVFP4_SUCCESS) {
+    if (e.must_fail) report(entry, e, st, msg, "accepted a call that can never be valid", case_seed);
+    else if (!msg.empty()) report(entry, e, st, msg, "succeeded but left a message", case_seed);
+    return;
+  }
+  std::string prefix;
+  if (msg.empty()) return report(entry, e, st, msg, "failed without a message", case_seed);
+  if (!names_a_parameter(msg, known, &prefix))
+    return report(entry, e, st, msg, "message does not start with a parameter name", case_seed);
+  if (e.changes == 0) return report(entry, e, st, msg, "a well-formed call failed", case_seed);
+  if (e.must_fail && st != NVFP4_ERROR_INVALID_ARGUMENT)
+    return report(entry, e, st, msg, "expected NVFP4_ERROR_INVALID_ARGUMENT", case_seed);
+  if (st != NVFP4_ERROR_INVALID_ARGUMENT && st != NVFP4_ERROR_NOT_SUPPORTED)
+    return report(entry, e, st, msg, "unexpected status", case_seed);
+  if (st == NVFP4_ERROR_NOT_SUPPORTED && g_cuda_build)
+    return report(entry, e, st, msg, "NOT_SUPPORTED from a CPU call", case_seed);
+  if (e.changes == 1 && e.must_fail && !e.names.empty()) {
+    bool named = false;
+    for (const std::string& n : e.names) named |= prefix.compare(0, n.size(), n) == 0;
+    if (!named) report(entry, e, st, msg, "the message does not name the parameter changed", case_seed);
+  }
+}
+
+// ---- quantize -------------------------------------------------------------------------
+
+// The descriptors of one quantized direction of a rows x cols orientation. Returns true
+// when its expected shapes do not fit in int64 (no valid call can have them).
+bool set_quantized(Tensor& data, Tensor& scales, Tensor& amax, const std::string& n, int64_t rows, int64_t cols,
+                   bool swizzled) {
+  data.name = n + ".data";
+  scales.name = n + ".scales";
+  amax.name = n + ".amax";
+  data.dtype = NVFP4_DTYPE_UINT8;
+  scales.dtype = NVFP4_DTYPE_E4M3;
+  amax.dtype = NVFP4_DTYPE_FLOAT32;
+  data.set_shape({rows, cols / 2});
+  amax.set_shape({1});
+  const int64_t sc = cols / 16;
+  if (!swizzled) {
+    scales.set_shape({rows, sc});
+    return false;
+  }
+  const __int128 rp = (static_cast<__int128>(rows) + 127) / 128 * 128, cp = (static_cast<__int128>(sc) + 3) / 4 * 4;
+  scales.set_shape({rp > kMax ? kMax : static_cast<int64_t>(rp), static_cast<int64_t>(cp)});
+  return rp > kMax || rp * cp > kMax;
+}
+
+const std::set<std::string> kQuantNames = {
+    "input", "cfg", "cfg.block", "cfg.rounding", "cfg.scale_layout", "cfg.rht", "cfg.rht_sign_mask",
+    "cfg.offset_device", "rowwise/columnwise", "rowwise", "rowwise.data", "rowwise.scales", "rowwise.amax",
+    "columnwise", "columnwise.data", "columnwise.scales", "columnwise.amax"};
+
+void fuzz_quantize(Source& s, uint64_t case_seed) {
+  Expect e;
+  // A well-formed call: R x C (C % 16 == 0), sometimes with huge consistent shapes.
+  int64_t R = static_cast<int64_t>(s.below(70)), C = 16 * static_cast<int64_t>(s.below(9));
+  if (s.pct(8)) {
+    R = s.pick<int64_t>({(int64_t{1} << 60) + 1, int64_t{1} << 62, kMax, int64_t{1} << 40, 0});
+    C = s.pick<int64_t>({16, 0, int64_t{1} << 62, 32});
+  }
+  const bool swz = s.pct(70);
+  const bool want_row = s.pct(80), want_col = !want_row || s.pct(50);
+  Tensor in;
+  in.name = "input";
+  in.dtype = s.pick<int32_t>({NVFP4_DTYPE_FLOAT32, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_BFLOAT16});
+  if (s.pct(20) && R % 2 == 0 && R > 0 && R < (int64_t{1} << 40)) in.set_shape({2, R / 2, C});
+  else in.set_shape({R, C});
+  in.compute_claim();
+  if (in.claim.over) e.bad("input", "input: overflow (base)");
+  // Expected output shapes, computed by the test in 128 bits.
+  const __int128 rp128 = (static_cast<__int128>(R) + 15) / 16 * 16;
+  const int64_t rp = rp128 > kMax ? kMax : static_cast<int64_t>(rp128);
+  if (rp128 > kMax && want_col) e.bad("columnwise", "columnwise: padded rows overflow");
+  Tensor rd, rs, ra, cd, cs, ca;
+  if (set_quantized(rd, rs, ra, "rowwise", R, C, swz) && want_row) e.bad("rowwise.scales", "rowwise: swizzled overflow");
+  if (set_quantized(cd, cs, ca, "columnwise", C, rp, swz) && want_col)
+    e.bad("columnwise.scales", "columnwise: swizzled overflow");
+  for (Tensor* t : {&rd, &rs, &ra, &cd, &cs, &ca}) {
+    t->compute_claim();
+    if (t->claim.over && ((want_row && t->name.rfind("rowwise", 0) == 0) || (want_col && t->name.rfind("col", 0) == 0)))
+      e.bad(t->name, t->name + ": overflow (base)");
+  }
+
+  nvfp4_quant_config_t cfg;
+  nvfp4_quant_config_default(&cfg);
+  int32_t block = s.pct(25) ? NVFP4_BLOCK_2D : NVFP4_BLOCK_1D, rounding = s.pct(30), layout = swz;
+  cfg.rht = block == NVFP4_BLOCK_1D && s.pct(30) ? static_cast<uint32_t>(s.below(4)) : 0u;
+  cfg.seed = s.u64();
+  cfg.offset = s.pct(10) ? UINT64_MAX - s.below(4) : s.below(1000);
+  bool cfg_null = false;
+  uint64_t counter = s.u64();
+  int offset_device_mode = 0;  // 0 none, 1 valid, 2 misaligned, 3 inside an output
+
+  // The changes.
+  mutate_tensor(s, in, e, 25);
+  for (Tensor* t : {&rd, &rs, &ra, &cd, &cs, &ca})
+    if ((t->name[0] == 'r') ? want_row : want_col) mutate_tensor(s, *t, e, 6);
+  if (s.pct(5)) {
+    block = s.pick<int32_t>({2, -1, 255, INT32_MIN});
+    e.bad("cfg.block", "cfg.block=" + std::to_string(block));
+  }
+  if (s.pct(5)) {
+    rounding = s.pick<int32_t>({2, -3, 1 << 20});
+    e.bad("cfg.rounding", "cfg.rounding=" + std::to_string(rounding));
+  }
+  if (s.pct(5)) {
+    layout = s.pick<int32_t>({2, -1, 77});
+    e.bad("cfg.scale_layout", "cfg.scale_layout=" + std::to_string(layout));
+  }
+  if (s.pct(4)) {
+    cfg.rht = s.pick<uint32_t>({4u, 0x80000000u, 7u});
+    e.bad("cfg.rht", "cfg.rht unknown bits");
+  }
+  if (s.pct(4) && block == NVFP4_BLOCK_1D) {
+    block = NVFP4_BLOCK_2D;
+    cfg.rht = NVFP4_RHT_COLUMNWISE;
+    e.bad("cfg.rht", "cfg.rht with 2D blocks");
+  }
+  if (s.pct(4)) {
+    cfg.rht_sign_mask = 0x10000u | static_cast<uint32_t>(s.u64());
+    e.bad("cfg.rht_sign_mask", "cfg.rht_sign_mask above bit 15");
+  } else if (s.pct(10)) {
+    cfg.rht_sign_mask = static_cast<uint32_t>(s.below(0x10000));
+    e.change("cfg.rht_sign_mask");
+  }
+  if (s.pct(3)) {
+    cfg_null = true;
+    e.bad("cfg", "cfg null");
+  }
+  if (s.pct(15)) {
+    offset_device_mode = static_cast<int>(1 + s.below(3));
+    if (offset_device_mode == 1) e.change("cfg.offset_device");
+    if (offset_device_mode == 2) e.bad("cfg.offset_device", "cfg.offset_device misaligned");
+  }
+  bool overlap = false;
+  if (s.pct(6)) overlap = true;
+
+  // Honest buffers for the final claims.
+  allocate_all(s, e, {&in});
+  if (want_row) allocate_all(s, e, {&rd, &rs, &ra});
+  else allocate_all(s, e, {}, {&rd, &rs, &ra});
+  if (want_col) allocate_all(s, e, {&cd, &cs, &ca});
+  else allocate_all(s, e, {}, {&cd, &cs, &ca});
+  const Tensor* first_out = want_row ? &rd : &cd;
+  if (overlap && first_out->ptr && first_out->bytes() > 0 && in.bytes() >= first_out->bytes() && in.ptr &&
+      first_out->device == NVFP4_DEVICE_CPU && in.device == NVFP4_DEVICE_CPU) {
+    // An output that is the input's memory: the overlap check must refuse it.
+    Tensor* o = want_row ? &rd : &cd;
+    o->release();
+    o->ptr = in.ptr;
+    e.bad(o->name, o->name + ": overlaps input");
+    e.names.insert("input");
+  }
+  std::vector<unsigned char> od(16);
+  const uint64_t* offset_device = nullptr;
+  if (offset_device_mode == 1) {
+    std::memcpy(od.data(), &counter, 8);
+    offset_device = reinterpret_cast<const uint64_t*>(od.data());
+  } else if (offset_device_mode == 2) {
+    offset_device = reinterpret_cast<const uint64_t*>(od.data() + 4);
+  } else if (offset_device_mode == 3) {
+    const Tensor* o = want_row ? &rs : &cs;
+    if (o->ptr && o->bytes() >= 8 && reinterpret_cast<uintptr_t>(o->ptr) % 8 == 0 && o->device == NVFP4_DEVICE_CPU) {
+      offset_device = static_cast<const uint64_t*>(o->ptr);
+      e.bad(o->name, o->name + ": overlaps cfg.offset_device");
+    }
+  }
+  cfg.offset_device = offset_device;
+  std::memcpy(&cfg.block, &block, sizeof block);
+  std::memcpy(&cfg.rounding, &rounding, sizeof rounding);
+  std::memcpy(&cfg.scale_layout, &layout, sizeof layout);
+
+  const nvfp4_tensor_t x = in.desc();
+  nvfp4_quantized_t rq{rd.desc(), rs.desc(), ra.desc()}, cq{cd.desc(), cs.desc(), ca.desc()};
+  const nvfp4_status_t st =
+      nvfp4_quantize(&x, cfg_null ? nullptr : &cfg, want_row ? &rq : nullptr, want_col ? &cq : nullptr, nullptr);
+  judge("quantize", e, st, kQuantNames, case_seed);
+  // A successful unchanged call writes every byte of its outputs the same way twice.
+  if (st == NVFP4_SUCCESS && e.changes == 0 && in.claim.numel > 0) {
+    std::vector<Tensor*> outs;
+    if (want_row) outs.insert(outs.end(), {&rd, &rs, &ra});
+    if (want_col) outs.insert(outs.end(), {&cd, &cs, &ca});
+    auto snapshot = [&outs]() {
+      std::vector<unsigned char> v;
+      for (const Tensor* t : outs)
+        if (t->ptr && t->bytes())
+          v.insert(v.end(), static_cast<unsigned char*>(t->ptr), static_cast<unsigned char*>(t->ptr) + t->bytes());
+      return v;
+    };
+    const std::vector<unsigned char> first = snapshot();
+    for (Tensor* t : outs)
+      if (t->ptr && t->bytes()) std::memset(t->ptr, 0xa5, t->bytes());
+    const nvfp4_status_t st2 = nvfp4_quantize(&x, &cfg, want_row ? &rq : nullptr, want_col ? &cq : nullptr, nullptr);
+    if (st2 != NVFP4_SUCCESS || snapshot() != first)
+      report("quantize", e, st2, nvfp4_last_error(),
+             "a repeated call wrote different bytes (an output not fully written?)", case_seed);
+  }
+}
+
+// ---- dequantize -----------------------------------------------------------------------
+
+const std::set<std::string> kDequantNames = {"q", "q.data", "q.scales", "q.amax", "out", "scale_layout"};
+
+void fuzz_dequantize(Source& s, uint64_t case_seed) {
+  Expect e;
+  int64_t R = static_cast<int64_t>(s.below(80)), C = 16 * static_cast<int64_t>(s.below(8));
+  if (s.pct(6)) {
+    R = s.pick<int64_t>({kMax, int64_t{1} << 62, 0});
+    C = s.pick<int64_t>({16, int64_t{1} << 62, 0});
+  }
+  const bool swz = s.pct(60);
+  int32_t layout = swz;
+  Tensor d, sc, am, out;
+  if (set_quantized(d, sc, am, "q", R, C, swz)) e.bad("q.scales", "q: swizzled overflow");
+  out.name = "out";
+  out.dtype = s.pick<int32_t>({NVFP4_DTYPE_FLOAT32, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_BFLOAT16});
+  out.set_shape({R, C});
+  for (Tensor* t : {&d, &sc, &am, &out}) {
+    t->compute_claim();
+    if (t->claim.over) e.bad(t->name, t->name + ": overflow (base)");
+  }
+  for (Tensor* t : {&d, &sc, &am}) mutate_tensor(s, *t, e, 8);
+  mutate_tensor(s, out, e, 15);
+  if (s.pct(6)) {
+    layout = s.pick<int32_t>({2, -1, 1 << 30});
+    e.bad("scale_layout", "scale_layout=" + std::to_string(layout));
+  }
+  const bool q_null = s.pct(2);
+  if (q_null) e.bad("q", "q null");
+  allocate_all(s, e, {&d, &sc, &am, &out});
+  if (s.pct(5) && out.ptr && d.ptr && out.bytes() > 0 && d.bytes() >= out.bytes() && out.device == d.device) {
+    out.release();
+    out.ptr = d.ptr;
+    e.bad("out", "out overlaps q.data");
+  }
+  nvfp4_quantized_t q{d.desc(), sc.desc(), am.desc()};
+  nvfp4_tensor_t o = out.desc();
+  const nvfp4_status_t st = nvfp4_test_c_dequantize(q_null ? nullptr : &q, layout, &o);
+  judge("dequantize", e, st, kDequantNames, case_seed);
+}
+
+// ---- swizzle / unswizzle ----------------------------------------------------------------
+
+const std::set<std::string> kSwizzleNames = {"linear", "swizzled"};
+
+void fuzz_swizzle(Source& s, uint64_t case_seed, bool to_swizzled) {
+  Expect e;
+  int64_t R = static_cast<int64_t>(s.below(300)), C = static_cast<int64_t>(s.below(20));
+  if (s.pct(8)) {
+    R = s.pick<int64_t>({int64_t{1} << 62, kMax, kMax - 100, 0});
+    C = s.pick<int64_t>({4, kMax, 0, 1});
+  }
+  Tensor lin, swz;
+  lin.name = "linear";
+  swz.name = "swizzled";
+  lin.dtype = s.pick<int32_t>({NVFP4_DTYPE_UINT8, NVFP4_DTYPE_E4M3});
+  swz.dtype = s.pick<int32_t>({NVFP4_DTYPE_UINT8, NVFP4_DTYPE_E4M3});
+  lin.set_shape({R, C});
+  const __int128 rp = (static_cast<__int128>(R) + 127) / 128 * 128, cp = (static_cast<__int128>(C) + 3) / 4 * 4;
+  if (rp > kMax || cp > kMax || (rp * cp > kMax && rp > 0 && cp > 0)) {
+    e.bad("linear", "swizzled shape overflows");
+    e.names.insert("swizzled");
+  }
+  swz.set_shape({rp > kMax ? kMax : static_cast<int64_t>(rp), cp > kMax ? kMax : static_cast<int64_t>(cp)});
+  lin.compute_claim();
+  swz.compute_claim();
+  if (lin.claim.over) e.bad("linear", "linear: overflow (base)");
+  mutate_tensor(s, lin, e, 15);
+  mutate_tensor(s, swz, e, 15);
+  const bool null_desc = s.pct(2);
+  if (null_desc) e.bad(to_swizzled ? "swizzled" : "linear", "destination descriptor null");
+  allocate_all(s, e, {&lin, &swz});
+  Tensor& src = to_swizzled ? lin : swz;
+  Tensor& dst = to_swizzled ? swz : lin;
+  if (s.pct(5) && src.ptr && dst.ptr && dst.bytes() > 0 && src.bytes() >= dst.bytes() && src.device == dst.device) {
+    dst.release();
+    dst.ptr = src.ptr;
+    e.bad(dst.name, dst.name + " overlaps " + src.name);
+  }
+  nvfp4_tensor_t a = src.desc(), b = dst.desc();
+  const nvfp4_status_t st = to_swizzled ? nvfp4_swizzle_scales(&a, null_desc ? nullptr : &b, nullptr)
+                                        : nvfp4_unswizzle_scales(&a, null_desc ? nullptr : &b, nullptr);
+  judge(to_swizzled ? "swizzle" : "unswizzle", e, st, kSwizzleNames, case_seed);
+}
+
+// ---- GEMM -----------------------------------------------------------------------------
+
+const std::set<std::string> kGemmNames = {"args", "a", "b", "a.data", "a.scales", "a.amax", "b.data",
+                                          "b.scales", "b.amax", "c", "d", "bias", "beta", "backend",
+                                          "scale_layout", "workspace", "bytes"};
+
+void fuzz_gemm(Source& s, uint64_t case_seed) {
+  Expect e;
+  int64_t M = static_cast<int64_t>(s.below(40)), N = static_cast<int64_t>(s.below(40)),
+          K = 16 * (1 + static_cast<int64_t>(s.below(6)));
+  if (s.pct(6)) {
+    M = s.pick<int64_t>({int64_t{1} << 62, kMax, 0, 3});
+    K = s.pick<int64_t>({int64_t{1} << 62, 16, (int64_t{1} << 62) + 16});
+  }
+  const bool swz = s.pct(60);
+  int32_t layout = swz, backend = s.pick<int32_t>({NVFP4_BACKEND_AUTO, NVFP4_BACKEND_REFERENCE});
+  Tensor ad, as, aa, bd, bs, ba, d, c, bias;
+  if (set_quantized(ad, as, aa, "a", M, K, swz)) e.bad("a.scales", "a: swizzled overflow");
+  if (set_quantized(bd, bs, ba, "b", N, K, swz)) e.bad("b.scales", "b: swizzled overflow");
+  d.name = "d";
+  c.name = "c";
+  bias.name = "bias";
+  d.dtype = s.pick<int32_t>({NVFP4_DTYPE_FLOAT32, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_BFLOAT16});
+  c.dtype = s.pick<int32_t>({NVFP4_DTYPE_FLOAT32, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_BFLOAT16});
+  bias.dtype = s.pick<int32_t>({NVFP4_DTYPE_FLOAT32, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_BFLOAT16});
+  d.set_shape({M, N});
+  c.set_shape({M, N});
+  bias.set_shape({N});
+  const bool use_c = s.pct(40), use_bias = s.pct(40), c_is_d = use_c && s.pct(30);
+  float beta = use_c ? s.pick<float>({0.0f, 1.0f, -0.5f, __builtin_nanf("")}) : 0.0f;
+  for (Tensor* t : {&ad, &as, &aa, &bd, &bs, &ba, &d}) {
+    t->compute_claim();
+    if (t->claim.over) e.bad(t->name, t->name + ": overflow (base)");
+  }
+  if (static_cast<__int128>(M) * K > kMax) e.bad("a", "M*K overflows");
+  for (Tensor* t : {&ad, &as, &aa, &bd, &bs, &ba}) mutate_tensor(s, *t, e, 5);
+  mutate_tensor(s, d, e, 10);
+  if (use_c && !c_is_d) mutate_tensor(s, c, e, 10);
+  if (use_bias) mutate_tensor(s, bias, e, 10);
+  if (s.pct(4)) {
+    layout = s.pick<int32_t>({2, -7});
+    e.bad("scale_layout", "scale_layout=" + std::to_string(layout));
+  }
+  if (s.pct(4)) {
+    backend = s.pick<int32_t>({4, -1, 99});
+    e.bad("backend", "backend=" + std::to_string(backend));
+  } else if (s.pct(4)) {
+    backend = s.pick<int32_t>({NVFP4_BACKEND_CUTLASS, NVFP4_BACKEND_CUDNN});
+    e.change("backend=GPU");  // NOT_SUPPORTED for CPU tensors
+  }
+  if (!use_c && s.pct(5)) {
+    beta = 1.0f;
+    e.bad("beta", "beta without c");
+  }
+  const int null_part = s.pct(3) ? static_cast<int>(1 + s.below(4)) : 0;  // args, a, b, d
+  if (null_part) e.bad(null_part == 1 ? "args" : null_part == 2 ? "a" : null_part == 3 ? "b" : "d", "null part");
+  allocate_all(s, e, {&ad, &as, &aa, &bd, &bs, &ba, &d});
+  if (use_c && !c_is_d) allocate_all(s, e, {&c});
+  else allocate_all(s, e, {}, {&c});
+  if (use_bias) allocate_all(s, e, {&bias});
+  else allocate_all(s, e, {}, {&bias});
+  // Overlaps: d on top of an input; bias inside d.
+  if (s.pct(5) && d.ptr && ad.ptr && d.bytes() > 0 && ad.bytes() >= d.bytes() && d.device == ad.device) {
+    d.release();
+    d.ptr = ad.ptr;
+    e.bad("d", "d overlaps a.data");
+  } else if (use_bias && s.pct(5) && d.ptr && bias.ptr && bias.bytes() > 0 && d.bytes() >= bias.bytes() &&
+             d.device == bias.device && bias.dtype == d.dtype) {
+    bias.release();
+    bias.ptr = d.ptr;
+    e.bad("d", "bias inside d");
+  }
+  // The size query first: it takes no workspace, so its expectations are those so far.
+  nvfp4_quantized_t qa{ad.desc(), as.desc(), aa.desc()}, qb{bd.desc(), bs.desc(), ba.desc()};
+  nvfp4_tensor_t dt = d.desc(), ct = c_is_d ? d.desc() : c.desc(), bt = bias.desc();
+  nvfp4_gemm_args_t args;
+  std::memset(&args, 0, sizeof args);
+  args.a = null_part == 2 ? nullptr : &qa;
+  args.b = null_part == 3 ? nullptr : &qb;
+  std::memcpy(&args.scale_layout, &layout, sizeof layout);
+  std::memcpy(&args.backend, &backend, sizeof backend);
+  args.c = use_c ? &ct : nullptr;
+  args.bias = use_bias ? &bt : nullptr;
+  args.beta = beta;
+  args.d = null_part == 4 ? nullptr : &dt;
+  const nvfp4_gemm_args_t* ap = null_part == 1 ? nullptr : &args;
+  if (s.pct(50)) {
+    size_t bytes = 0;
+    Expect eq = e;
+    const bool bytes_null = s.pct(4);
+    if (bytes_null) eq.bad("bytes", "bytes null");
+    judge("gemm_ws", eq, nvfp4_gemm_workspace_size(ap, bytes_null ? nullptr : &bytes), kGemmNames, case_seed);
+  }
+  // Workspace: none, a valid one, or a bad one.
+  std::vector<unsigned char> ws(64);
+  void* wsp = nullptr;
+  size_t ws_bytes = 0;
+  switch (s.below(12)) {
+    case 0: wsp = ws.data(); ws_bytes = ws.size(); e.change("workspace"); break;
+    case 1: wsp = nullptr; ws_bytes = 32; e.bad("workspace", "workspace null with bytes"); break;
+    case 2:
+      if (ad.ptr && ad.bytes() > 0 && ad.device == NVFP4_DEVICE_CPU) {
+        wsp = ad.ptr; ws_bytes = ad.bytes(); e.bad("workspace", "workspace overlaps a.data");
+      }
+      break;
+    case 3: wsp = ws.data(); ws_bytes = SIZE_MAX; e.bad("workspace", "workspace past the address space"); break;
+    default: break;
+  }
+  const nvfp4_status_t st = nvfp4_gemm(ap, wsp, ws_bytes, nullptr);
+  judge("gemm", e, st, kGemmNames, case_seed);
+}
+
+// ---- small entry points ---------------------------------------------------------------
+
+void fuzz_misc(Source& s) {
+  int32_t raw = s.pick<int32_t>({-1, 0, 3, 4, 7, 1000, INT32_MIN, INT32_MAX});
+  const int ok = nvfp4_test_c_backend_supported(raw, static_cast<int>(s.below(130)));
+  if (ok != 0 && ok != 1) ++g_failures, std::fprintf(stderr, "FAIL backend_supported returned %d\n", ok);
+  if (!nvfp4_test_c_status_string(raw)) ++g_failures, std::fprintf(stderr, "FAIL status_string returned null\n");
+  nvfp4_quant_config_default(nullptr);
+  (void)nvfp4_cuda_device_cc(static_cast<int>(raw));
+  g_cases += 1;
+}
+
+void run_case(Source& s, uint64_t case_seed) {
+  switch (s.below(7)) {
+    case 0: case 1: fuzz_quantize(s, case_seed); break;
+    case 2: fuzz_dequantize(s, case_seed); break;
+    case 3: fuzz_swizzle(s, case_seed, true); break;
+    case 4: fuzz_swizzle(s, case_seed, false); break;
+    case 5: fuzz_gemm(s, case_seed); break;
+    default: fuzz_misc(s); break;
+  }
+}
+
+}  // namespace
+
+#if defined(NVFP4_LIBFUZZER)
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  g_cuda_build = nvfp4_build_cuda_archs()[0] != '\0';
+  Source s;
+  s.from_data = true;
+  s.data = data;
+  s.size = size;
+  run_case(s, 0);
+  if (g_failures) std::abort();
+  return 0;
+}
+#else
+int main(int argc, char** argv) {
+  double seconds = 20.0;
+  uint64_t one_case = 0;
+  bool has_case = false;
+  uint64_t iters = 0, seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    else if (a == "--iters" && i + 1 < argc) iters = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--case" && i + 1 < argc) one_case = std::strtoull(argv[++i], nullptr, 10), has_case = true;
+    else if (a == "-v") g_verbose = true;
+    else {
+      std::fprintf(stderr, "usage: %s [--seconds S] [--iters N] [--seed X] [--case SEED] [-v]\n", argv[0]);
+      return 2;
+    }
+  }
+  g_cuda_build = nvfp4_build_cuda_archs()[0] != '\0';
+  if (has_case) {  // replays one case by the seed a failure printed
+    g_verbose = true;
+    Source s;
+    s.state = one_case;
+    run_case(s, one_case);
+    return g_failures ? 1 : 0;
+  }
+  std::printf("nvfp4_fuzz_api: seed %" PRIu64 ", budget %.0f s%s, %s build\n", seed, seconds,
+              iters ? (" or " + std::to_string(iters) + " cases").c_str() : "", g_cuda_build ? "CUDA" : "CPU-only");
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  Source master;
+  master.state = seed;
+  uint64_t n = 0;
+  for (;; ++n) {
+    if (iters && n >= iters) break;
+    if ((n & 63) == 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds) break;
+    const uint64_t case_seed = master.u64();
+    Source s;
+    s.state = case_seed;
+    run_case(s, case_seed);
+    if (g_failures > 20) break;
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%" PRIu64 " cases (%" PRIu64 " calls judged) in %.1f s, %" PRIu64 " failures\n", n, g_cases, took,
+              g_failures);
+  for (const auto& kv : g_status_count) std::printf("  %-34s %" PRIu64 "\n", kv.first.c_str(), kv.second);
+  if (g_failures) std::printf("replay a failure with: %s --case <its case seed>\n", argv[0]);
+  return g_failures ? 1 : 0;
+}
+#endif

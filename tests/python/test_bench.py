@@ -1,0 +1,131 @@
+"""The benchmarks' timer (nvfp4._timing) against known durations, and the benchmark
+command lines on the CPU: every option they document is honoured there too."""
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import nvfp4
+from nvfp4 import bench
+from nvfp4._timing import Timer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _spin(us: float) -> None:
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+def test_cpu_timer_reads_a_sleep():
+    m = Timer("cpu", iters=3, warmup=1, min_sample_us=0).time(lambda i: time.sleep(0.002))
+    assert m.reps == 1
+    # A 2 ms sleep: never less, and on a busy machine not much more.
+    assert 1990 <= m.median_us < 6000, m
+
+
+def test_cpu_timer_reads_a_short_op():
+    """A ~50 us busy loop reads ~50 us (the timer once read 16 ms for a 12 us op); short
+    ops are repeated within a sample until it lasts min_sample_us."""
+    m = Timer("cpu", iters=5, warmup=2, min_sample_us=2000).time(lambda i: _spin(50))
+    assert 45 <= m.median_us < 500, m
+    assert m.reps >= 10, m
+    assert m.min_us <= m.median_us <= max(m.mean_us, m.median_us)
+
+
+def test_cpu_timer_small_torch_op():
+    """A 16x64x64 matmul: microseconds, not the tens of milliseconds a multi-threaded
+    parallel region can wait on a busy machine (the timer uses one torch thread)."""
+    a, b = torch.randn(16, 64), torch.randn(64, 64)
+    threads = torch.get_num_threads()
+    m = Timer("cpu", iters=5, warmup=2, min_sample_us=1000).time(lambda i: a @ b)
+    assert m.median_us < 1000, m
+    assert torch.get_num_threads() == threads  # restored
+
+
+def test_timer_cycles_input_sets():
+    seen = []
+    t = Timer("cpu", iters=2, warmup=1, min_sample_us=0)
+    assert t.sets(1 << 30) == 1  # no L2 rotation on the CPU
+    m = t.time(lambda i: seen.append(i), sets=3)
+    assert m.sets == 3 and set(seen) == {0, 1, 2}
+    assert seen[:6] == [0, 1, 2, 0, 1, 2]
+    assert Timer("cpu").time_graph(lambda i: None) is None  # CUDA graphs: GPU only
+
+
+def test_timer_rejects_other_devices():
+    with pytest.raises(ValueError, match="^device: must be cpu or cuda, got meta"):
+        Timer("meta")
+
+
+# ---------------------------------------------------------------- python -m nvfp4.bench
+
+def test_bench_module_cpu_options(tmp_path, capsys):
+    js, cs = tmp_path / "b.json", tmp_path / "b.csv"
+    rc = bench.main(["--device", "cpu", "--shapes", "16x32x64,8x16x32", "--ops", "gemm", "--iters", "2",
+                     "--warmup", "1", "--min-sample-us", "0", "--backends", "reference,cutlass",
+                     "--json", str(js), "--csv", str(cs), "--plot", ""])
+    assert rc == 0
+    res = json.loads(js.read_text())
+    assert res["mode"] == "cpu"
+    rows = [r for r in res["rows"] if r["section"] != "copy"]
+    assert {r["section"] for r in rows} == {"gemm"}  # --ops gemm: no quantization rows
+    assert {(r["m"], r["n"], r["k"]) for r in rows} == {(16, 32, 64), (8, 16, 32)}  # --shapes
+    ref = [r for r in rows if r["backend"] == "reference"]
+    assert len(ref) == 2 and all(r["status"] == "ok" and r["iters"] == 2 and r["median_us"] > 0 for r in ref)
+    assert all(r["status"].startswith("not supported") for r in rows if r["backend"] == "cutlass")
+    with open(cs) as f:
+        assert len(list(csv.DictReader(f))) == len(res["rows"])
+
+
+def test_bench_module_cpu_quick_quant(tmp_path):
+    js = tmp_path / "q.json"
+    assert bench.main(["--device", "cpu", "--quick", "--ops", "quant", "--iters", "1", "--warmup", "0",
+                       "--min-sample-us", "0", "--json", str(js), "--plot", ""]) == 0
+    rows = [r for r in json.loads(js.read_text())["rows"] if r["section"] == "quant"]
+    assert {(r["m"], r["k"]) for r in rows} == {(16, 64), (64, 64)}  # --quick: the first CPU shape
+    assert all(r["status"] == "ok" and r["gbps"] > 0 for r in rows)
+
+
+def test_bench_module_shapes_file_and_errors(tmp_path):
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"models": [{"name": "tiny", "m": [8, 4], "layers": [{"name": "l", "n": 16, "k": 32}]}]}))
+    js = tmp_path / "r.json"
+    assert bench.main(["--device", "cpu", "--shapes-file", str(f), "--ops", "gemm", "--iters", "1", "--warmup", "0",
+                       "--min-sample-us", "0", "--json", str(js), "--plot", ""]) == 0
+    assert {(r["m"], r["n"], r["k"]) for r in json.loads(js.read_text())["rows"] if r["section"] == "gemm"} == \
+        {(8, 16, 32), (4, 16, 32)}
+    with pytest.raises(SystemExit):
+        bench.main(["--ops", "everything"])
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cpu", "--backends", "fastest"])
+
+
+def test_packaged_shapes_file():
+    shapes = bench.load_shapes()
+    assert shapes and all(s["m"] > 0 and s["n"] > 0 and s["k"] > 0 for s in shapes)
+    quick = bench.load_shapes(quick=True)
+    assert 0 < len(quick) < len(shapes)
+
+
+# ------------------------------------------------------------ bench/*.py on the CPU
+
+@pytest.mark.parametrize("script,args", [
+    ("bench_quant.py", ["--device", "cpu", "--sizes", "64", "--iters", "1", "--no-baseline"]),
+    ("bench_gemm.py", ["--device", "cpu", "--shapes", "8x32x32", "--quick"]),
+])
+def test_bench_scripts_run_on_cpu(tmp_path, script, args):
+    js = tmp_path / "out.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", script), *args, "--json", str(js)],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(js.read_text())
+    results = res.get("results", [])
+    assert results and any(x.get("us") for x in results), res
+    assert nvfp4.__version__ in r.stdout
