@@ -184,4 +184,38 @@ NB_MODULE(_C, m) {
   m.def("build_cuda_archs", []() { return std::string(nvfp4_build_cuda_archs()); });
   m.def("version", []() { return std::string(nvfp4_version_string()); });
   m.def("default_rht_sign_mask", []() { return nvfp4_default_rht_sign_mask(); });
+
+  // The GEMM runner table (nvfp4_runner_*), for nvfp4.device_info() and the build checks.
+  m.def("runner_count", []() { return nvfp4_runner_count(); });
+  m.def("runner_info", [](int index) {
+    nvfp4_runner_info_t r{};
+    check(nvfp4_runner_info(index, &r));
+    nb::dict d;
+    d["name"] = r.name;
+    d["backend"] = static_cast<int>(r.backend);
+    d["format"] = r.format;
+    d["family"] = r.family;
+    d["cc_min"] = r.cc_min;
+    d["cc_max"] = r.cc_max;
+    d["targets"] = r.targets;
+    d["kernels"] = r.kernels;
+    d["shapes"] = r.shapes;
+    d["description"] = r.description;
+    d["built"] = r.built != 0;
+    return d;
+  }, nb::arg("index"));
+  m.def("runner_compiled_for", [](int index, int cc) { return nvfp4_runner_compiled_for(index, cc) != 0; },
+        nb::arg("index"), nb::arg("cc"));
+  m.def("runner_supported", [](int index, int cc) { return nvfp4_runner_supported(index, cc) != 0; },
+        nb::arg("index"), nb::arg("cc"));
+  // (status, checks run, message): the host-only self-checks, for tests.
+  m.def("runner_check", [](int index) {
+    int checked = 0;
+    nvfp4_status_t s;
+    {
+      nb::gil_scoped_release nogil;
+      s = nvfp4_runner_check(index, &checked);
+    }
+    return nb::make_tuple(static_cast<int>(s), checked, std::string(s == NVFP4_SUCCESS ? "" : nvfp4_last_error()));
+  }, nb::arg("index"));
 }
