@@ -16,6 +16,7 @@
 
 option(NVFP4_WITH_CUDNN "Build the cuDNN GEMM backend when its headers are found" ON)
 set(NVFP4_HAS_CUDNN OFF)
+set(NVFP4_TARGETS_CUDNN "")
 if(NOT NVFP4_WITH_CUDNN)
   return()
 endif()
@@ -106,11 +107,12 @@ set_source_files_properties(${_nvfp4_cudnn_cpp} PROPERTIES
 target_compile_definitions(nvfp4_host PRIVATE NVFP4_HAS_CUDNN)
 target_link_libraries(nvfp4_host PRIVATE ${CMAKE_DL_LIBS})
 
-# Its one kernel (alpha and beta on the device), for every target of the build.
+# Its small kernels (alpha and beta on the device), for every target of the build.
 add_library(nvfp4_cudnn_kernels OBJECT ${CMAKE_CURRENT_SOURCE_DIR}/src/gemm/cudnn/cudnn_scalars.cu)
-set_target_properties(nvfp4_cudnn_kernels PROPERTIES CUDA_ARCHITECTURES "${_all_real}")
+nvfp4_cuda_targets(nvfp4_cudnn_kernels ${NVFP4_CUDA_ARCHS})
 target_link_libraries(nvfp4_cudnn_kernels PRIVATE nvfp4_core CUDA::cudart_static)
 target_compile_definitions(nvfp4_cudnn_kernels PRIVATE NVFP4_WITH_CUDA NVFP4_HAS_CUDNN)
 target_compile_options(nvfp4_cudnn_kernels PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${NVFP4_CUDA_FLAGS}>)
 list(APPEND NVFP4_OBJECTS $<TARGET_OBJECTS:nvfp4_cudnn_kernels>)
+set(NVFP4_TARGETS_CUDNN "${NVFP4_CUDA_ARCHS}")
 set(NVFP4_HAS_CUDNN ON)

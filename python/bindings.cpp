@@ -317,4 +317,38 @@ NB_MODULE(_C, m) {
           check(nvfp4_gemm(&args, reinterpret_cast<void*>(ws), static_cast<size_t>(ws_bytes), stream_of(stream)));
           return int64_t{0};
         });
+
+  // The GEMM runner table (nvfp4_runner_*), for nvfp4.device_info() and the build checks.
+  m.def("runner_count", []() { return nvfp4_runner_count(); });
+  m.def("runner_info", [](int index) {
+    nvfp4_runner_info_t r{};
+    check(nvfp4_runner_info(index, &r));
+    nb::dict d;
+    d["name"] = r.name;
+    d["backend"] = static_cast<int>(r.backend);
+    d["format"] = r.format;
+    d["family"] = r.family;
+    d["cc_min"] = r.cc_min;
+    d["cc_max"] = r.cc_max;
+    d["targets"] = r.targets;
+    d["kernels"] = r.kernels;
+    d["shapes"] = r.shapes;
+    d["description"] = r.description;
+    d["built"] = r.built != 0;
+    return d;
+  }, nb::arg("index"));
+  m.def("runner_compiled_for", [](int index, int cc) { return nvfp4_runner_compiled_for(index, cc) != 0; },
+        nb::arg("index"), nb::arg("cc"));
+  m.def("runner_supported", [](int index, int cc) { return nvfp4_runner_supported(index, cc) != 0; },
+        nb::arg("index"), nb::arg("cc"));
+  // (status, checks run, message): the host-only self-checks, for tests.
+  m.def("runner_check", [](int index) {
+    int checked = 0;
+    nvfp4_status_t s;
+    {
+      nb::gil_scoped_release nogil;
+      s = nvfp4_runner_check(index, &checked);
+    }
+    return nb::make_tuple(static_cast<int>(s), checked, std::string(s == NVFP4_SUCCESS ? "" : nvfp4_last_error()));
+  }, nb::arg("index"));
 }

@@ -196,6 +196,42 @@ NVFP4_API const char* nvfp4_status_string(nvfp4_status_t status);
 /* The message of the last failed call on this thread ("" if none). */
 NVFP4_API const char* nvfp4_last_error(void);
 
+/* ---- GEMM runners: what this build can run where ----
+ * Every way this library computes a GEMM is one runner: a backend, an operand format, an
+ * architecture family, the CUDA targets its kernels were compiled for, a shape rule and a
+ * description. nvfp4_backend_supported() and the dispatch inside nvfp4_gemm() answer from
+ * the same table. Strings are static; the struct may grow at its end in later versions. */
+typedef struct {
+  const char* name;          /* unique, e.g. "cutlass-sm100" */
+  nvfp4_backend_t backend;
+  const char* format;        /* operand format: "nvfp4" */
+  const char* family;        /* "cpu", "sm_90", "sm_100", "sm_110", "sm_120" */
+  int cc_min, cc_max;        /* compute capabilities (major*10+minor) it is written for; 0, 0: CPU */
+  const char* targets;       /* CUDA targets its own kernels were compiled for, ";"-separated ("" if none) */
+  const char* kernels;       /* ";"-separated regular expressions, one per device function it launches */
+  const char* shapes;        /* the problems it takes, in words */
+  const char* description;
+  int built;                 /* 1 if its code is in this build */
+} nvfp4_runner_info_t;
+
+/* Number of runners (built or not). Never fails. */
+NVFP4_API int nvfp4_runner_count(void);
+/* Fills *info for runner `index` in [0, nvfp4_runner_count()); INVALID_ARGUMENT otherwise. */
+NVFP4_API nvfp4_status_t nvfp4_runner_info(int index, nvfp4_runner_info_t* info);
+/* 1 if runner `index` is built and every kernel it launches has an image that runs on compute
+ * capability cc (cc = 0: the CPU). Never fails. */
+NVFP4_API int nvfp4_runner_compiled_for(int index, int cc);
+/* nvfp4_runner_compiled_for, and what it needs at run time is there (cuDNN: a libcudnn.so.9
+ * recent enough for cc). Never fails. */
+NVFP4_API int nvfp4_runner_supported(int index, int cc);
+/* Host-only self-checks of runner `index` that need no GPU: for the native Blackwell runners,
+ * that the kernels' scale-factor layout equals the one nvfp4_quantize writes, that their shape
+ * rules accept the documented shapes and that their shared memory fits the target; for cuDNN,
+ * that its graphs validate in the frontend (this needs a loadable libcudnn.so.9). *checked
+ * (optional) receives the number of checks run, 0 for a runner that has none or is not built.
+ * SUCCESS, or the first failure with its message in nvfp4_last_error(). */
+NVFP4_API nvfp4_status_t nvfp4_runner_check(int index, int* checked);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

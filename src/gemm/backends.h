@@ -1,44 +1,58 @@
-// GEMM runners behind dispatch.cpp. Each is compiled only where its architecture is
-// built (the NVFP4_HAS_* macros are set by cmake/nvfp4_*.cmake on the host objects).
-// Every runner receives a GemmJob that api.cpp has validated; all pointers are on the
-// current CUDA device; alpha = S_dec(A) * S_dec(B) is computed on the device from
-// amax_a / amax_b (no host synchronization).
+// The GEMM runners and the one table that chooses between them (dispatch.cpp).
+//
+// A runner is one way to compute D = alpha * (A^ @ B^T) + beta * C + bias for one
+// operand format on one architecture family. Every runner is a row of kRunners
+// (dispatch.cpp): the backend it serves, the format of its operands, the compute
+// capabilities it is written for, the kernel objects it launches, a shape rule, its
+// workspace query and its run function, and a description for people. dispatch.cpp
+// walks the rows in order and takes the first that is compiled for the device, usable at
+// run time and accepts the shape; nvfp4.device_info() reads the same rows through the C
+// API (nvfp4_runner_info). A new format (MXFP4) or architecture is new rows, not new
+// switch statements.
+//
+// Entry points get a GemmJob that api.cpp has validated; all pointers are on the current
+// CUDA device; alpha = S_dec(A) * S_dec(B) is computed on the device from amax_a / amax_b
+// (no host synchronization). Each runner is compiled only where its architecture is
+// built (the NVFP4_HAS_* macros are set by cmake/nvfp4_gemm.cmake on the host objects).
 #pragma once
+
+#include <cstddef>
+#include <cstdint>
 
 #include "internal.h"
 
 namespace nvfp4::detail {
 
-// Shared by all runners: the per-tensor alpha, on the device.
-//   alpha = (amax_a / 2688) * (amax_b / 2688) in the exact fp32 form of the contract:
-//   (1 / S_enc(amax_a)) * (1 / S_enc(amax_b)).
+// ---- runner entry points ----
 
 #if defined(NVFP4_HAS_SM90_GEMM)
-// Hopper: exact emulation (FP4 -> BF16 decode, BF16 tensor cores, FP32 accumulation).
+// Hopper, exact emulation (FP4 -> BF16 decode, BF16 tensor cores, FP32 accumulation).
+// Fused small-M kernel (sm90_small_m.cu): no workspace.
+bool sm90_small_m_applicable(const GemmJob& job);
+nvfp4_status_t sm90_small_m_gemm(const GemmJob& job, nvfp4_stream_t stream);
+// Decode to BF16 + CUTLASS wgmma GEMM (sm90_gemm.cu), any shape.
 size_t sm90_gemm_workspace_size(const GemmJob& job);
-nvfp4_status_t sm90_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes,
-                         nvfp4_stream_t stream);
-// Decode an FP4 operand [rows, k] to BF16 (value * block scale, without the per-tensor
-// scale, exact), row-major. Used by the cuDNN runner on Hopper too.
+nvfp4_status_t sm90_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream);
+#endif
+
+#if defined(NVFP4_WITH_CUDA)
+// gemm/common/decode.cu (every CUDA build): decode an FP4 operand [rows, k] to BF16
+// (value * block scale, without the per-tensor scale, exact), row-major.
 nvfp4_status_t sm90_decode_bf16(const uint8_t* data, const uint8_t* scales, int64_t rows, int64_t k,
                                 nvfp4_scale_layout_t layout, void* out_bf16, nvfp4_stream_t stream);
-// alpha[0] = S_dec(amax_a) * S_dec(amax_b), computed by a 1-thread kernel.
-nvfp4_status_t gemm_alpha(const float* amax_a, const float* amax_b, float* alpha, nvfp4_stream_t stream);
 #endif
 
 #if defined(NVFP4_HAS_SM100_GEMM)
 size_t sm100_gemm_workspace_size(const GemmJob& job);
 // Host-only check (no launch): what CUTLASS's can_implement says of this problem.
 nvfp4_status_t sm100_gemm_can_implement(const GemmJob& job);
-nvfp4_status_t sm100_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes,
-                          nvfp4_stream_t stream);
+nvfp4_status_t sm100_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream);
 #endif
 
 #if defined(NVFP4_HAS_SM120_GEMM)
 size_t sm120_gemm_workspace_size(const GemmJob& job);
 nvfp4_status_t sm120_gemm_can_implement(const GemmJob& job);
-nvfp4_status_t sm120_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes,
-                          nvfp4_stream_t stream);
+nvfp4_status_t sm120_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream);
 #endif
 
 #if defined(NVFP4_HAS_CUDNN)
@@ -46,15 +60,77 @@ nvfp4_status_t sm120_gemm(const GemmJob& job, void* workspace, size_t workspace_
 nvfp4_status_t cudnn_gemm_workspace_size(const GemmJob& job, int cc, size_t* bytes);
 nvfp4_status_t cudnn_gemm(const GemmJob& job, int cc, void* workspace, size_t workspace_bytes,
                           nvfp4_stream_t stream);
-// 1 if libcudnn.so.9 can be loaded and is recent enough; never throws.
-int cudnn_available();
+// 1 if libcudnn.so.9 can be loaded and is recent enough for the graphs used on a device
+// of compute capability cc (cuDNN 9 on Hopper, >= 9.7 on Blackwell); never throws.
+int cudnn_available(int cc);
+// Host only, no GPU: defines the fused and the separate-epilogue graph of the path used on
+// cc for a set of problems (shapes, output dtypes, with and without bias and C) and runs
+// the frontend's validate() on each. Needs a loadable libcudnn.so.9 (its version decides
+// what validate() accepts); *checked = graphs validated.
+nvfp4_status_t cudnn_check_graphs(int cc, int* checked);
 #endif
 
-// dispatch.cpp
+
+// ---- the runner table ----
+
+// Element format of both operands. Rows for another format (MXFP4: E2M1 with one UE8M0
+// scale per 32 values) get their own value here.
+enum class Format : uint8_t { kNvfp4 = 0 };
+
+// Kernel objects, one per CMake OBJECT library, each compiled for its own list of CUDA
+// targets (cmake/nvfp4_gemm.cmake writes the lists into nvfp4_build_config.h). A runner
+// names every object whose kernels it may launch; it is usable on a device only if each
+// of them holds an image that runs there.
+enum KernelObject : uint32_t {
+  kObjCommon = 1u << 0,  // quant/*.cu, gemm/common/*.cu: quantization, FP4 decode, epilogues
+  kObjSm90 = 1u << 1,    // gemm/sm90/*.cu
+  kObjSm100 = 1u << 2,   // gemm/sm100/*.cu
+  kObjSm120 = 1u << 3,   // gemm/sm120/*.cu
+  kObjCudnn = 1u << 4,   // gemm/cudnn/*.cu (the cuDNN runner's own small kernels)
+};
+
+struct Runner {
+  const char* name;         // unique, e.g. "cutlass-sm100"
+  nvfp4_backend_t backend;
+  Format format;
+  const char* family;       // "cpu", "sm_90", "sm_100", "sm_110", "sm_120"
+  int cc_min, cc_max;       // compute capabilities it is written for (0, 0: the CPU)
+  uint32_t objects;         // KernelObject bits
+  // Regular expressions, ';'-separated, each matching the (demangled) name of a device
+  // function the runner launches: the build checks look each one up in the library.
+  const char* kernels;
+  const char* shapes;       // the shape rule, in words
+  const char* description;
+  bool built;               // its code is compiled into this library
+  // Shape rule: does this row take the job (null: every job)? cc is the device's.
+  bool (*accepts)(const GemmJob& job, int cc);
+  // Run-time condition beyond the compiled images (a loadable cuDNN); null: none.
+  bool (*available)(int cc);
+  nvfp4_status_t (*workspace)(const GemmJob& job, int cc, size_t* bytes);
+  nvfp4_status_t (*run)(const GemmJob& job, int cc, void* workspace, size_t workspace_bytes,
+                        nvfp4_stream_t stream);
+};
+
+int runner_count();
+const Runner* runner_at(int index);  // null when out of range
+// ';'-separated CUDA targets one kernel object was compiled for ("" when not built).
+const char* object_targets(uint32_t object);
+// True if a cubin for `target` ("90a", "100f", "120", ...) runs on compute capability cc:
+// an arch-specific target ("a") on exactly its cc, a family target ("f") on every cc of
+// its family from its own on, a plain target on every cc of its major version from its own.
+bool target_runs_on(const char* target, int cc);
+// Every kernel object of the row has an image for cc, and cc is one the row is written for.
+bool runner_compiled_for(const Runner& r, int cc);
+// runner_compiled_for, and its run-time condition holds.
+bool runner_usable(const Runner& r, int cc);
+// Host-only checks of one runner that need no GPU (scale layout, can_implement, shared
+// memory, cuDNN graph validation), in gemm/checks.cpp; *checked = checks run (0: the
+// runner has none, or is not built).
+nvfp4_status_t runner_self_check(const Runner& r, int* checked);
+
+// ---- dispatch (api.cpp) ----
 int backend_supported(nvfp4_backend_t backend, int cc);
-nvfp4_backend_t resolve_backend(nvfp4_backend_t backend, int cc);
-nvfp4_status_t gemm_workspace_size(const GemmJob& job, nvfp4_backend_t backend, bool on_cuda,
-                                   size_t* bytes);
+nvfp4_status_t gemm_workspace_size(const GemmJob& job, nvfp4_backend_t backend, bool on_cuda, size_t* bytes);
 nvfp4_status_t gemm_run(const GemmJob& job, nvfp4_backend_t backend, bool on_cuda, void* workspace,
                         size_t workspace_bytes, nvfp4_stream_t stream);
 

@@ -1,13 +1,15 @@
-// backend x architecture -> runner (DESIGN.md section 3). CPU tensors go to the reference;
-// CUDA tensors to the runner compiled for the current device's architecture:
+// The runner table (see gemm/backends.h) and the dispatch that walks it. CPU tensors go to
+// the reference; CUDA tensors to the first row, in table order, that serves the requested
+// backend, is compiled for the current device, is usable there and accepts the shape.
+// backend = "auto" takes the first CUDA row of any backend: CUTLASS rows come first (native
+// on Blackwell; on Hopper its fused small-M kernel and wgmma GEMM beat the cuDNN
+// emulation), cuDNN after them.
 //
-//   cc 9.0        cutlass: sm90 exact emulation        cudnn: decode + cuDNN BF16 matmul
-//   cc 10.0       cutlass: sm100 block-scaled native   cudnn: native graph
-//   cc 12.0       cutlass: sm120 block-scaled native   cudnn: native where cuDNN accepts
-//
-// Architecture-specific cubins (sm_90a, sm_100a, sm_120a) run only on exactly that
-// compute capability, so 10.3 and 12.1 need their own targets in NVFP4_CUDA_ARCHS.
-#include <atomic>
+// Whether a row is compiled for a device is answered from the CUDA targets each kernel
+// object was actually built for (nvfp4_build_config.h, written by CMake from the same
+// lists that set the compiler flags), never from the global target list: an sm_100a cubin
+// does not run on a B300 (cc 10.3), an sm_100f one does.
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -15,47 +17,156 @@
 
 #if defined(NVFP4_WITH_CUDA)
 #include <cuda_runtime.h>
+
+#include <atomic>
 #endif
 
 #ifndef NVFP4_CUDA_ARCHS_STRING
 #define NVFP4_CUDA_ARCHS_STRING ""
 #endif
+#ifndef NVFP4_TARGETS_COMMON
+#define NVFP4_TARGETS_COMMON ""
+#endif
+#ifndef NVFP4_TARGETS_SM90
+#define NVFP4_TARGETS_SM90 ""
+#endif
+#ifndef NVFP4_TARGETS_SM100
+#define NVFP4_TARGETS_SM100 ""
+#endif
+#ifndef NVFP4_TARGETS_SM120
+#define NVFP4_TARGETS_SM120 ""
+#endif
+#ifndef NVFP4_TARGETS_CUDNN
+#define NVFP4_TARGETS_CUDNN ""
+#endif
 
 namespace nvfp4::detail {
 namespace {
 
-// True if `arch` (e.g. "103a") is one of the semicolon-separated targets of this build.
-[[maybe_unused]] bool arch_built(const char* arch) {
-  const std::string list = std::string(";") + NVFP4_CUDA_ARCHS_STRING + ";";
-  return list.find(std::string(";") + arch + ";") != std::string::npos;
-}
+// ---- adapters from the table's uniform signatures to each runner's entry points ----
 
-bool cutlass_on(int cc) {
-  switch (cc) {
+nvfp4_status_t reference_workspace(const GemmJob&, int, size_t* bytes) {
+  *bytes = 0;
+  return NVFP4_SUCCESS;
+}
+nvfp4_status_t reference_run(const GemmJob& job, int, void*, size_t, nvfp4_stream_t) { return cpu_gemm(job); }
+
 #if defined(NVFP4_HAS_SM90_GEMM)
-    case 90: return true;
-#endif
-#if defined(NVFP4_HAS_SM100_GEMM)
-    case 100: return true;
-    case 103: return arch_built("103a");
-#endif
-#if defined(NVFP4_HAS_SM120_GEMM)
-    case 120: return true;
-    case 121: return arch_built("121a");
-#endif
-    default: return false;
-  }
+// NVFP4_SM90_SMALL_M=0 (benchmarks) never takes the fused small-M kernel; read per call.
+bool sm90_small_m_accepts(const GemmJob& job, int) {
+  const char* v = std::getenv("NVFP4_SM90_SMALL_M");
+  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+  return sm90_small_m_applicable(job);
 }
-
-bool cudnn_on(int cc) {
-#if defined(NVFP4_HAS_CUDNN)
-  if (cc != 90 && cc / 10 != 10 && cc / 10 != 12) return false;
-  return cudnn_available() != 0;
+nvfp4_status_t sm90_small_m_workspace(const GemmJob&, int, size_t* bytes) {
+  *bytes = 0;
+  return NVFP4_SUCCESS;
+}
+nvfp4_status_t sm90_small_m_run(const GemmJob& job, int, void*, size_t, nvfp4_stream_t stream) {
+  return sm90_small_m_gemm(job, stream);
+}
+nvfp4_status_t sm90_two_step_workspace(const GemmJob& job, int, size_t* bytes) {
+  *bytes = sm90_gemm_workspace_size(job);
+  return NVFP4_SUCCESS;
+}
+nvfp4_status_t sm90_two_step_run(const GemmJob& job, int, void* ws, size_t ws_bytes, nvfp4_stream_t stream) {
+  return sm90_gemm(job, ws, ws_bytes, stream);
+}
+#define NVFP4_SM90_SMALL_M true, &sm90_small_m_accepts, nullptr, &sm90_small_m_workspace, &sm90_small_m_run
+#define NVFP4_SM90_TWO_STEP true, nullptr, nullptr, &sm90_two_step_workspace, &sm90_two_step_run
 #else
-  (void)cc;
-  return false;
+#define NVFP4_SM90_SMALL_M false, nullptr, nullptr, nullptr, nullptr
+#define NVFP4_SM90_TWO_STEP false, nullptr, nullptr, nullptr, nullptr
 #endif
+
+#if defined(NVFP4_HAS_SM100_GEMM)
+nvfp4_status_t sm100_workspace(const GemmJob& job, int, size_t* bytes) {
+  *bytes = sm100_gemm_workspace_size(job);
+  return NVFP4_SUCCESS;
 }
+nvfp4_status_t sm100_run(const GemmJob& job, int, void* ws, size_t ws_bytes, nvfp4_stream_t stream) {
+  return sm100_gemm(job, ws, ws_bytes, stream);
+}
+#define NVFP4_SM100 true, nullptr, nullptr, &sm100_workspace, &sm100_run
+#else
+#define NVFP4_SM100 false, nullptr, nullptr, nullptr, nullptr
+#endif
+
+#if defined(NVFP4_HAS_SM120_GEMM)
+nvfp4_status_t sm120_workspace(const GemmJob& job, int, size_t* bytes) {
+  *bytes = sm120_gemm_workspace_size(job);
+  return NVFP4_SUCCESS;
+}
+nvfp4_status_t sm120_run(const GemmJob& job, int, void* ws, size_t ws_bytes, nvfp4_stream_t stream) {
+  return sm120_gemm(job, ws, ws_bytes, stream);
+}
+#define NVFP4_SM120 true, nullptr, nullptr, &sm120_workspace, &sm120_run
+#else
+#define NVFP4_SM120 false, nullptr, nullptr, nullptr, nullptr
+#endif
+
+#if defined(NVFP4_HAS_CUDNN)
+bool cudnn_usable(int cc) { return cudnn_available(cc) != 0; }
+#define NVFP4_CUDNN true, nullptr, &cudnn_usable, &cudnn_gemm_workspace_size, &cudnn_gemm
+#else
+#define NVFP4_CUDNN false, nullptr, nullptr, nullptr, nullptr
+#endif
+
+constexpr uint32_t kCuda = kObjCommon;  // every CUDA row: its operands come from these kernels
+
+// Table order is preference order (see the top of the file).
+const Runner kRunners[] = {
+    {"reference", NVFP4_BACKEND_REFERENCE, Format::kNvfp4, "cpu", 0, 0, 0, "", "any shape",
+     "CPU reference: decoded values, float64 accumulation", true, nullptr, nullptr, &reference_workspace,
+     &reference_run},
+
+    {"cutlass-sm90-small-m", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90,
+     "small_m_kernel;stream_kernel",
+     "1 <= M <= 128, K % 32 == 0 (K % 64 with linear scales), 16-byte aligned data",
+     "exact emulation, fused: FP4 decoded in registers, mma.sync BF16, FP32 accumulation", NVFP4_SM90_SMALL_M},
+    {"cutlass-sm90", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90,
+     "gemm_prep_kernel;gemm_finalize_kernel;device_kernel<.*GemmUniversal.*Sm90", "any shape",
+     "exact emulation: FP4 -> BF16 decode + CUTLASS sm90 BF16 GEMM (TMA, wgmma), alpha/bias/beta*C in its epilogue",
+     NVFP4_SM90_TWO_STEP},
+
+    {"cutlass-sm100", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_100", 100, 109, kCuda | kObjSm100,
+     "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
+     "device_kernel<.*GemmUniversal.*Sm100",
+     "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales, 16-byte aligned operands",
+     "native: CUTLASS sm100 block-scaled GEMM, tcgen05 2-SM MMA (built, not run on hardware)", NVFP4_SM100},
+    {"cutlass-sm110", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_110", 110, 119, kCuda | kObjSm100,
+     "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
+     "device_kernel<.*GemmUniversal.*Sm100",
+     "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales, 16-byte aligned operands",
+     "native: the sm100 block-scaled GEMM compiled for sm_110 (built, not run on hardware)", NVFP4_SM100},
+    {"cutlass-sm120", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_120", 120, 129, kCuda | kObjSm120,
+     "blockscaled::alpha_kernel<cutlass::arch::Sm120>;blockscaled::widen_kernel<cutlass::arch::Sm120>;"
+     "device_kernel<.*GemmUniversal.*Sm120",
+     "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales, 16-byte aligned operands",
+     "native: CUTLASS sm120 block-scaled GEMM, warp-level block-scaled MMA (built, not run on hardware)",
+     NVFP4_SM120},
+
+    {"cudnn-sm90", NVFP4_BACKEND_CUDNN, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjCudnn,
+     "scalars_kernel;gemm_prep_kernel", "any shape",
+     "exact emulation: FP4 -> BF16 decode + cuDNN BF16 matmul graph (cuDNN 9)", NVFP4_CUDNN},
+    {"cudnn-sm100", NVFP4_BACKEND_CUDNN, Format::kNvfp4, "sm_100", 100, 109, kCuda | kObjCudnn,
+     "scalars_kernel;gemm_epilogue_kernel",
+     "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
+     "native: cuDNN block_scale_dequantize + matmul graph, epilogue fused or, where cuDNN refuses that, "
+     "applied by nvfp4's own kernel (cuDNN >= 9.7; built, not run on hardware)",
+     NVFP4_CUDNN},
+    {"cudnn-sm110", NVFP4_BACKEND_CUDNN, Format::kNvfp4, "sm_110", 110, 119, kCuda | kObjCudnn,
+     "scalars_kernel;gemm_epilogue_kernel",
+     "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
+     "native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
+     NVFP4_CUDNN},
+    {"cudnn-sm120", NVFP4_BACKEND_CUDNN, Format::kNvfp4, "sm_120", 120, 129, kCuda | kObjCudnn,
+     "scalars_kernel;gemm_epilogue_kernel",
+     "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
+     "native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
+     NVFP4_CUDNN},
+};
+constexpr int kRunnerCount = static_cast<int>(sizeof(kRunners) / sizeof(kRunners[0]));
 
 const char* backend_name(nvfp4_backend_t b) {
   switch (b) {
@@ -69,29 +180,44 @@ const char* backend_name(nvfp4_backend_t b) {
 
 std::string cc_str(int cc) { return std::to_string(cc / 10) + "." + std::to_string(cc % 10); }
 
+bool serves(const Runner& r, nvfp4_backend_t backend) {
+  if (backend == NVFP4_BACKEND_AUTO) return r.backend != NVFP4_BACKEND_REFERENCE;
+  return r.backend == backend;
+}
+
+// What each runner of `backend` would need, for the refusal message.
 nvfp4_status_t not_supported(nvfp4_backend_t b, int cc) {
+  if (b == NVFP4_BACKEND_REFERENCE)
+    return fail(NVFP4_ERROR_NOT_SUPPORTED,
+                "backend: 'reference' runs on CPU tensors only; CUDA tensors use 'cutlass', 'cudnn' or 'auto'");
   std::string msg = std::string("backend: '") + backend_name(b) + "' cannot run on this GPU (compute capability " +
-                    cc_str(cc) + "); ";
-  switch (b) {
-    case NVFP4_BACKEND_CUTLASS:
-      msg += "it needs a GPU of compute capability 9.0 (H100/H200, exact emulation), 10.0 (B200/GB200) or "
-             "12.0 (RTX 50) whose architecture is compiled into this build (NVFP4_CUDA_ARCHS: " +
-             std::string(NVFP4_CUDA_ARCHS_STRING) + ")";
-      break;
-    case NVFP4_BACKEND_CUDNN:
-#if defined(NVFP4_HAS_CUDNN)
-      msg += "it needs a GPU of compute capability 9.0, 10.x or 12.x and cuDNN 9 (libcudnn.so.9) at run time";
-#else
-      msg += "this build has no cuDNN backend (the cudnn-frontend headers were not found at build time)";
-#endif
-      break;
-    case NVFP4_BACKEND_REFERENCE:
-      msg = "backend: 'reference' runs on CPU tensors only; CUDA tensors use 'cutlass', 'cudnn' or 'auto'";
-      break;
-    default:
-      msg += "no GEMM backend of this build supports it";
-      break;
+                    cc_str(cc) + ")";
+  std::string seen;
+  bool any = false;
+  for (const Runner& r : kRunners) {
+    if (r.backend == NVFP4_BACKEND_REFERENCE || !serves(r, b)) continue;
+    const std::string fam = std::string(backend_name(r.backend)) + " " + r.family;
+    if (seen.find("|" + fam + "|") != std::string::npos) continue;
+    seen += "|" + fam + "|";
+    msg += any ? "; " : ". ";
+    any = true;
+    msg += fam + " (compute capability " + cc_str(r.cc_min) + (r.cc_max > r.cc_min ? "-" + cc_str(r.cc_max) : "") +
+           "): ";
+    if (!r.built) {
+      msg += r.backend == NVFP4_BACKEND_CUDNN ? "not in this build (no cuDNN frontend headers at build time)"
+                                              : "not in this build";
+      continue;
+    }
+    msg += "kernels built for ";
+    uint32_t own = r.objects & ~kObjCommon;
+    const char* t = object_targets(own != 0 ? own : kObjCommon);
+    msg += *t ? std::string(t) : std::string("no target");
+    if (r.backend == NVFP4_BACKEND_CUDNN) msg += ", needs cuDNN 9 (>= 9.7 on Blackwell) at run time";
   }
+  msg += std::string(". Build with NVFP4_CUDA_ARCHS=native on this machine, or list a target for it (")
+         + "90a, 100f, 110f, 120f); this build has: " + (*NVFP4_CUDA_ARCHS_STRING ? NVFP4_CUDA_ARCHS_STRING : "none");
+  if (b == NVFP4_BACKEND_CUDNN)
+    msg += ". NVFP4_CUDNN_PATH points nvfp4 at a libcudnn.so.9";
   return fail(NVFP4_ERROR_NOT_SUPPORTED, msg);
 }
 
@@ -119,80 +245,111 @@ int current_cc() {
 }
 #endif
 
-// The backend a CUDA job runs on, or a NOT_SUPPORTED failure.
-nvfp4_status_t cuda_backend(nvfp4_backend_t requested, int& cc, nvfp4_backend_t& out) {
+// The row that runs a CUDA job, or a failure (no CUDA, or nothing usable).
+nvfp4_status_t select(const GemmJob& job, nvfp4_backend_t backend, int& cc, const Runner*& out) {
+  out = nullptr;
 #if defined(NVFP4_WITH_CUDA)
   cc = current_cc();
   if (cc == 0) return fail(NVFP4_ERROR_CUDA, "gemm: cannot query the current CUDA device");
-  out = resolve_backend(requested, cc);
-  if (!backend_supported(out, cc)) return not_supported(out, cc);
-  return NVFP4_SUCCESS;
+  bool usable_row = false;
+  for (const Runner& r : kRunners) {
+    if (!serves(r, backend) || !runner_usable(r, cc)) continue;
+    usable_row = true;
+    if (r.accepts == nullptr || r.accepts(job, cc)) {
+      out = &r;
+      return NVFP4_SUCCESS;
+    }
+  }
+  if (usable_row)
+    return fail(NVFP4_ERROR_NOT_SUPPORTED, std::string("backend: no '") + backend_name(backend) +
+                                               "' runner on compute capability " + cc_str(cc) +
+                                               " takes M=" + std::to_string(job.m) + " N=" + std::to_string(job.n) +
+                                               " K=" + std::to_string(job.k));
+  return not_supported(backend == NVFP4_BACKEND_AUTO ? NVFP4_BACKEND_CUTLASS : backend, cc);
 #else
-  (void)requested;
-  (void)out;
+  (void)job;
+  (void)backend;
   cc = 0;
   return fail(NVFP4_ERROR_NOT_SUPPORTED, "gemm: this nvfp4 build has no CUDA support (built without nvcc)");
 #endif
 }
 
+// Parses "100f" into (100, 'f'); false on anything else.
+bool parse_target(const std::string& t, int& cc, char& kind) {
+  size_t i = 0;
+  cc = 0;
+  while (i < t.size() && t[i] >= '0' && t[i] <= '9') cc = cc * 10 + (t[i++] - '0');
+  if (i == 0 || cc < 10) return false;
+  kind = i < t.size() ? t[i++] : ' ';
+  return i == t.size() && (kind == ' ' || kind == 'a' || kind == 'f');
+}
+
+bool any_target_runs_on(const char* list, int cc) {
+  std::string s = list;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(';', start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start && target_runs_on(s.substr(start, end - start).c_str(), cc)) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
 }  // namespace
+
+int runner_count() { return kRunnerCount; }
+
+const Runner* runner_at(int index) { return index >= 0 && index < kRunnerCount ? &kRunners[index] : nullptr; }
+
+const char* object_targets(uint32_t object) {
+  switch (object) {
+    case kObjCommon: return NVFP4_TARGETS_COMMON;
+    case kObjSm90: return NVFP4_TARGETS_SM90;
+    case kObjSm100: return NVFP4_TARGETS_SM100;
+    case kObjSm120: return NVFP4_TARGETS_SM120;
+    case kObjCudnn: return NVFP4_TARGETS_CUDNN;
+    default: return "";
+  }
+}
+
+bool target_runs_on(const char* target, int cc) {
+  int t = 0;
+  char kind = ' ';
+  if (target == nullptr || !parse_target(target, t, kind)) return false;
+  if (kind == 'a') return cc == t;
+  // Family ("f") and plain cubins run on later minor versions of the same major one
+  // (sm_100f on 10.0 and 10.3, sm_120f on 12.0 and 12.1), never across majors.
+  return cc / 10 == t / 10 && cc >= t;
+}
+
+bool runner_compiled_for(const Runner& r, int cc) {
+  if (!r.built) return false;
+  if (r.backend == NVFP4_BACKEND_REFERENCE) return cc == 0;
+  if (cc < r.cc_min || cc > r.cc_max) return false;
+  for (uint32_t bit = 1; bit != 0 && bit <= r.objects; bit <<= 1)
+    if ((r.objects & bit) != 0 && !any_target_runs_on(object_targets(bit), cc)) return false;
+  return true;
+}
+
+bool runner_usable(const Runner& r, int cc) {
+  return runner_compiled_for(r, cc) && (r.available == nullptr || r.available(cc));
+}
 
 int backend_supported(nvfp4_backend_t backend, int cc) {
   if (cc == 0) return backend == NVFP4_BACKEND_REFERENCE || backend == NVFP4_BACKEND_AUTO;
-  switch (backend) {
-    case NVFP4_BACKEND_AUTO: return cutlass_on(cc) || cudnn_on(cc);
-    case NVFP4_BACKEND_CUTLASS: return cutlass_on(cc);
-    case NVFP4_BACKEND_CUDNN: return cudnn_on(cc);
-    default: return 0;
-  }
-}
-
-// auto -> the fastest supported: CUTLASS everywhere it runs (native on Blackwell; on Hopper
-// its fused small-M kernel and wgmma GEMM beat the cuDNN emulation), else cuDNN.
-nvfp4_backend_t resolve_backend(nvfp4_backend_t backend, int cc) {
-  if (backend != NVFP4_BACKEND_AUTO) return backend;
-  if (cc == 0) return NVFP4_BACKEND_REFERENCE;
-  if (cutlass_on(cc)) return NVFP4_BACKEND_CUTLASS;
-  if (cudnn_on(cc)) return NVFP4_BACKEND_CUDNN;
-  return NVFP4_BACKEND_CUTLASS;  // unsupported: the caller reports what CUTLASS needs
+  for (const Runner& r : kRunners)
+    if (serves(r, backend) && runner_usable(r, cc)) return 1;
+  return 0;
 }
 
 nvfp4_status_t gemm_workspace_size(const GemmJob& job, nvfp4_backend_t backend, bool on_cuda, size_t* bytes) {
-  (void)job;
   *bytes = 0;
   if (!on_cuda) return NVFP4_SUCCESS;  // the reference needs none; gemm_run reports a bad backend
   int cc = 0;
-  nvfp4_backend_t be = backend;
-  if (nvfp4_status_t s = cuda_backend(backend, cc, be); s != NVFP4_SUCCESS) return s;
-  switch (be) {
-    case NVFP4_BACKEND_CUTLASS:
-#if defined(NVFP4_HAS_SM90_GEMM)
-      if (cc == 90) {
-        *bytes = sm90_gemm_workspace_size(job);
-        return NVFP4_SUCCESS;
-      }
-#endif
-#if defined(NVFP4_HAS_SM100_GEMM)
-      if (cc / 10 == 10) {
-        *bytes = sm100_gemm_workspace_size(job);
-        return NVFP4_SUCCESS;
-      }
-#endif
-#if defined(NVFP4_HAS_SM120_GEMM)
-      if (cc / 10 == 12) {
-        *bytes = sm120_gemm_workspace_size(job);
-        return NVFP4_SUCCESS;
-      }
-#endif
-      break;
-    case NVFP4_BACKEND_CUDNN:
-#if defined(NVFP4_HAS_CUDNN)
-      return cudnn_gemm_workspace_size(job, cc, bytes);
-#endif
-      break;
-    default: break;
-  }
-  return not_supported(be, cc);
+  const Runner* r = nullptr;
+  if (nvfp4_status_t s = select(job, backend, cc, r); s != NVFP4_SUCCESS) return s;
+  return r->workspace(job, cc, bytes);
 }
 
 nvfp4_status_t gemm_run(const GemmJob& job, nvfp4_backend_t backend, bool on_cuda, void* workspace,
@@ -201,34 +358,12 @@ nvfp4_status_t gemm_run(const GemmJob& job, nvfp4_backend_t backend, bool on_cud
     if (backend != NVFP4_BACKEND_AUTO && backend != NVFP4_BACKEND_REFERENCE)
       return fail(NVFP4_ERROR_NOT_SUPPORTED, std::string("backend: '") + backend_name(backend) +
                                                  "' needs CUDA tensors; CPU tensors use the reference backend");
-    return cpu_gemm(job);
+    return kRunners[0].run(job, 0, workspace, workspace_bytes, stream);
   }
   int cc = 0;
-  nvfp4_backend_t be = backend;
-  if (nvfp4_status_t s = cuda_backend(backend, cc, be); s != NVFP4_SUCCESS) return s;
-  switch (be) {
-    case NVFP4_BACKEND_CUTLASS:
-#if defined(NVFP4_HAS_SM90_GEMM)
-      if (cc == 90) return sm90_gemm(job, workspace, workspace_bytes, stream);
-#endif
-#if defined(NVFP4_HAS_SM100_GEMM)
-      if (cc / 10 == 10) return sm100_gemm(job, workspace, workspace_bytes, stream);
-#endif
-#if defined(NVFP4_HAS_SM120_GEMM)
-      if (cc / 10 == 12) return sm120_gemm(job, workspace, workspace_bytes, stream);
-#endif
-      break;
-    case NVFP4_BACKEND_CUDNN:
-#if defined(NVFP4_HAS_CUDNN)
-      return cudnn_gemm(job, cc, workspace, workspace_bytes, stream);
-#endif
-      break;
-    default: break;
-  }
-  (void)workspace;
-  (void)workspace_bytes;
-  (void)stream;
-  return not_supported(be, cc);
+  const Runner* r = nullptr;
+  if (nvfp4_status_t s = select(job, backend, cc, r); s != NVFP4_SUCCESS) return s;
+  return r->run(job, cc, workspace, workspace_bytes, stream);
 }
 
 }  // namespace nvfp4::detail

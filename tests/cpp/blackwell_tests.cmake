@@ -1,8 +1,9 @@
-# Host-only tests of the Blackwell CUTLASS runners and the cuDNN loader (no GPU needed).
+# Host-only tests of the GEMM runners (runner table, Blackwell CUTLASS runners, cuDNN
+# graphs and loader) and of the E2M1 encoders against NVIDIA's host model; no GPU needed.
 # Included from tests/cpp/CMakeLists.txt. The runners' symbols are internal to the shared
 # library, so the test links the same objects the library is made of.
 
-if(NOT NVFP4_WITH_CUDA OR NOT (NVFP4_HAS_SM100_GEMM OR NVFP4_HAS_SM120_GEMM OR NVFP4_HAS_CUDNN))
+if(NOT NVFP4_WITH_CUDA)
   return()
 endif()
 
@@ -22,3 +23,13 @@ if(NVFP4_HAS_CUDNN)
   set_tests_properties(nvfp4_cudnn_missing PROPERTIES TIMEOUT 300 LABELS "cudnn;host"
     ENVIRONMENT "NVFP4_CUDNN_PATH=/nonexistent/libcudnn.so.9")
 endif()
+
+# Every float through the reference, the kernels' software encoder and cuda_fp4.hpp's host
+# model of cvt.rn.satfinite.e2m1x2 (~1 CPU-minute), and the NaN-block replacement.
+add_executable(nvfp4_test_e2m1_host_model ${CMAKE_CURRENT_LIST_DIR}/e2m1_host_model.cpp)
+target_link_libraries(nvfp4_test_e2m1_host_model PRIVATE nvfp4_core CUDA::toolkit)
+find_package(Threads REQUIRED)
+target_link_libraries(nvfp4_test_e2m1_host_model PRIVATE Threads::Threads)
+add_test(NAME nvfp4_e2m1_nan_block COMMAND nvfp4_test_e2m1_host_model nan-block)
+add_test(NAME nvfp4_e2m1_exhaustive COMMAND nvfp4_test_e2m1_host_model exhaustive)
+set_tests_properties(nvfp4_e2m1_nan_block nvfp4_e2m1_exhaustive PROPERTIES TIMEOUT 1800 LABELS "host")

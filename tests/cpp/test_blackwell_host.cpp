@@ -6,7 +6,11 @@
 //   - can_implement accepts the shapes the runners document and refuses the others
 //     with a message that says what to change;
 //   - the workspace plan is consistent (alpha, widened bias and C, CUTLASS's part);
-//   - with NVFP4_CUDNN_PATH pointing nowhere, the cuDNN runner reports a clean error.
+//   - each kernel's shared memory fits its target (also a static_assert in the .cu files);
+//   - the runner table's target rule (an sm_100a cubin does not run on a B300, an sm_100f
+//     one does) and each runner's own host-side self-check;
+//   - with NVFP4_CUDNN_PATH pointing nowhere, the cuDNN runner reports a clean error; with a
+//     loadable libcudnn.so.9, both cuDNN graphs (fused and separate epilogue) validate.
 // Prints "N passed, N failed" and exits non-zero on any failure.
 #include <cstdint>
 #include <cstdio>
@@ -15,7 +19,9 @@
 #include <vector>
 
 #include "gemm/backends.h"
-#include "gemm/cutlass/sm1xx_checks.h"
+#if defined(NVFP4_HAS_SM100_GEMM) || defined(NVFP4_HAS_SM120_GEMM)
+#include "gemm/common/sm1xx_checks.h"
+#endif
 #include "nvfp4/nvfp4.h"
 
 using namespace nvfp4::detail;
@@ -157,17 +163,59 @@ static void check_layout(const char* arch, Compare compare) {
     }
 }
 
+static void check_target_rule() {
+  struct Case {
+    const char* target;
+    int cc;
+    bool runs;
+  };
+  const Case cases[] = {{"100a", 100, true},  {"100a", 103, false}, {"100f", 100, true},  {"100f", 103, true},
+                        {"100f", 110, false}, {"100f", 120, false}, {"103a", 103, true},  {"103a", 100, false},
+                        {"110f", 110, true},  {"110f", 100, false}, {"120f", 120, true},  {"120f", 121, true},
+                        {"120a", 121, false}, {"121a", 121, true},  {"121a", 120, false}, {"90a", 90, true},
+                        {"90a", 100, false},  {"120", 121, true},   {"100x", 100, false}, {"", 100, false}};
+  for (const Case& c : cases)
+    check(target_runs_on(c.target, c.cc) == c.runs,
+          std::string("target_runs_on(") + c.target + ", " + std::to_string(c.cc) + ") should be " +
+              (c.runs ? "true" : "false"));
+  for (int i = 0; i < runner_count(); ++i) {
+    const Runner& r = *runner_at(i);
+    int n = 0;
+    nvfp4_status_t st = runner_self_check(r, &n);
+    const bool no_cudnn = r.backend == NVFP4_BACKEND_CUDNN && st == NVFP4_ERROR_CUDNN;
+    check(st == NVFP4_SUCCESS || no_cudnn, std::string(r.name) + " self-check: " + nvfp4_last_error());
+    std::printf("runner %-22s built=%d targets=%-14s self-checks %s%d\n", r.name, r.built ? 1 : 0,
+                r.built ? object_targets(r.objects & ~kObjCommon) : "", no_cudnn ? "skipped (no libcudnn) " : "", n);
+  }
+}
+
+template <class Smem>
+static void check_smem(const char* arch, Smem smem) {
+  const nvfp4_dtype_t dtypes[] = {NVFP4_DTYPE_BFLOAT16, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_FLOAT32};
+  for (nvfp4_dtype_t d : dtypes) {
+    int limit = 0;
+    const int bytes = smem(d, &limit);
+    check(bytes > 0 && bytes <= limit, std::string(arch) + " " + dtype_name(d) + " kernel: " + std::to_string(bytes) +
+                                           " bytes of shared memory, limit " + std::to_string(limit));
+    std::printf("%s %s kernel: %d bytes of shared memory of %d (headroom %d)\n", arch, dtype_name(d), bytes, limit,
+                limit - bytes);
+  }
+}
+
 int main() {
   int runners = 0;
+  check_target_rule();
 #if defined(NVFP4_HAS_SM100_GEMM)
   ++runners;
   check_layout("sm100", sm100_compare_scale_layout);
   check_runner("sm100", sm100_gemm_can_implement, sm100_gemm_workspace_size);
+  check_smem("sm100", sm100_smem_bytes);
 #endif
 #if defined(NVFP4_HAS_SM120_GEMM)
   ++runners;
   check_layout("sm120", sm120_compare_scale_layout);
   check_runner("sm120", sm120_gemm_can_implement, sm120_gemm_workspace_size);
+  check_smem("sm120", sm120_smem_bytes);
 #endif
 #if defined(NVFP4_HAS_CUDNN)
   ++runners;
@@ -175,8 +223,8 @@ int main() {
     // ctest sets NVFP4_CUDNN_PATH to a file that does not exist for this binary's
     // "missing" run; without it, the loader may or may not find a libcudnn.so.9.
     const char* forced = std::getenv("NVFP4_CUDNN_PATH");
-    int avail = cudnn_available();
-    check(avail == 0 || avail == 1, "cudnn_available() is 0 or 1");
+    int avail = cudnn_available(100);
+    check(avail == 0 || avail == 1, "cudnn_available(100) is 0 or 1");
     if (forced && std::string(forced).find("nonexistent") != std::string::npos) {
       check(avail == 0, "cudnn_available() with NVFP4_CUDNN_PATH=" + std::string(forced));
       GemmJob j = fake_job(128, 128, 64, NVFP4_DTYPE_BFLOAT16);
@@ -189,6 +237,14 @@ int main() {
       msg = nvfp4_last_error();
       check(st == NVFP4_ERROR_CUDNN && msg.find("libcudnn") != std::string::npos,
             "cudnn_gemm without cuDNN: status " + std::to_string(st) + ", '" + msg + "'");
+    } else if (avail) {
+      // Both graphs of both paths validate in the frontend (no GPU needed).
+      for (int cc : {90, 100, 120}) {
+        int n = 0;
+        nvfp4_status_t st = cudnn_check_graphs(cc, &n);
+        check(st == NVFP4_SUCCESS && n > 0,
+              "cudnn graphs at cc " + std::to_string(cc) + ": " + std::to_string(n) + " validated; " + nvfp4_last_error());
+      }
     }
   }
 #endif

@@ -1,13 +1,14 @@
 """The cuDNN GEMM backend, and what can be checked of the Blackwell CUTLASS runners.
 
 Without a GPU:
-  - a build for 100a / 120a reports the cutlass backend on compute capability 10.0 / 12.0
-    (the runners are linked in), and its shared library holds sm_100a / sm_120a cubins
-    (cuobjdump --list-elf; skipped where no cuobjdump is found);
+  - the cutlass backend is reported on B300 (10.3) and GB10 (12.1) exactly when a target that
+    runs there was compiled (100f / 103a, 120f / 121a), never from an sm_100a / sm_120a build;
   - with NVFP4_CUDNN_PATH pointing at nothing, the cudnn backend reports itself
-    unavailable instead of failing to import.
-  The scale-layout and can_implement checks of the Blackwell runners are C++ (ctest:
-  nvfp4_blackwell_host, tests/cpp/test_blackwell_host.cpp).
+    unavailable instead of failing to import; is_supported never raises, CPU-only torch
+    included.
+  What the library holds per target (cubins, MMA instructions, shared memory), the scale
+  layout and can_implement checks and the cuDNN graph validation are in
+  test_build_targets.py and (C++) tests/cpp/test_blackwell_host.cpp.
 
 With CUDA and cuDNN (H100/H200 run the exact BF16 emulation; B200 and RTX 50 the native
 FP4 graph):
@@ -19,7 +20,10 @@ FP4 graph):
     float64 result but accumulate in different orders;
   - graph cache: one build per shape and dtype, reused after (NVFP4_CUDNN_DEBUG=1 logs
     each build to stderr); threads share it safely;
-  - a missing cuDNN is a clear error.
+  - a missing cuDNN is a clear error;
+  - the separate-epilogue graph (matmul to fp32, then nvfp4's own alpha/bias/beta*C kernel,
+    which runs where cuDNN refuses the fused epilogue) is forced with
+    NVFP4_CUDNN_EPILOGUE=separate and held to the same bound, also on Hopper.
 
 Bound, per element (m, n), with S = alpha * sum_k |Â_mk| |B̂_nk| (as in test_gemm_cuda.py):
   |D - R_full| <= (K * 2^-23 * S + 2^-22 * (S + |bias| + |beta C|)) * (1 + u_out) + u_out * |R_full|
@@ -168,45 +172,28 @@ def shapes():
 
 # ------------------------------------------------------------------ no GPU needed
 
-@pytest.mark.parametrize("arch,cc", [("100a", 100), ("120a", 120)])
-def test_blackwell_runners_are_linked_when_built(arch, cc):
-    """dispatch reports cutlass on cc 10.0 / 12.0 exactly when that target was compiled in."""
-    assert bool(_C.backend_supported(BACKENDS["cutlass"], cc)) == (arch in ARCHS), f"build archs {ARCHS}"
+def _targets(prefix):
+    return [t for r in nvfp4.backends.runners() if r["name"] == prefix for t in r["targets"].split(";") if t]
 
 
-def _find_cuobjdump():
-    for cand in (shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump"):
-        if cand and os.path.exists(cand):
-            return cand
-    for p in sys.path:
-        for sub in ("nvidia/cu13/bin/cuobjdump", "nvidia/cuda_cuobjdump/bin/cuobjdump"):
-            if os.path.exists(os.path.join(p, sub)):
-                return os.path.join(p, sub)
-    return None
+@pytest.mark.parametrize("cc,runner", [(100, "cutlass-sm100"), (103, "cutlass-sm100"), (120, "cutlass-sm120"),
+                                       (121, "cutlass-sm120")])
+def test_blackwell_support_follows_the_compiled_targets(cc, runner):
+    """The B300 / GB10 case: only a target that runs on cc (a family target, or that exact
+    arch-specific one) makes dispatch offer the native runner there."""
+    targets = _targets(runner)
+    runs = any((t.endswith("a") and int(t[:-1]) == cc) or
+               (not t.endswith("a") and int(t.rstrip("f")) // 10 == cc // 10 and cc >= int(t.rstrip("f")))
+               for t in targets)
+    assert bool(_C.backend_supported(BACKENDS["cutlass"], cc)) == runs, f"{runner} targets {targets}"
 
 
-def _nvfp4_library():
-    """Path of the loaded libnvfp4 (installed or in a build tree)."""
-    with open("/proc/self/maps") as f:
-        for line in f:
-            path = line.split()[-1]
-            if re.search(r"/libnvfp4\.so", path):
-                return path
-    return None
-
-
-@pytest.mark.skipif(not any(a in ARCHS for a in ("100a", "120a")), reason="built without 100a/120a")
-def test_blackwell_cubins_in_library():
-    tool = _find_cuobjdump()
-    lib = _nvfp4_library()
-    if tool is None or lib is None:
-        pytest.skip(f"cuobjdump ({tool}) or the loaded libnvfp4 ({lib}) not found "
-                    "(pip install --no-deps nvidia-cuda-cuobjdump provides cuobjdump)")
-    out = subprocess.run([tool, "--list-elf", lib], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    for arch in ("100a", "120a"):
-        if arch in ARCHS:
-            assert f"sm_{arch}" in out.stdout, f"no sm_{arch} cubin in {lib}:\n{out.stdout}"
+def test_is_supported_never_raises_without_cuda():
+    for backend in ("cudnn", "cutlass", "auto", "reference"):
+        got = nvfp4.is_supported(backend, "cuda")
+        assert got in (True, False)
+        if not HAS_CUDA:
+            assert got is False, backend
 
 
 def test_missing_cudnn_is_reported_not_fatal():
@@ -216,7 +203,7 @@ def test_missing_cudnn_is_reported_not_fatal():
 import torch, nvfp4
 from nvfp4 import _C
 from nvfp4.backends import BACKENDS
-print("SUPPORTED", [bool(_C.backend_supported(BACKENDS["cudnn"], cc)) for cc in (90, 100, 120)])
+print("SUPPORTED", [bool(_C.backend_supported(BACKENDS["cudnn"], cc)) for cc in (90, 100, 103, 120, 121)])
 if torch.cuda.is_available():
     a = nvfp4.quantize(torch.randn(32, 64, device="cuda"))
     b = nvfp4.quantize(torch.randn(64, 64, device="cuda"))
@@ -230,7 +217,7 @@ if torch.cuda.is_available():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
                          cwd=os.path.dirname(__file__))
     assert out.returncode == 0, out.stderr
-    assert "SUPPORTED [False, False, False]" in out.stdout, out.stdout
+    assert "SUPPORTED [False, False, False, False, False]" in out.stdout, out.stdout
     if HAS_CUDA:
         line = next(l for l in out.stdout.splitlines() if l.startswith("RAISED"))
         assert line != "RAISED none" and "cudnn" in line.lower(), line
@@ -394,3 +381,43 @@ def test_cudnn_native_refuses_linear_scales_clearly():
     r, s = reference(qa, qb)
     want, tol = bound(r, s, 64, torch.float32)
     check_within(out, want, tol, "linear scales, swizzled by the caller")
+
+
+@needs_cudnn
+@pytest.mark.parametrize("m,n,k", [(1, 16, 64), (7, 40, 96), (129, 264, 128), (256, 1032, 512)])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cudnn_separate_epilogue(monkeypatch, m, n, k, out_dtype):
+    """The graph without the fused epilogue (the fallback where cuDNN refuses it), forced:
+    within the same bound of float64, with bias and beta*C (C aliasing D too), and exact on
+    the FP4 grid."""
+    monkeypatch.setenv("NVFP4_CUDNN_EPILOGUE", "separate")
+    qa, qb = make(m, n, k, seed=7)
+    r, s = reference(qa, qb)
+    got = run(qa, qb, "cudnn", out_dtype)
+    want, tol = bound(r, s, k, out_dtype)
+    check_within(got, want, tol, f"separate epilogue M={m} N={n} K={k} {out_dtype}")
+    g = torch.Generator(device="cuda").manual_seed(9)
+    bias = (torch.randn(n, generator=g, device="cuda") * 0.1).to(out_dtype)
+    got = run(qa, qb, "cudnn", out_dtype, bias=bias)
+    want, tol = bound(r, s, k, out_dtype, bias=bias)
+    check_within(got, want, tol, "separate epilogue +bias")
+    c = (torch.randn(m, n, generator=g, device="cuda") * 0.1).to(out_dtype)
+    out = c.clone()
+    assert nvfp4.gemm(qa, qb, backend="cudnn", out=out, beta=-0.5, bias=bias) is out
+    torch.cuda.synchronize()
+    want, tol = bound(r, s, k, out_dtype, bias=bias, c=c, beta=-0.5)
+    check_within(out, want, tol, "separate epilogue +bias +beta*C in place")
+    if k % 16 == 0:
+        a, b = _grid(m, k, g), _grid(n, k, g)
+        exact = (a.double() @ b.double().t()).to(out_dtype)
+        got = run(nvfp4.quantize(a), nvfp4.quantize(b), "cudnn", out_dtype)
+        assert torch.equal(got, exact), f"separate epilogue vs exact: {first_mismatch(got.float(), exact.float())}"
+
+
+@needs_cudnn
+def test_cudnn_native_refuses_k_not_multiple_of_32():
+    if _cc() < 100:
+        pytest.skip("the Hopper emulation takes K % 16 == 0")
+    qa, qb = make(32, 64, 48)
+    with pytest.raises(RuntimeError, match="K % 32"):
+        nvfp4.gemm(qa, qb, backend="cudnn")

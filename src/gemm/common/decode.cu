@@ -8,7 +8,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <string>
 
 #include "core/e2m1.h"
@@ -17,30 +16,13 @@
 #include "core/swizzle.h"
 #include "gemm/backends.h"
 #include "gemm/common/decode.h"
+#include "gemm/common/device.h"
 
 namespace nvfp4::detail {
 namespace {
 
-nvfp4_status_t cuda_fail(cudaError_t e, const char* what) {
-  return fail(NVFP4_ERROR_CUDA, std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                                    cudaGetErrorString(e) + ")");
-}
-
-__device__ __forceinline__ float load_as_float(const void* p, nvfp4_dtype_t dt, int64_t i) {
-  switch (dt) {
-    case NVFP4_DTYPE_FLOAT16: return __half2float(static_cast<const __half*>(p)[i]);
-    case NVFP4_DTYPE_BFLOAT16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-
-__device__ __forceinline__ void store_from_float(void* p, nvfp4_dtype_t dt, int64_t i, float v) {
-  switch (dt) {
-    case NVFP4_DTYPE_FLOAT16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
-    case NVFP4_DTYPE_BFLOAT16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
-  }
-}
+using gpu::load_as_float;
+using gpu::store_from_float;
 
 // Splits a flat block index into (row, block column). 32-bit division when it fits:
 // this kernel is memory-bound, but 64-bit division costs ~70 instructions a block.
@@ -125,10 +107,6 @@ __global__ void __launch_bounds__(kPrepThreads) gemm_prep_kernel(GemmPrep p, int
   }
 }
 
-__global__ void gemm_alpha_kernel(const float* amax_a, const float* amax_b, float* alpha) {
-  alpha[0] = core::global_decode_scale(amax_a[0]) * core::global_decode_scale(amax_b[0]);
-}
-
 __global__ void __launch_bounds__(256) gemm_finalize_kernel(GemmFinalize f) {
   const int64_t total = f.rows * f.cols;
   const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -142,19 +120,22 @@ __global__ void __launch_bounds__(256) gemm_finalize_kernel(GemmFinalize f) {
   }
 }
 
-// Multiprocessor count of the current device, cached per device (queried once).
-int device_sm_count() {
-  static std::atomic<int> cache[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 132;
-  if (dev >= 0 && dev < 64) {
-    if (int v = cache[dev].load(std::memory_order_relaxed); v > 0) return v;
+__global__ void __launch_bounds__(256) gemm_epilogue_kernel(GemmEpilogue e) {
+  const int64_t total = e.rows * e.cols;
+  const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const float alpha = e.alpha[0];
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += nthreads) {
+    int64_t r, c;
+    split_index(i, e.cols, r, c);
+    // The association of every fused epilogue here: beta * C + (alpha * acc + bias).
+    float v = alpha * e.acc[r * e.acc_ld + c];
+    if (e.bias != nullptr) v = v + load_as_float(e.bias, e.bias_dtype, c);
+    if (e.c != nullptr) v = e.beta * load_as_float(e.c, e.c_dtype, i) + v;
+    store_from_float(e.d, e.d_dtype, i, v);
   }
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) return 132;
-  if (dev >= 0 && dev < 64) cache[dev].store(sms, std::memory_order_relaxed);
-  return sms;
 }
+
+int device_sm_count() { return gpu::sm_count(gpu::current_device()); }
 
 }  // namespace
 
@@ -186,8 +167,7 @@ nvfp4_status_t gemm_prep(const GemmPrep& p, nvfp4_stream_t stream) {
 
   gemm_prep_kernel<<<static_cast<unsigned>(grid), kPrepThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
       p, blocks_a, total, aligned8);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_fail(e, "gemm: FP4 -> BF16 decode launch");
-  return NVFP4_SUCCESS;
+  return gpu::check_launch("gemm: FP4 -> BF16 decode launch");
 }
 
 nvfp4_status_t gemm_finalize(const GemmFinalize& f, nvfp4_stream_t stream) {
@@ -197,8 +177,17 @@ nvfp4_status_t gemm_finalize(const GemmFinalize& f, nvfp4_stream_t stream) {
   const int64_t cap = static_cast<int64_t>(device_sm_count()) * 32;
   if (grid > cap) grid = cap;
   gemm_finalize_kernel<<<static_cast<unsigned>(grid), 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(f);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_fail(e, "gemm: epilogue launch");
-  return NVFP4_SUCCESS;
+  return gpu::check_launch("gemm: epilogue launch");
+}
+
+nvfp4_status_t gemm_epilogue(const GemmEpilogue& e, nvfp4_stream_t stream) {
+  const int64_t total = e.rows * e.cols;
+  if (total == 0) return NVFP4_SUCCESS;
+  int64_t grid = (total + 255) / 256;
+  const int64_t cap = static_cast<int64_t>(device_sm_count()) * 32;
+  if (grid > cap) grid = cap;
+  gemm_epilogue_kernel<<<static_cast<unsigned>(grid), 256, 0, reinterpret_cast<cudaStream_t>(stream)>>>(e);
+  return gpu::check_launch("gemm: epilogue (alpha, bias, beta*C) launch");
 }
 
 nvfp4_status_t sm90_decode_bf16(const uint8_t* data, const uint8_t* scales, int64_t rows, int64_t k,
@@ -213,12 +202,6 @@ nvfp4_status_t sm90_decode_bf16(const uint8_t* data, const uint8_t* scales, int6
   p.a.out = out_bf16;
   p.a.out_ld = k;
   return gemm_prep(p, stream);
-}
-
-nvfp4_status_t gemm_alpha(const float* amax_a, const float* amax_b, float* alpha, nvfp4_stream_t stream) {
-  gemm_alpha_kernel<<<1, 1, 0, reinterpret_cast<cudaStream_t>(stream)>>>(amax_a, amax_b, alpha);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_fail(e, "gemm: alpha launch");
-  return NVFP4_SUCCESS;
 }
 
 }  // namespace nvfp4::detail

@@ -1,5 +1,5 @@
-// Device helpers for the GEMM emulation paths (FP4 -> BF16 decode, alpha, epilogue
-// finalization), shared by the Hopper runner and any runner that emulates through BF16.
+// Small kernels around a tensor-core GEMM (FP4 -> BF16 decode, alpha, epilogues), shared
+// by the Hopper runner, the cuDNN runner and any runner that emulates through BF16.
 // Compiled for every CUDA target (gemm/common/decode.cu). Plain pointers only.
 #pragma once
 
@@ -52,10 +52,24 @@ struct GemmFinalize {
 };
 nvfp4_status_t gemm_finalize(const GemmFinalize& f, nvfp4_stream_t stream);
 
-// Declared in gemm/backends.h (inside its NVFP4_HAS_SM90_GEMM block); defined in
-// decode.cu for every CUDA build so that any runner can use them.
-nvfp4_status_t sm90_decode_bf16(const uint8_t* data, const uint8_t* scales, int64_t rows, int64_t k,
-                                nvfp4_scale_layout_t layout, void* out_bf16, nvfp4_stream_t stream);
-nvfp4_status_t gemm_alpha(const float* amax_a, const float* amax_b, float* alpha, nvfp4_stream_t stream);
+// d[m, n] = round(beta * c[m, n] + (alpha[0] * acc[m, n] + bias[n])) for m < rows,
+// n < cols: the epilogue of a GEMM whose tensor-core part wrote only the fp32 product acc
+// (row stride acc_ld). alpha is on the device; bias and c are optional (their dtypes
+// given), c and d dense [rows, cols]. The cuDNN runner uses it where cuDNN refuses the
+// fused epilogue.
+struct GemmEpilogue {
+  const float* acc = nullptr;
+  int64_t acc_ld = 0;
+  const float* alpha = nullptr;
+  const void* bias = nullptr;
+  nvfp4_dtype_t bias_dtype = NVFP4_DTYPE_FLOAT32;
+  const void* c = nullptr;
+  nvfp4_dtype_t c_dtype = NVFP4_DTYPE_FLOAT32;
+  float beta = 0.0f;
+  void* d = nullptr;
+  nvfp4_dtype_t d_dtype = NVFP4_DTYPE_FLOAT32;
+  int64_t rows = 0, cols = 0;
+};
+nvfp4_status_t gemm_epilogue(const GemmEpilogue& e, nvfp4_stream_t stream);
 
 }  // namespace nvfp4::detail

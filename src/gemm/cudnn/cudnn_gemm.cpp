@@ -1,6 +1,6 @@
 // cuDNN runner for the FP4 GEMM: the only file that includes cudnn_frontend.h.
 //
-// Blackwell (cc >= 100), native:
+// Blackwell (cc >= 100), native (cuDNN >= 9.7, K % 32 == 0, 16-byte aligned rows):
 //   a  = block_scale_dequantize(A [M,K] FP4_E2M1, SFA FP8_E4M3 F8_128x4, block 1x16)
 //   b  = block_scale_dequantize(B [K,N] FP4_E2M1, SFB FP8_E4M3 F8_128x4, block 16x1)
 //   D  = beta * C + (alpha * matmul(a, b) + bias[n]), fp32 throughout, stored in D's dtype
@@ -8,6 +8,14 @@
 // block scale, exact in BF16) of A and B into the workspace, then a cuDNN BF16 matmul
 // graph with the same epilogue. The per-tensor scales stay out of the operands (that
 // would break exactness) and arrive as alpha, a device scalar: no host synchronization.
+//
+// Two graphs per problem. The fused one carries the epilogue (alpha, bias, beta*C) as
+// pointwise nodes after the matmul. No public FP4 sample fuses pointwise nodes after a
+// block-scaled matmul before cuDNN 9.15, so where check_support (or the plan build)
+// refuses it, the separate one runs instead: the matmul alone into an fp32 buffer in the
+// workspace, then nvfp4's epilogue kernel (gemm/common/decode.cu) in the same association.
+// The refusal is remembered per problem, so the fused graph is tried once.
+// NVFP4_CUDNN_EPILOGUE=separate forces the separate graph (tests; also on Hopper).
 //
 // libcudnn.so.9 is opened with dlopen the first time this backend is used
 // (NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING), so nvfp4 loads and runs everywhere else
@@ -31,16 +39,20 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <cudnn_frontend.h>
 
 #include "gemm/backends.h"
+#include "gemm/common/decode.h"
+#include "gemm/common/device.h"
 #include "gemm/cudnn/cudnn_scalars.h"
 
 namespace cudnn_frontend {
@@ -56,9 +68,8 @@ namespace fe = cudnn_frontend;
 
 constexpr int64_t kMinVersion = 90000;        // any cuDNN 9: the BF16 matmul graph
 constexpr int64_t kNativeMinVersion = 90700;  // FP4 block_scale_dequantize + matmul
-constexpr size_t kAlign = 256;
-
-size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+constexpr size_t kAlign = gpu::kWorkspaceAlign;
+using gpu::align_up;
 
 // ---- libcudnn.so.9 ----
 
@@ -177,12 +188,13 @@ struct Key {
   int d_dtype, c_dtype, bias_dtype;
   bool has_c, has_bias;
   Path path;
+  bool fused;  // epilogue inside the graph (else: matmul to fp32, then gemm_epilogue)
   int cc, device;
   cudnnHandle_t handle;
   bool operator==(const Key& o) const {
     return m == o.m && n == o.n && k == o.k && d_dtype == o.d_dtype && c_dtype == o.c_dtype &&
            bias_dtype == o.bias_dtype && has_c == o.has_c && has_bias == o.has_bias && path == o.path &&
-           cc == o.cc && device == o.device && handle == o.handle;
+           fused == o.fused && cc == o.cc && device == o.device && handle == o.handle;
   }
 };
 
@@ -194,7 +206,7 @@ struct KeyHash {
     mix(uint64_t(k.n));
     mix(uint64_t(k.k));
     mix(uint64_t(k.d_dtype) | uint64_t(k.c_dtype) << 8 | uint64_t(k.bias_dtype) << 16 | uint64_t(k.has_c) << 24 |
-        uint64_t(k.has_bias) << 25 | uint64_t(k.path) << 26);
+        uint64_t(k.has_bias) << 25 | uint64_t(k.path) << 26 | uint64_t(k.fused) << 28);
     mix(uint64_t(k.cc) << 32 | uint32_t(k.device));
     mix(reinterpret_cast<uintptr_t>(k.handle));
     return h;
@@ -223,10 +235,8 @@ const char* dtype_name(int t) {
   return t == NVFP4_DTYPE_FLOAT32 ? "f32" : t == NVFP4_DTYPE_FLOAT16 ? "f16" : "bf16";
 }
 
-// deterministic: leave out engines cuDNN marks NONDETERMINISTIC (split-K with atomics),
-// so that two runs give the same bits; build() retries without that filter only if no
-// deterministic engine supports the graph.
-std::shared_ptr<Entry> build_graph(const Key& key, cudnnHandle_t handle, bool deterministic) {
+// The graph of one problem, defined but not built (no handle, no GPU needed).
+std::shared_ptr<Entry> define_graph(const Key& key) {
   namespace g = fe::graph;
   auto e = std::make_shared<Entry>();
   g::Graph& graph = e->graph;
@@ -270,6 +280,12 @@ std::shared_ptr<Entry> build_graph(const Key& key, cudnnHandle_t handle, bool de
   TensorPtr t = graph.matmul(a_in, b_in,
                              g::Matmul_attributes().set_name("matmul").set_compute_data_type(fe::DataType_t::FLOAT));
   t->set_data_type(fe::DataType_t::FLOAT);
+  if (!key.fused) {
+    // The matmul alone; gemm_epilogue applies alpha, bias and beta*C afterwards.
+    t->set_output(true).set_dim({1, M, N}).set_stride({M * N, N, 1});
+    e->d = t;
+    return e;
+  }
 
   // Epilogue in the association the CUTLASS runners use, beta*C + (alpha*acc + bias),
   // so the two backends differ only in accumulation order and rounding of fused steps.
@@ -299,7 +315,15 @@ std::shared_ptr<Entry> build_graph(const Key& key, cudnnHandle_t handle, bool de
   t->set_output(true).set_data_type(fe_dtype(static_cast<nvfp4_dtype_t>(key.d_dtype)))
       .set_dim({1, M, N}).set_stride({M * N, N, 1});
   e->d = t;
+  return e;
+}
 
+// deterministic: leave out engines cuDNN marks NONDETERMINISTIC (split-K with atomics),
+// so that two runs give the same bits; build() retries without that filter only if no
+// deterministic engine supports the graph.
+std::shared_ptr<Entry> build_graph(const Key& key, cudnnHandle_t handle, bool deterministic) {
+  std::shared_ptr<Entry> e = define_graph(key);
+  fe::graph::Graph& graph = e->graph;
   check_fe(graph.validate(), "graph validation", NVFP4_ERROR_INTERNAL);
   check_fe(graph.build_operation_graph(handle), "building the operation graph", NVFP4_ERROR_NOT_SUPPORTED);
   check_fe(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "heuristics",
@@ -326,6 +350,8 @@ std::shared_ptr<Entry> build(const Key& key, cudnnHandle_t handle) {
 // sequence lengths) must not grow it without limit.
 class GraphCache {
  public:
+  // The entry for key, built on first use. A fused graph that cuDNN refuses
+  // (NOT_SUPPORTED) gives null, and is remembered as refused; other failures throw.
   std::shared_ptr<Entry> get(const Key& key, cudnnHandle_t handle) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -334,20 +360,22 @@ class GraphCache {
         lru_.splice(lru_.begin(), lru_, it->second.second);
         return it->second.first;
       }
+      if (key.fused && refused_.count(key) != 0) return nullptr;
     }
     // Built outside the lock: a build takes milliseconds to seconds, and the key holds
     // the calling thread's handle, so no other thread builds the same entry.
-    std::shared_ptr<Entry> e = build(key, handle);
-    const int64_t n = ++builds_;
-    if (const char* dbg = std::getenv("NVFP4_CUDNN_DEBUG"); dbg && *dbg && *dbg != '0')
-      std::fprintf(stderr,
-                   "nvfp4 cudnn: built graph #%lld (%s, M=%lld N=%lld K=%lld, d=%s%s%s, cc=%d, device=%d), "
-                   "workspace %lld bytes%s\n",
-                   static_cast<long long>(n), key.path == Path::kNative ? "native fp4" : "bf16 emulation",
-                   static_cast<long long>(key.m), static_cast<long long>(key.n), static_cast<long long>(key.k),
-                   dtype_name(key.d_dtype), key.has_c ? ", +beta*C" : "", key.has_bias ? ", +bias" : "", key.cc,
-                   key.device, static_cast<long long>(e->workspace),
-                   e->deterministic ? "" : ", nondeterministic engine (no deterministic one supports it)");
+    std::shared_ptr<Entry> e;
+    try {
+      e = build(key, handle);
+    } catch (const Failure& f) {
+      if (!key.fused || f.status != NVFP4_ERROR_NOT_SUPPORTED) throw;
+      log(key, nullptr, f.message);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (refused_.size() > 4 * capacity()) refused_.clear();
+      refused_.insert(key);
+      return nullptr;
+    }
+    log(key, e.get(), "");
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(key);
     if (it != map_.end()) return it->second.first;
@@ -361,6 +389,26 @@ class GraphCache {
   }
 
  private:
+  void log(const Key& key, const Entry* e, const std::string& refusal) {
+    const char* dbg = std::getenv("NVFP4_CUDNN_DEBUG");
+    if (!dbg || !*dbg || *dbg == '0') return;
+    const char* what = key.path == Path::kNative ? "native fp4" : "bf16 emulation";
+    const char* epi = key.fused ? "fused epilogue" : "separate epilogue";
+    if (e == nullptr) {
+      std::fprintf(stderr, "nvfp4 cudnn: refused graph (%s, %s, M=%lld N=%lld K=%lld, cc=%d): %s\n", what, epi,
+                   static_cast<long long>(key.m), static_cast<long long>(key.n), static_cast<long long>(key.k),
+                   key.cc, refusal.c_str());
+      return;
+    }
+    const int64_t n = ++builds_;
+    std::fprintf(stderr,
+                 "nvfp4 cudnn: built graph #%lld (%s, %s, M=%lld N=%lld K=%lld, d=%s%s%s, cc=%d, device=%d), "
+                 "workspace %lld bytes%s\n",
+                 static_cast<long long>(n), what, epi, static_cast<long long>(key.m), static_cast<long long>(key.n),
+                 static_cast<long long>(key.k), dtype_name(key.d_dtype), key.has_c ? ", +beta*C" : "",
+                 key.has_bias ? ", +bias" : "", key.cc, key.device, static_cast<long long>(e->workspace),
+                 e->deterministic ? "" : ", nondeterministic engine (no deterministic one supports it)");
+  }
   static size_t capacity() {
     static const size_t cap = [] {
       const char* s = std::getenv("NVFP4_CUDNN_CACHE_SIZE");
@@ -372,6 +420,7 @@ class GraphCache {
   std::mutex mu_;
   std::list<Key> lru_;
   std::unordered_map<Key, std::pair<std::shared_ptr<Entry>, std::list<Key>::iterator>, KeyHash> map_;
+  std::unordered_set<Key, KeyHash> refused_;
   std::atomic<int64_t> builds_{0};
 };
 
@@ -385,7 +434,8 @@ GraphCache& cache() {
 struct Workspace {
   size_t scalars = 0;  // alpha at +0, beta at +16 (fp32, on the device)
   size_t a16 = 0, b16 = 0;  // BF16 copies of the decoded operands (emulation only)
-  size_t c_copy = 0;        // C when it overlaps D (0: not needed)
+  size_t c_copy = 0;        // C when it overlaps D, fused epilogue only (0: not needed)
+  size_t acc = 0;           // fp32 [M, N] matmul result, separate epilogue only
   size_t graph = 0;
   size_t total = 0;
 };
@@ -394,39 +444,77 @@ struct Prepared {
   Path path;
   cudnnHandle_t handle;
   std::shared_ptr<Entry> entry;
+  bool fused = true;
   Workspace ws;
 };
+
+bool separate_epilogue_forced() {
+  const char* v = std::getenv("NVFP4_CUDNN_EPILOGUE");
+  return v != nullptr && std::strcmp(v, "separate") == 0;
+}
+
+std::string cc_str(int cc) { return std::to_string(cc / 10) + "." + std::to_string(cc % 10); }
+
+// What the native FP4 graph needs of the operands, checked before cuDNN sees them so that
+// a refusal says what to change.
+void check_native(const GemmJob& job) {
+  if (job.layout != NVFP4_SCALES_SWIZZLED)
+    raise(NVFP4_ERROR_NOT_SUPPORTED,
+          "cudnn: native FP4 operands need swizzled (128x4) scales; swizzle linear scales first");
+  if (job.k % 32 != 0)
+    raise(NVFP4_ERROR_NOT_SUPPORTED, "cudnn: native FP4 GEMM needs K % 32 == 0 (16-byte rows of packed FP4), got K=" +
+                                         std::to_string(job.k) + "; pad K with zeros");
+  if ((job.n * int64_t(gpu::dtype_bytes(job.d_dtype))) % 16 != 0)
+    raise(NVFP4_ERROR_NOT_SUPPORTED, "cudnn: native FP4 GEMM needs N * sizeof(output) % 16 == 0 (16-byte rows of D), "
+                                     "got N=" + std::to_string(job.n) + " with a " +
+                                         std::to_string(gpu::dtype_bytes(job.d_dtype)) + "-byte output");
+  const bool has_c = job.c != nullptr && job.beta != 0.0f;
+  if (has_c && (job.n * int64_t(gpu::dtype_bytes(job.c_dtype))) % 16 != 0)
+    raise(NVFP4_ERROR_NOT_SUPPORTED, "cudnn: native FP4 GEMM needs N * sizeof(c) % 16 == 0 (16-byte rows of C), got N=" +
+                                         std::to_string(job.n));
+  const void* ptrs[] = {job.a, job.b, job.sfa, job.sfb, job.d, has_c ? job.c : nullptr, job.bias};
+  const char* names[] = {"a", "b", "a.scales", "b.scales", "d", "c", "bias"};
+  for (int i = 0; i < 7; ++i)
+    if (ptrs[i] != nullptr && !gpu::aligned16(ptrs[i]))
+      raise(NVFP4_ERROR_NOT_SUPPORTED, std::string("cudnn: native FP4 GEMM needs 16-byte aligned tensors; ") +
+                                           names[i] + " is not");
+}
+
+Key make_key(const GemmJob& job, Path path, bool fused, int cc, int device, cudnnHandle_t handle) {
+  const bool has_c = job.c != nullptr && job.beta != 0.0f;
+  return Key{job.m, job.n, job.k, int(job.d_dtype), has_c ? int(job.c_dtype) : 0,
+             job.bias ? int(job.bias_dtype) : 0, has_c, job.bias != nullptr, path, fused, cc, device, handle};
+}
+
+Path path_for(const GemmJob& job, int cc) {
+  if (cc >= 100) {
+    check_native(job);
+    return Path::kNative;
+  }
+  if (cc == 90) return Path::kBf16Emulation;
+  raise(NVFP4_ERROR_NOT_SUPPORTED, "cudnn: needs compute capability 9.0 (emulated) or 10.x-12.x (native), got " +
+                                       cc_str(cc));
+}
 
 Prepared prepare(const GemmJob& job, int cc) {
   const Library& lib = library();
   if (!lib.handle) raise(NVFP4_ERROR_CUDNN, lib.error);
+  if (cc >= 100 && lib.version < kNativeMinVersion)
+    raise(NVFP4_ERROR_NOT_SUPPORTED, "cudnn: the native FP4 GEMM (compute capability " + cc_str(cc) +
+                                         ") needs cuDNN >= 9.7.0, found " + std::to_string(lib.version));
   Prepared p;
-  if (cc >= 100) {
-    if (lib.version < kNativeMinVersion)
-      raise(NVFP4_ERROR_NOT_SUPPORTED, "cudnn: native FP4 GEMM needs cuDNN >= 9.7.0, found " +
-                                           std::to_string(lib.version));
-    if (job.layout != NVFP4_SCALES_SWIZZLED)
-      raise(NVFP4_ERROR_NOT_SUPPORTED,
-            "cudnn: native FP4 operands need swizzled (128x4) scales; swizzle linear scales first");
-    p.path = Path::kNative;
-  } else if (cc == 90) {
-#if defined(NVFP4_HAS_SM90_GEMM)
-    p.path = Path::kBf16Emulation;
-#else
-    raise(NVFP4_ERROR_NOT_SUPPORTED, "cudnn: the Hopper path needs the sm_90a kernels (build with 90a in NVFP4_CUDA_ARCHS)");
-#endif
-  } else {
-    raise(NVFP4_ERROR_NOT_SUPPORTED, "cudnn: needs compute capability 9.0 (emulated) or 10.x/12.x (native), got " +
-                                         std::to_string(cc / 10) + "." + std::to_string(cc % 10));
-  }
+  p.path = path_for(job, cc);
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   p.handle = thread_handle(device);
-  const bool has_c = job.c != nullptr && job.beta != 0.0f;
-  Key key{job.m, job.n, job.k, int(job.d_dtype), has_c ? int(job.c_dtype) : 0,
-          job.bias ? int(job.bias_dtype) : 0, has_c, job.bias != nullptr, p.path, cc, device, p.handle};
-  p.entry = cache().get(key, p.handle);
+  p.fused = !separate_epilogue_forced();
+  if (p.fused) p.entry = cache().get(make_key(job, p.path, true, cc, device, p.handle), p.handle);
+  if (!p.entry) {
+    p.fused = false;
+    p.entry = cache().get(make_key(job, p.path, false, cc, device, p.handle), p.handle);
+  }
 
+  const bool has_c = job.c != nullptr && job.beta != 0.0f;
   size_t off = kAlign;  // scalars at 0
   if (p.path == Path::kBf16Emulation) {
     p.ws.a16 = off;
@@ -434,14 +522,20 @@ Prepared prepare(const GemmJob& job, int cc) {
     p.ws.b16 = off;
     off = align_up(off + size_t(job.n) * size_t(job.k) * 2, kAlign);
   }
-  // C may alias D (out= with beta). cuDNN documents no in-place guarantee for a fused
-  // epilogue, so such a C is read from a copy taken just before the matmul.
-  const size_t c_bytes = size_t(job.m) * size_t(job.n) * (job.c_dtype == NVFP4_DTYPE_FLOAT32 ? 4 : 2);
-  const size_t d_bytes = size_t(job.m) * size_t(job.n) * (job.d_dtype == NVFP4_DTYPE_FLOAT32 ? 4 : 2);
-  const auto c0 = reinterpret_cast<uintptr_t>(job.c), d0 = reinterpret_cast<uintptr_t>(job.d);
-  if (has_c && c0 < d0 + d_bytes && d0 < c0 + c_bytes) {
-    p.ws.c_copy = off;
-    off = align_up(off + c_bytes, kAlign);
+  if (p.fused) {
+    // C may alias D (out= with beta). cuDNN documents no in-place guarantee for a fused
+    // epilogue, so such a C is read from a copy taken just before the matmul. (The
+    // separate epilogue reads each element of C before it writes the same one of D.)
+    const size_t c_bytes = size_t(job.m) * size_t(job.n) * gpu::dtype_bytes(job.c_dtype);
+    const size_t d_bytes = size_t(job.m) * size_t(job.n) * gpu::dtype_bytes(job.d_dtype);
+    const auto c0 = reinterpret_cast<uintptr_t>(job.c), d0 = reinterpret_cast<uintptr_t>(job.d);
+    if (has_c && c0 < d0 + d_bytes && d0 < c0 + c_bytes) {
+      p.ws.c_copy = off;
+      off = align_up(off + c_bytes, kAlign);
+    }
+  } else {
+    p.ws.acc = off;
+    off = align_up(off + size_t(job.m) * size_t(job.n) * sizeof(float), kAlign);
   }
   p.ws.graph = off;
   p.ws.total = align_up(off + size_t(p.entry->workspace), kAlign);
@@ -463,12 +557,50 @@ nvfp4_status_t guarded(F&& f) {
 
 }  // namespace
 
-int cudnn_available() {
+int cudnn_available(int cc) {
   try {
-    return library().handle ? 1 : 0;
+    const Library& lib = library();
+    if (!lib.handle) return 0;
+    // The FP4 block-scale graph of the Blackwell path needs cuDNN >= 9.7.
+    return cc >= 100 && lib.version < kNativeMinVersion ? 0 : 1;
   } catch (...) {
     return 0;
   }
+}
+
+nvfp4_status_t cudnn_check_graphs(int cc, int* checked) {
+  return guarded([&] {
+    if (checked != nullptr) *checked = 0;
+    const Library& lib = library();
+    if (!lib.handle) raise(NVFP4_ERROR_CUDNN, lib.error);
+    const Path path = cc >= 100 ? Path::kNative : Path::kBf16Emulation;
+    struct Problem {
+      int64_t m, n, k;
+    };
+    const Problem problems[] = {{1, 8, 32}, {7, 40, 96}, {129, 264, 4096}, {4096, 14336, 4096}};
+    const nvfp4_dtype_t dtypes[] = {NVFP4_DTYPE_FLOAT32, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_BFLOAT16};
+    int n = 0;
+    for (const Problem& pr : problems)
+      for (nvfp4_dtype_t d : dtypes)
+        for (int epi = 0; epi < 4; ++epi)
+          for (int fused = 0; fused < 2; ++fused) {
+            const bool has_c = (epi & 1) != 0, has_bias = (epi & 2) != 0;
+            Key key{pr.m, pr.n, pr.k, int(d), has_c ? int(d) : 0, has_bias ? int(NVFP4_DTYPE_FLOAT32) : 0,
+                    has_c, has_bias, path, fused != 0, cc, 0, nullptr};
+            std::shared_ptr<Entry> e = define_graph(key);
+            fe::error_t err = e->graph.validate();
+            if (err.is_bad())
+              raise(NVFP4_ERROR_NOT_SUPPORTED,
+                    "cudnn: graph validation failed (" + std::string(path == Path::kNative ? "native fp4" : "bf16") +
+                        (fused ? ", fused epilogue" : ", separate epilogue") + ", M=" + std::to_string(pr.m) +
+                        " N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) + " d=" + dtype_name(int(d)) +
+                        (has_c ? " +C" : "") + (has_bias ? " +bias" : "") + ", cc=" + cc_str(cc) +
+                        "): " + err.get_message());
+            ++n;
+          }
+    if (checked != nullptr) *checked = n;
+    return NVFP4_SUCCESS;
+  });
 }
 
 nvfp4_status_t cudnn_gemm_workspace_size(const GemmJob& job, int cc, size_t* bytes) {
@@ -497,12 +629,10 @@ nvfp4_status_t cudnn_gemm(const GemmJob& job, int cc, void* workspace, size_t wo
     const Entry& e = *p.entry;
     std::unordered_map<TensorPtr, void*> pack;
     if (p.path == Path::kBf16Emulation) {
-#if defined(NVFP4_HAS_SM90_GEMM)
       st = sm90_decode_bf16(job.a, job.sfa, job.m, job.k, job.layout, ws + p.ws.a16, stream);
       if (st != NVFP4_SUCCESS) return st;
       st = sm90_decode_bf16(job.b, job.sfb, job.n, job.k, job.layout, ws + p.ws.b16, stream);
       if (st != NVFP4_SUCCESS) return st;
-#endif
       pack[e.a] = ws + p.ws.a16;
       pack[e.b] = ws + p.ws.b16;
     } else {
@@ -511,25 +641,43 @@ nvfp4_status_t cudnn_gemm(const GemmJob& job, int cc, void* workspace, size_t wo
       pack[e.sfa] = const_cast<uint8_t*>(job.sfa);
       pack[e.sfb] = const_cast<uint8_t*>(job.sfb);
     }
-    pack[e.alpha] = scalars;
-    if (e.beta) pack[e.beta] = scalars + 4;  // its own 16 bytes: cuDNN's tensor alignment
-    if (e.c && p.ws.c_copy) {
-      const size_t c_bytes = size_t(job.m) * size_t(job.n) * (job.c_dtype == NVFP4_DTYPE_FLOAT32 ? 4 : 2);
-      check_cuda(cudaMemcpyAsync(ws + p.ws.c_copy, job.c, c_bytes, cudaMemcpyDeviceToDevice,
-                                 reinterpret_cast<cudaStream_t>(stream)),
-                 "copying C");
-      pack[e.c] = ws + p.ws.c_copy;
-    } else if (e.c) {
-      pack[e.c] = const_cast<void*>(job.c);
+    if (p.fused) {
+      pack[e.alpha] = scalars;
+      if (e.beta) pack[e.beta] = scalars + 4;  // its own 16 bytes: cuDNN's tensor alignment
+      if (e.c && p.ws.c_copy) {
+        const size_t c_bytes = size_t(job.m) * size_t(job.n) * gpu::dtype_bytes(job.c_dtype);
+        check_cuda(cudaMemcpyAsync(ws + p.ws.c_copy, job.c, c_bytes, cudaMemcpyDeviceToDevice,
+                                   reinterpret_cast<cudaStream_t>(stream)),
+                   "copying C");
+        pack[e.c] = ws + p.ws.c_copy;
+      } else if (e.c) {
+        pack[e.c] = const_cast<void*>(job.c);
+      }
+      if (e.bias) pack[e.bias] = const_cast<void*>(job.bias);
+      pack[e.d] = job.d;
+    } else {
+      pack[e.d] = ws + p.ws.acc;
     }
-    if (e.bias) pack[e.bias] = const_cast<void*>(job.bias);
-    pack[e.d] = job.d;
 
     cudnnStatus_t s = fe::detail::set_stream(p.handle, reinterpret_cast<cudaStream_t>(stream));
     if (s != CUDNN_STATUS_SUCCESS)
       raise(NVFP4_ERROR_CUDNN, std::string("cudnn: cudnnSetStream failed: ") + fe::detail::get_error_string(s));
     check_fe(e.graph.execute(p.handle, pack, ws + p.ws.graph), "execute", NVFP4_ERROR_CUDNN);
-    return NVFP4_SUCCESS;
+    if (p.fused) return NVFP4_SUCCESS;
+    GemmEpilogue epi;
+    epi.acc = reinterpret_cast<const float*>(ws + p.ws.acc);
+    epi.acc_ld = job.n;
+    epi.alpha = scalars;
+    epi.bias = job.bias;
+    epi.bias_dtype = job.bias_dtype;
+    epi.c = job.c != nullptr && job.beta != 0.0f ? job.c : nullptr;
+    epi.c_dtype = job.c_dtype;
+    epi.beta = job.beta;
+    epi.d = job.d;
+    epi.d_dtype = job.d_dtype;
+    epi.rows = job.m;
+    epi.cols = job.n;
+    return gemm_epilogue(epi, stream);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/scale.h"
+#include "gemm/common/device.h"
 #include "internal.h"
 
 namespace nvfp4::detail {
@@ -20,10 +21,7 @@ __global__ void scalars_kernel(const float* amax_a, const float* amax_b, float b
 nvfp4_status_t cudnn_gemm_scalars(const float* amax_a, const float* amax_b, float beta, float* out,
                                   nvfp4_stream_t stream) {
   scalars_kernel<<<1, 1, 0, reinterpret_cast<cudaStream_t>(stream)>>>(amax_a, amax_b, beta, out);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    return fail(NVFP4_ERROR_CUDA, std::string("cudnn: scalar kernel launch failed: ") + cudaGetErrorString(e));
-  return NVFP4_SUCCESS;
+  return gpu::check_launch("cudnn: scalar kernel launch");
 }
 
 }  // namespace nvfp4::detail

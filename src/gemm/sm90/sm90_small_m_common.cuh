@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "core/swizzle.h"
+#include "gemm/common/device.h"
 #include "internal.h"
 
 namespace nvfp4::detail::small_m {
@@ -86,21 +87,8 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ float load_f(const void* p, nvfp4_dtype_t dt, int64_t i) {
-  switch (dt) {
-    case NVFP4_DTYPE_FLOAT16: return __half2float(static_cast<const __half*>(p)[i]);
-    case NVFP4_DTYPE_BFLOAT16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-
-__device__ __forceinline__ void store_f(void* p, nvfp4_dtype_t dt, int64_t i, float v) {
-  switch (dt) {
-    case NVFP4_DTYPE_FLOAT16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
-    case NVFP4_DTYPE_BFLOAT16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
-  }
-}
+using gpu::load_as_float;
+using gpu::store_from_float;
 
 __host__ __device__ __forceinline__ int64_t scale_offset(bool swizzled, int64_t r, int64_t c, int64_t cols) {
   return swizzled ? core::swizzle_offset(r, c, cols) : r * cols + c;
@@ -122,10 +110,10 @@ struct Epilogue {
 // Same order of operations as the CUTLASS epilogue: beta * C + (alpha * acc + bias).
 __device__ __forceinline__ void store_output(const Epilogue& e, float alpha, float acc, int tok, int n, int ldd) {
   float v = alpha * acc;
-  if (e.bias != nullptr) v = v + load_f(e.bias, e.bias_dtype, n);
+  if (e.bias != nullptr) v = v + load_as_float(e.bias, e.bias_dtype, n);
   const int64_t o = static_cast<int64_t>(tok) * ldd + n;
-  if (e.c != nullptr) v = e.beta * load_f(e.c, e.c_dtype, o) + v;
-  store_f(e.d, e.d_dtype, o, v);
+  if (e.c != nullptr) v = e.beta * load_as_float(e.c, e.c_dtype, o) + v;
+  store_from_float(e.d, e.d_dtype, o, v);
 }
 
 }  // namespace nvfp4::detail::small_m

@@ -37,8 +37,8 @@
 #include <vector>
 
 #include "core/scale.h"
-#include "gemm/cutlass/sm90_small_m.h"
-#include "gemm/cutlass/sm90_small_m_common.cuh"
+#include "gemm/sm90/sm90_small_m.h"
+#include "gemm/sm90/sm90_small_m_common.cuh"
 
 namespace nvfp4::detail {
 namespace {
@@ -419,25 +419,11 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const __grid_consta
 }
 
 nvfp4_status_t cuda_fail(cudaError_t e, const std::string& what) {
-  return fail(NVFP4_ERROR_CUDA, "gemm (sm90 small-M stream): " + what + ": " + cudaGetErrorName(e) + " (" +
-                                    cudaGetErrorString(e) + ")");
+  return gpu::cuda_error(e, "gemm (sm90 small-M stream): " + what);
 }
 
-constexpr int kMaxDevices = 64;
-
-int sm_count(int dev) {
-  static std::atomic<int> cache[kMaxDevices];
-  if (dev >= 0 && dev < kMaxDevices) {
-    if (int v = cache[dev].load(std::memory_order_relaxed); v > 0) return v;
-  }
-  int v = 0;
-  if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) {
-    (void)cudaGetLastError();
-    v = 132;
-  }
-  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
-  return v;
-}
+constexpr int kMaxDevices = gpu::kMaxDevices;
+using gpu::sm_count;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -34,6 +34,7 @@
 #include "core/scale.h"
 #include "core/swizzle.h"
 #include "gemm/backends.h"
+#include "gemm/common/device.h"
 
 namespace nvfp4::detail::blockscaled {
 
@@ -44,8 +45,9 @@ using ScaleFp4 = typename ElementFp4::ScaleFactorType;  // float_ue4m3_t
 // One GEMM type per (architecture, tile, cluster, output dtype). The fusion is
 // LinCombPerColBias: D = beta * C + (alpha * acc + bias[n]); a null bias pointer reads
 // as zeros and beta == 0 skips C entirely, so one instantiation covers every epilogue.
-template <class ArchTag, class TileShape, class ClusterShape, class ElementD_>
+template <class ArchTag_, class TileShape, class ClusterShape, class ElementD_>
 struct BlockScaledGemm {
+  using ArchTag = ArchTag_;
   using ElementD = ElementD_;
   using ElementC = ElementD_;
   using ElementAcc = float;
@@ -72,48 +74,42 @@ struct BlockScaledGemm {
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, void>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using SfConfig = typename Mainloop::Sm1xxBlkScaledConfig;
+  // Dynamic shared memory one CTA asks for (mainloop stages + epilogue + pipeline state).
+  static constexpr int kSmemBytes = static_cast<int>(Kernel::SharedStorageSize);
 
   static_assert(SfConfig::SFVecSize == core::kBlock, "NVFP4 has one scale per 16 elements");
 };
 
 // ---- tiny kernels that run before the GEMM, on the same stream ----
-// Internal linkage: sm100_gemm.cu and sm120_gemm.cu each get their own copy, compiled
-// for their own target, and the shared library holds both.
-namespace {
+// Templated on the architecture tag so that the sm100 and sm120 files each own a kernel of
+// a distinct name, compiled for their own targets (the build checks look them up by name).
 
 // alpha = (1/S_enc(amax_a)) * (1/S_enc(amax_b)), the contract's exact fp32 form.
+template <class ArchTag>
 __global__ void alpha_kernel(const float* amax_a, const float* amax_b, float* alpha) {
   *alpha = core::global_decode_scale(*amax_a) * core::global_decode_scale(*amax_b);
 }
 
-__device__ __forceinline__ float load_as_float(const void* p, nvfp4_dtype_t dtype, int64_t i) {
-  if (dtype == NVFP4_DTYPE_FLOAT32) return static_cast<const float*>(p)[i];
-  uint16_t h = static_cast<const uint16_t*>(p)[i];
-  return dtype == NVFP4_DTYPE_BFLOAT16 ? core::bf16_to_float(h) : core::fp16_to_float(h);
-}
-
 // Widening copy (16-bit -> fp32 is exact), for a bias or C whose dtype the epilogue does
 // not take directly.
+template <class ArchTag>
 __global__ void widen_kernel(const void* src, nvfp4_dtype_t dtype, int64_t n, float* dst) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = load_as_float(src, dtype, i);
+    dst[i] = gpu::load_as_float(src, dtype, i);
 }
 
-inline nvfp4_status_t launch_widen(const void* src, nvfp4_dtype_t dtype, int64_t n, float* dst,
-                                   cudaStream_t stream) {
+template <class ArchTag>
+inline void launch_widen(const void* src, nvfp4_dtype_t dtype, int64_t n, float* dst, cudaStream_t stream) {
   int64_t blocks = (n + 255) / 256;
   if (blocks > 4096) blocks = 4096;
-  widen_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(src, dtype, n, dst);
-  return NVFP4_SUCCESS;
+  widen_kernel<ArchTag><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(src, dtype, n, dst);
 }
-
-}  // namespace
 
 // ---- host side ----
 
-inline size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-inline size_t dtype_bytes(nvfp4_dtype_t t) { return t == NVFP4_DTYPE_FLOAT32 ? 4 : 2; }
+using gpu::align_up;
+using gpu::aligned16;
+using gpu::dtype_bytes;
 
 // Every operand here is a single dense matrix whose second mode is contiguous (A, B and
 // the scales K-major, C and D row-major): stride (ld, 1, 0) over (rows, cols, batch).
@@ -182,12 +178,12 @@ struct Runner {
 
   static cutlass::KernelHardwareInfo hw_info() {
     cutlass::KernelHardwareInfo hw;
-    int dev = 0;
     // The SM count sizes the persistent grid. Without a device (host-only checks) it
     // stays 0, which CUTLASS's host-side checks never read.
+    int dev = 0;
     if (cudaGetDevice(&dev) == cudaSuccess) {
-      int sms = 0;
-      if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess) {
+      const int sms = gpu::sm_count(dev, 0);
+      if (sms > 0) {
         hw.device_id = dev;
         hw.sm_count = sms;
       }
@@ -282,11 +278,12 @@ struct Runner {
     float* bias = p.has_bias ? reinterpret_cast<float*>(ws + p.bias) : nullptr;
     const void* c = uses_c(job) ? job.c : nullptr;
 
-    alpha_kernel<<<1, 1, 0, stream>>>(job.amax_a, job.amax_b, alpha);
-    if (bias) launch_widen(job.bias, job.bias_dtype, job.n, bias, stream);
+    using ArchTag = typename Cfg::ArchTag;
+    alpha_kernel<ArchTag><<<1, 1, 0, stream>>>(job.amax_a, job.amax_b, alpha);
+    if (bias) launch_widen<ArchTag>(job.bias, job.bias_dtype, job.n, bias, stream);
     if (p.widen_c) {
       float* cw = reinterpret_cast<float*>(ws + p.c);
-      launch_widen(job.c, job.c_dtype, job.m * job.n, cw, stream);
+      launch_widen<ArchTag>(job.c, job.c_dtype, job.m * job.n, cw, stream);
       c = cw;
     }
     cudaError_t e = cudaGetLastError();

@@ -6,16 +6,22 @@
 #include <cstdint>
 #include <string>
 
+#include "nvfp4/nvfp4.h"
+
 namespace nvfp4::detail {
 
 // "" when the scale-factor layout CUTLASS computes for an operand of `rows` rows and
 // inner size k equals core::swizzle_offset everywhere in the padded range (both the SFA
 // and the SFB role, every output dtype's kernel); otherwise the first difference.
+// smemXXX_bytes: dynamic shared memory of the output dtype's kernel, and in *limit the
+// per-block maximum of the target it was checked against at compile time.
 #if defined(NVFP4_HAS_SM100_GEMM)
 std::string sm100_compare_scale_layout(int64_t rows, int64_t k);
+int sm100_smem_bytes(nvfp4_dtype_t d, int* limit);
 #endif
 #if defined(NVFP4_HAS_SM120_GEMM)
 std::string sm120_compare_scale_layout(int64_t rows, int64_t k);
+int sm120_smem_bytes(nvfp4_dtype_t d, int* limit);
 #endif
 
 }  // namespace nvfp4::detail

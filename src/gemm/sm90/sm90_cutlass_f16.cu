@@ -1,5 +1,5 @@
 // FP16 output: 128x128x64 tiles, no cluster, cooperative.
-#include "gemm/cutlass/sm90_cutlass_impl.cuh"
+#include "gemm/sm90/sm90_cutlass_impl.cuh"
 
 using Sm90F16Cfg = nvfp4::detail::sm90::Bf16Gemm<cutlass::half_t, 128, 128, 64, 1, 1,
                                                  nvfp4::detail::sm90::Cooperative>;

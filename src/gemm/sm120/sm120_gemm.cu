@@ -1,10 +1,10 @@
-// sm_120a (RTX 50 series, RTX PRO 6000 Blackwell): NVFP4 x NVFP4 block-scaled GEMM on
-// the warp-level block-scaled tensor cores, one CUTLASS kernel per output dtype.
-// Compiled for sm_120a only (cmake/nvfp4_blackwell.cmake). Built here, not yet run on
-// hardware: the host-side checks (scale layout, can_implement) are covered by
-// tests/cpp/test_blackwell_host.cpp.
-#include "gemm/cutlass/sm1xx_blockscaled.cuh"
-#include "gemm/cutlass/sm1xx_checks.h"
+// sm_120 family (RTX 50 series and RTX PRO Blackwell cc 12.0, DGX Spark GB10 cc 12.1):
+// NVFP4 x NVFP4 block-scaled GEMM on the warp-level block-scaled tensor cores, one CUTLASS
+// kernel per output dtype. Compiled for the 12.x targets of the build
+// (cmake/nvfp4_gemm.cmake). Built here, not yet run on hardware: the host-side checks
+// (scale layout, can_implement, shared memory) are in tests/cpp/test_blackwell_host.cpp.
+#include "gemm/common/sm1xx_blockscaled.cuh"
+#include "gemm/common/sm1xx_checks.h"
 
 namespace nvfp4::detail {
 namespace {
@@ -22,6 +22,14 @@ using CfgF16 = blockscaled::BlockScaledGemm<Arch, Tile, Cluster, cutlass::half_t
 using CfgBF16 = blockscaled::BlockScaledGemm<Arch, Tile, Cluster, cutlass::bfloat16_t>;
 
 constexpr const char* kArch = "sm120";
+
+// Shared memory per CTA: 99 KB, the opt-in maximum per block on sm_120 / sm_121. CUTLASS sizes the mainloop stages to fit its own idea of
+// the capacity; this keeps a header update from silently producing a kernel that cannot
+// launch. (Bytes used are also reported by sm120_smem_bytes for the build checks.)
+constexpr int kSmemLimit = 101376;
+static_assert(CfgF32::kSmemBytes <= kSmemLimit, "sm120 fp32-output GEMM exceeds the shared memory of its target");
+static_assert(CfgF16::kSmemBytes <= kSmemLimit, "sm120 fp16-output GEMM exceeds the shared memory of its target");
+static_assert(CfgBF16::kSmemBytes <= kSmemLimit, "sm120 bf16-output GEMM exceeds the shared memory of its target");
 
 template <class F>
 nvfp4_status_t by_dtype(nvfp4_dtype_t d, F&& f) {
@@ -59,6 +67,16 @@ std::string sm120_compare_scale_layout(int64_t rows, int64_t k) {
   if (s.empty()) s = blockscaled::compare_scale_layout<CfgF16::SfConfig>(rows, k);
   if (s.empty()) s = blockscaled::compare_scale_layout<CfgF32::SfConfig>(rows, k);
   return s;
+}
+
+int sm120_smem_bytes(nvfp4_dtype_t d, int* limit) {
+  if (limit != nullptr) *limit = kSmemLimit;
+  switch (d) {
+    case NVFP4_DTYPE_FLOAT32: return CfgF32::kSmemBytes;
+    case NVFP4_DTYPE_FLOAT16: return CfgF16::kSmemBytes;
+    case NVFP4_DTYPE_BFLOAT16: return CfgBF16::kSmemBytes;
+    default: return 0;
+  }
 }
 
 }  // namespace nvfp4::detail

@@ -18,7 +18,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/numeric_types.h"
 
-#include "gemm/cutlass/sm90_cutlass.h"
+#include "gemm/sm90/sm90_cutlass.h"
 
 namespace nvfp4::detail::sm90 {
 

@@ -29,8 +29,8 @@
 
 #include "core/scale.h"
 #include "core/swizzle.h"
-#include "gemm/cutlass/sm90_small_m.h"
-#include "gemm/cutlass/sm90_small_m_common.cuh"
+#include "gemm/sm90/sm90_small_m.h"
+#include "gemm/sm90/sm90_small_m_common.cuh"
 
 namespace nvfp4::detail {
 namespace {
@@ -337,37 +337,22 @@ __global__ void __launch_bounds__(kThreads) small_m_kernel(const __grid_constant
     if (n < p.n) {
       // Same order as the CUTLASS epilogue: beta * C + (alpha * acc + bias).
       float v = alpha * s;
-      if (p.bias != nullptr) v = v + load_f(p.bias, p.bias_dtype, n);
+      if (p.bias != nullptr) v = v + load_as_float(p.bias, p.bias_dtype, n);
       const int64_t o = static_cast<int64_t>(tok) * p.n + n;
-      if (p.c != nullptr) v = p.beta * load_f(p.c, p.c_dtype, o) + v;
-      store_f(p.d, p.d_dtype, o, v);
+      if (p.c != nullptr) v = p.beta * load_as_float(p.c, p.c_dtype, o) + v;
+      store_from_float(p.d, p.d_dtype, o, v);
     }
   }
   if (nsplit > 1) cluster.sync();  // keep this CTA's partials alive until all ranks read them
 }
 
 nvfp4_status_t cuda_fail(cudaError_t e, const std::string& what) {
-  return fail(NVFP4_ERROR_CUDA, "gemm (sm90 small-M): " + what + ": " + cudaGetErrorName(e) + " (" +
-                                    cudaGetErrorString(e) + ")");
+  return gpu::cuda_error(e, "gemm (sm90 small-M): " + what);
 }
 
-// Per device: multiprocessor count; per (device, config): shared-memory attribute set
-// and the CTAs that fit on one SM.
-constexpr int kMaxDevices = 64;
-std::atomic<int> g_sm_count[kMaxDevices];
-
-int sm_count(int dev) {
-  if (dev >= 0 && dev < kMaxDevices) {
-    if (int v = g_sm_count[dev].load(std::memory_order_relaxed); v > 0) return v;
-  }
-  int v = 0;
-  if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) {
-    (void)cudaGetLastError();
-    v = 132;
-  }
-  if (dev >= 0 && dev < kMaxDevices) g_sm_count[dev].store(v, std::memory_order_relaxed);
-  return v;
-}
+// Per (device, config): the shared-memory attribute set and the CTAs that fit on one SM.
+constexpr int kMaxDevices = gpu::kMaxDevices;
+using gpu::sm_count;
 
 template <class C>
 nvfp4_status_t launch(const GemmJob& job, nvfp4_stream_t stream) {

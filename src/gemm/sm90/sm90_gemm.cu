@@ -1,17 +1,15 @@
-// The Hopper (sm_90a) runner of the CUTLASS backend: an exact emulation of the NVFP4 GEMM
-// on BF16 tensor cores. Two paths, chosen by shape:
+// The Hopper (sm_90a) two-step runner of the CUTLASS backend: an exact emulation of the
+// NVFP4 GEMM on BF16 tensor cores, for every shape the fused small-M kernel
+// (sm90_small_m.cu, a row before this one in the runner table) does not take:
 //
-//   small M (<= 128, K % 32 == 0): the fused kernel of sm90_small_m.cu; FP4 bytes are
-//     decoded in registers, nothing is staged in memory, no workspace.
-//   otherwise, two steps: one launch decodes A and B to BF16 in the workspace (and forms
-//     alpha and an fp32 bias), then a CUTLASS TMA + wgmma GEMM computes
-//     D = beta*C + (alpha*acc + bias) in its epilogue (sm90_cutlass_*.cu).
-//     When D or C cannot be addressed by TMA (a row of D not a multiple of 16 bytes,
-//     an unaligned pointer) or C has another dtype than D, CUTLASS writes
-//     alpha*acc + bias in fp32 to the workspace and a small kernel applies beta*C and the
-//     output rounding (the same operations in the same order).
+//   one launch decodes A and B to BF16 in the workspace (and forms alpha and an fp32
+//   bias), then a CUTLASS TMA + wgmma GEMM computes D = beta*C + (alpha*acc + bias) in its
+//   epilogue (sm90_cutlass_*.cu). When D or C cannot be addressed by TMA (a row of D not a
+//   multiple of 16 bytes, an unaligned pointer) or C has another dtype than D, CUTLASS
+//   writes alpha*acc + bias in fp32 to the workspace and a small kernel applies beta*C and
+//   the output rounding (the same operations in the same order).
 //
-// Workspace (two-step path), each part 256-byte aligned:
+// Workspace, each part 256-byte aligned:
 //   alpha fp32[1] | bias fp32[n_pad] | A bf16[M, K] | B bf16[n_b, K] | T fp32[M, n_pad] | CUTLASS's
 // with n_pad = N rounded up to 8 and n_b = n_pad on the fallback path (so that CUTLASS can
 // run on the padded width; the extra rows of B are never initialized and only reach the
@@ -25,59 +23,23 @@
 
 #include "gemm/backends.h"
 #include "gemm/common/decode.h"
-#include "gemm/cutlass/sm90_cutlass.h"
-#include "gemm/cutlass/sm90_small_m.h"
+#include "gemm/common/device.h"
+#include "gemm/sm90/sm90_cutlass.h"
 
 namespace nvfp4::detail {
 namespace {
 
-constexpr size_t kAlign = 256;
-size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-size_t dtype_size(nvfp4_dtype_t dt) {
-  switch (dt) {
-    case NVFP4_DTYPE_FLOAT16:
-    case NVFP4_DTYPE_BFLOAT16: return 2;
-    default: return 4;
-  }
-}
-
-int current_device() {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return dev;
-}
-
-int sm_count_of(int dev) {
-  static std::atomic<int> cache[64];
-  if (dev >= 0 && dev < 64) {
-    if (int v = cache[dev].load(std::memory_order_relaxed); v > 0) return v;
-  }
-  int v = 0;
-  if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) {
-    (void)cudaGetLastError();
-    v = 132;
-  }
-  if (dev >= 0 && dev < 64) cache[dev].store(v, std::memory_order_relaxed);
-  return v;
-}
+using gpu::aligned16;
+using gpu::kWorkspaceAlign;
+size_t align_up(size_t v) { return gpu::align_up(v); }
+size_t dtype_size(nvfp4_dtype_t dt) { return gpu::dtype_bytes(dt); }
 
 // Tuning knobs for benchmarks, read on each call (cheap next to a GEMM):
-//   NVFP4_SM90_SMALL_M=0        never take the fused small-M path
 //   NVFP4_SM90_TILE=large|medium  force the BF16-output CUTLASS configuration
 //   NVFP4_SM90_SWIZZLE=1|2|4|8, NVFP4_SM90_RASTER=m|n  the persistent scheduler's tile order
+// (NVFP4_SM90_SMALL_M=0, which skips the fused small-M kernel, is read by dispatch.cpp.)
 // (On the H200 at M=2048, N=4096/14336, K=4096, 128x256 with a 1x2 cluster, 256x128 with
 // 2x1, swizzles 2/4/8 and either raster order all timed within 3% of the default.)
-bool small_m_enabled() {
-  const char* v = std::getenv("NVFP4_SM90_SMALL_M");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
 void scheduler_knobs(Sm90CutlassArgs& a) {
   if (const char* v = std::getenv("NVFP4_SM90_SWIZZLE")) a.swizzle = std::atoi(v);
   if (const char* v = std::getenv("NVFP4_SM90_RASTER")) a.raster = v[0] == 'm' ? 1 : v[0] == 'n' ? 2 : 0;
@@ -96,7 +58,6 @@ const Sm90CutlassKernel* pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int 
 }
 
 struct Plan {
-  bool small_m = false;
   bool fallback = false;  // CUTLASS -> fp32 T, then gemm_finalize
   const Sm90CutlassKernel* kernel = nullptr;
   int64_t n_pad = 0, n_b = 0, n_gemm = 0;
@@ -107,10 +68,6 @@ struct Plan {
 nvfp4_status_t make_plan(const GemmJob& job, Plan& pl) {
   pl = Plan{};
   if (job.m == 0 || job.n == 0) return NVFP4_SUCCESS;
-  if (small_m_enabled() && sm90_small_m_applicable(job)) {
-    pl.small_m = true;
-    return NVFP4_SUCCESS;
-  }
   if (job.m > INT32_MAX || job.n > INT32_MAX - 8 || job.k > INT32_MAX)
     return fail(NVFP4_ERROR_NOT_SUPPORTED, "gemm (cutlass sm90): M, N and K must each be below 2^31");
   if (job.k % 16 != 0) return fail(NVFP4_ERROR_INVALID_ARGUMENT, "gemm: K must be a multiple of 16");
@@ -123,8 +80,8 @@ nvfp4_status_t make_plan(const GemmJob& job, Plan& pl) {
   pl.n_b = pl.fallback ? pl.n_pad : job.n;
   pl.n_gemm = pl.n_b;
 
-  const int dev = current_device();
-  const int sms = sm_count_of(dev);
+  const int dev = gpu::current_device();
+  const int sms = gpu::sm_count(dev);
   pl.kernel = pl.fallback ? &kSm90F32 : pick_kernel(job, job.d_dtype, sms);
 
   size_t off = 0;
@@ -168,13 +125,12 @@ nvfp4_status_t sm90_gemm(const GemmJob& job, void* workspace, size_t workspace_b
   Plan pl;
   if (nvfp4_status_t s = make_plan(job, pl); s != NVFP4_SUCCESS) return s;
   if (job.m == 0 || job.n == 0) return NVFP4_SUCCESS;
-  if (pl.small_m) return sm90_small_m_gemm(job, stream);
 
   if (workspace_bytes < pl.total || (pl.total > 0 && workspace == nullptr))
     return fail(NVFP4_ERROR_WORKSPACE, "gemm (cutlass sm90): workspace of " + std::to_string(workspace_bytes) +
                                            " bytes, this problem needs " + std::to_string(pl.total) +
                                            " (query nvfp4_gemm_workspace_size with the same arguments)");
-  if (reinterpret_cast<uintptr_t>(workspace) % kAlign != 0)
+  if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlign != 0)
     return fail(NVFP4_ERROR_INVALID_ARGUMENT, "workspace: must be 256-byte aligned");
 
   uint8_t* ws = static_cast<uint8_t*>(workspace);

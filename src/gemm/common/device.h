@@ -1,0 +1,93 @@
+// Small CUDA helpers that every GEMM runner needs, in one place: the current device and
+// its multiprocessor count (cached), workspace alignment, launch-error checks and, for
+// device code, loads and stores of the three floating-point dtypes through fp32.
+// Host functions work from plain C++ (cudnn_gemm.cpp) as well as from .cu files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+
+#include "internal.h"
+
+namespace nvfp4::detail::gpu {
+
+// Every workspace part starts on this boundary (TMA and cuDNN want >= 16 bytes; 256 keeps
+// each part on its own cache lines).
+constexpr size_t kWorkspaceAlign = 256;
+
+inline size_t align_up(size_t v, size_t a = kWorkspaceAlign) { return (v + a - 1) / a * a; }
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+inline size_t dtype_bytes(nvfp4_dtype_t t) {
+  return t == NVFP4_DTYPE_FLOAT16 || t == NVFP4_DTYPE_BFLOAT16 ? 2 : 4;
+}
+
+// The current device, or 0 when the query fails (the error is cleared: a later launch
+// reports it with its own context).
+inline int current_device() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return dev;
+}
+
+constexpr int kMaxDevices = 64;
+
+// Multiprocessor count of `dev`, queried once per device; `fallback` when it cannot be
+// read (no driver, bad index). Launch geometry only: a wrong count costs speed, never
+// correctness, and the launch that follows reports the underlying CUDA error.
+inline int sm_count(int dev, int fallback = 132) {
+  static std::atomic<int> cache[kMaxDevices];
+  if (dev >= 0 && dev < kMaxDevices) {
+    if (int v = cache[dev].load(std::memory_order_relaxed); v > 0) return v;
+  }
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) {
+    (void)cudaGetLastError();
+    return fallback;
+  }
+  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
+  return v;
+}
+
+inline nvfp4_status_t cuda_error(cudaError_t e, const std::string& what) {
+  return fail(NVFP4_ERROR_CUDA, what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+// After a <<<>>> launch: NVFP4_ERROR_CUDA naming `what` if the launch failed.
+inline nvfp4_status_t check_launch(const std::string& what) {
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? NVFP4_SUCCESS : cuda_error(e, what);
+}
+
+#if defined(__CUDACC__)
+// Element i of a float32 / float16 / bfloat16 buffer, widened to fp32 (exact).
+__device__ __forceinline__ float load_as_float(const void* p, nvfp4_dtype_t dt, int64_t i) {
+  switch (dt) {
+    case NVFP4_DTYPE_FLOAT16: return __half2float(static_cast<const __half*>(p)[i]);
+    case NVFP4_DTYPE_BFLOAT16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+// Stores v into element i, rounded to nearest-even where the dtype is narrower.
+__device__ __forceinline__ void store_from_float(void* p, nvfp4_dtype_t dt, int64_t i, float v) {
+  switch (dt) {
+    case NVFP4_DTYPE_FLOAT16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+    case NVFP4_DTYPE_BFLOAT16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    default: static_cast<float*>(p)[i] = v; break;
+  }
+}
+#endif
+
+}  // namespace nvfp4::detail::gpu
