@@ -105,11 +105,12 @@ def gemm_workspace_bytes(m, n, k, backend: int, out_dtype: torch.dtype, bias_dty
     v = _WS.get(key)
     if v is None:
         dt, di, _ = dev
-        # Sizes only: 256-aligned dummy addresses pass the alignment checks and are never read.
-        fake = 1 << 12
-        v = _C.gemm_raw(fake, fake, fake, fake, fake, fake, m, n, k, _LAYOUT_SWIZZLED,
-                        fake if has_c else 0, DTYPE_CODE[out_dtype], fake if bias_dtype is not None else 0,
-                        DTYPE_CODE.get(bias_dtype, 0), 0.0, fake, DTYPE_CODE[out_dtype], backend, 0, -1, dt, di, 0)
+        # Sizes only: distinct, far-apart, aligned dummy addresses (the checks see no
+        # overlap; nothing is read or written).
+        a = [(i + 1) << 40 for i in range(9)]
+        v = _C.gemm_raw(a[0], a[1], a[2], a[3], a[4], a[5], m, n, k, _LAYOUT_SWIZZLED,
+                        a[6] if has_c else 0, DTYPE_CODE[out_dtype], a[7] if bias_dtype is not None else 0,
+                        DTYPE_CODE.get(bias_dtype, 0), 0.0, a[8], DTYPE_CODE[out_dtype], backend, 0, -1, dt, di, 0)
         if len(_WS) > 4096:
             _WS.clear()
         _WS[key] = v
