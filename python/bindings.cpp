@@ -272,6 +272,7 @@ NB_MODULE(_C, m) {
   // quantize_raw(x, dtype, rows, cols, (row data, scales, amax) or 0s, (col ...) or 0s,
   //              block, rounding, layout, rht, sign_mask, seed, offset, offset_device,
   //              device_type, device_id, stream). Columnwise outputs are [cols, roundup(rows,16)].
+  //              An orientation is requested iff its amax address is not 0.
   m.def("quantize_raw",
         [](uintptr_t x, int dtype, int64_t rows, int64_t cols, uintptr_t rd, uintptr_t rs, uintptr_t ra, uintptr_t cd,
            uintptr_t cs, uintptr_t ca, int block, int rounding, int layout, uint32_t rht, uint32_t sign_mask,
@@ -291,7 +292,9 @@ NB_MODULE(_C, m) {
           nvfp4_quantized_t row = raw_q(rd, rs, ra, rows, cols, layout, dev_type, dev_id);
           nvfp4_quantized_t col = raw_q(cd, cs, ca, cols, rp, layout, dev_type, dev_id);
           nb::gil_scoped_release nogil;
-          check(nvfp4_quantize(&in, &cfg, rd ? &row : nullptr, cd ? &col : nullptr, stream_of(stream)));
+          // an orientation is requested by its amax address (never 0 when requested, while the
+          // data of an empty tensor may sit at address 0)
+          check(nvfp4_quantize(&in, &cfg, ra ? &row : nullptr, ca ? &col : nullptr, stream_of(stream)));
         });
 
   // gemm_raw(a (data, scales, amax), b (...), m, n, k, layout, c, c_dtype, bias, bias_dtype, beta,

@@ -5,7 +5,7 @@ from typing import Optional
 
 import torch
 
-from . import _C
+from . import _C, _ops
 from ._format import SCALE_LAYOUTS, check_choice, check_dtype, check_real, stream_of
 from ._tensor import NVFP4Tensor
 from .backends import BACKENDS, check_backend
@@ -21,6 +21,7 @@ def clear_workspace_cache() -> None:
     tuning environment variables inside a running process (benchmarks do), since they
     can change which kernel, and so which workspace, a problem gets."""
     _WS_CACHE.clear()
+    _ops.clear_workspace_cache()
 
 
 def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
@@ -93,7 +94,7 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
     else:
         if beta != 0.0:
             raise ValueError("beta: nonzero beta needs out= (it is read as C)")
-        d = torch.empty(lead + (n,), dtype=out_dtype, device=a.device)
+        d = None if a.scale_layout == "swizzled" else torch.empty(lead + (n,), dtype=out_dtype, device=a.device)
     if bias is not None:
         if bias.shape != (n,):
             raise ValueError(f"bias: expected shape ({n},), got {tuple(bias.shape)}")
@@ -102,13 +103,16 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
         if bias.dtype not in _OUT:
             raise TypeError(f"bias: dtype must be bfloat16, float16 or float32, got {bias.dtype}")
         bias = bias.contiguous()
+    if out is None and a.scale_layout == "swizzled":
+        # the common case through the torch op (nvfp4._ops): traceable, one dispatch
+        d = _ops.gemm((a.data, a.scales, a.amax), (b.data, b.scales, b.amax), BACKENDS[backend], out_dtype, bias)
+        return d.view(lead + (n,))
     d2 = d.view(m, n)
     c2 = d2 if (out is not None and beta != 0.0) else None
     args = (a.data, a.scales.view(torch.uint8), a.amax, b.data, b.scales.view(torch.uint8), b.amax,
             SCALE_LAYOUTS[a.scale_layout], c2, bias, float(beta), d2, BACKENDS[backend])
     # The workspace size depends only on the problem's shape, dtypes, layout, backend and
-    # device; asking the library once per problem halves the per-call binding overhead
-    # that dominates small GEMMs.
+    # device; asked once per problem.
     key = (m, n, ka, a.scale_layout, backend, d.dtype, c2 is not None, None if bias is None else bias.dtype,
            a.device)
     ws_bytes = _WS_CACHE.get(key)

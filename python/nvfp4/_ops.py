@@ -118,6 +118,7 @@ def gemm_workspace_bytes(m, n, k, backend: int, out_dtype: torch.dtype, bias_dty
 
 
 def clear_workspace_cache() -> None:
+    """Forget the cached workspace sizes (after changing NVFP4_SM90_* tuning variables)."""
     _WS.clear()
 
 
@@ -162,8 +163,12 @@ def _empty3(device):
             torch.empty((0,), dtype=torch.float32, device=device))
 
 
+_U64 = (1 << 64) - 1
+
+
 def _quantize_impl(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
     x = x.contiguous()
+    seed, offset = seed & _U64, offset & _U64  # the schema's int is int64: the same bits as the uint64
     rows, cols = x.shape
     row = _alloc_orientation(rows, cols, x.device) if rowwise else _empty3(x.device)
     col = _alloc_orientation(cols, _up(rows, 16), x.device) if columnwise else _empty3(x.device)

@@ -8,7 +8,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 
-from . import _C
+from . import _C, _ops
 from ._format import (BLOCKS, RHT_COLUMNWISE, RHT_ROWWISE, ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice,
                       check_int, default_rht_mask, signs_to_mask, stream_of)
 from ._tensor import NVFP4Tensor, _Direction
@@ -86,6 +86,11 @@ def _alloc_direction(rows: int, cols: int, layout: str, device) -> tuple:
     return data, scales, amax
 
 
+def _signed64(v: int) -> int:
+    """A uint64 as the int64 with the same bits (torch op schemas carry int64)."""
+    return v - (1 << 64) if v >= (1 << 63) else v
+
+
 def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] = False,
              seed: Optional[int] = None, offset: int = 0, rowwise: bool = True, columnwise: bool = False,
              scale_layout: str = "swizzled", rht_signs: Optional[Sequence[int]] = None) -> NVFP4Tensor:
@@ -140,13 +145,21 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
     rows = math.prod(x.shape[:-1])
     x2 = x.reshape(rows, cols)
     row = col = None
-    if rowwise:
-        row = _alloc_direction(rows, cols, scale_layout, x.device)
-    if columnwise:
-        col = _alloc_direction(cols, (rows + 15) // 16 * 16, scale_layout, x.device)
-    _C.quantize(x2, *(row or (None, None, None)), *(col or (None, None, None)), BLOCKS[block],
-                ROUNDINGS[rounding], SCALE_LAYOUTS[scale_layout], rht_mask, sign_mask, seed, offset,
-                stream_of(x.device))
+    if scale_layout == "swizzled":
+        # The layout the GEMMs read goes through the torch op (nvfp4._ops), so that
+        # torch.compile can trace a call of this function and eager calls pay one dispatch.
+        q = _ops.quantize(x2, BLOCKS[block], ROUNDINGS[rounding], rht_mask, sign_mask, _signed64(seed),
+                          _signed64(offset), None, rowwise, columnwise)
+        row = tuple(q[:3]) if rowwise else None
+        col = tuple(q[3:]) if columnwise else None
+    else:
+        if rowwise:
+            row = _alloc_direction(rows, cols, scale_layout, x.device)
+        if columnwise:
+            col = _alloc_direction(cols, (rows + 15) // 16 * 16, scale_layout, x.device)
+        _C.quantize(x2, *(row or (None, None, None)), *(col or (None, None, None)), BLOCKS[block],
+                    ROUNDINGS[rounding], SCALE_LAYOUTS[scale_layout], rht_mask, sign_mask, seed, offset,
+                    stream_of(x.device))
 
     def direction(t, bit):
         if t is None:
