@@ -241,9 +241,9 @@ def plan_conversion(model: nn.Module, skip_first: int = 0, skip_last: int = 0, i
         elif exclude is None and blk is None and stacks and order[name] > last_block_end:
             action = "skipped: head (after the transformer blocks)"
         elif blk is not None and block_of[blk][1] < skip_first_blocks:
-            action = f"skipped: skip_first_blocks ({blk})"
+            action = "skipped: skip_first_blocks"
         elif blk is not None and block_of[blk][1] >= block_of[blk][2] - skip_last_blocks:
-            action = f"skipped: skip_last_blocks ({blk})"
+            action = "skipped: skip_last_blocks"
         else:
             action = "convert"
         plan.append((name, action))
