@@ -108,16 +108,13 @@ def _tied_params(model: nn.Module) -> set:
 
 
 # ------------------------------------------------------------------------------ transformer blocks
-def _structure(m: nn.Module) -> tuple:
-    return tuple((n, type(c).__name__) for n, c in m.named_modules())
-
-
 def find_blocks(model: nn.Module, blocks=None) -> List[Tuple[str, List[str]]]:
     """The stacks of transformer blocks in `model`: [(ModuleList name, [block names])].
 
-    A stack is an nn.ModuleList whose entries are modules of one class and one structure
-    (the same submodule names) containing linear layers, not nested in another stack (so
-    the experts of an MoE block are part of their block). Llama's `model.layers` and GPT-2's
+    A stack is an nn.ModuleList whose entries are modules of one class (not linear layers
+    themselves) containing linear layers, and that is not nested in another stack (so the
+    experts of an MoE block are part of their block). The blocks' insides may differ (dense
+    and MoE layers of one decoder-layer class). Llama's `model.layers` and GPT-2's
     `transformer.h` are found this way; encoder-decoder models have two stacks. blocks:
     name(s) of the ModuleList(s) to use instead of the search."""
     if blocks is not None:
@@ -142,9 +139,7 @@ def find_blocks(model: nn.Module, blocks=None) -> List[Tuple[str, List[str]]]:
         kids = list(m)
         if len({type(k) for k in kids}) != 1 or _linear_like(kids[0]):
             continue
-        if not any(_linear_like(c) for c in kids[0].modules()):
-            continue
-        if len({_structure(k) for k in kids}) != 1:
+        if not any(_linear_like(c) for k in kids for c in k.modules()):
             continue
         stacks.append((name, [f"{name}.{k}" if name else k for k in m._modules]))
     return stacks
@@ -206,6 +201,9 @@ def plan_conversion(model: nn.Module, skip_first: int = 0, skip_last: int = 0, i
     exc = list(DEFAULT_EXCLUDE) if exclude is None else _as_list(exclude)
     tied = set() if convert_tied else _tied_params(model)
     stacks = find_blocks(model, blocks)
+    if (skip_first_blocks or skip_last_blocks) and not stacks:
+        raise ValueError("skip_first_blocks/skip_last_blocks: no transformer blocks found in the model (an "
+                         "nn.ModuleList of blocks); name them with blocks=")
     # block membership: qualified block name -> (stack, index in stack, stack length)
     block_of = {}
     for s, bl in stacks:
