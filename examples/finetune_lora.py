@@ -72,7 +72,8 @@ def build_model(args, base: str, device: torch.device):
         cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=args.hidden, intermediate_size=args.intermediate,
                                        num_hidden_layers=args.layers, num_attention_heads=args.heads,
                                        num_key_value_heads=args.kv_heads, max_position_embeddings=args.seq_len,
-                                       tie_word_embeddings=False, use_cache=False)
+                                       tie_word_embeddings=False, use_cache=False,
+                                       attn_implementation=args.attn)
         # built on the CPU: the GPU never holds the full-precision weights of a frozen NVFP4 base
         with torch.device("cpu"):
             model = transformers.LlamaForCausalLM(cfg)
@@ -170,7 +171,7 @@ def identity(args) -> dict:
     """What a resumed run must share with the run that wrote the checkpoint."""
     keys = ("base_kind", "hidden", "intermediate", "layers", "heads", "kv_heads", "seq_len", "batch_size", "rank",
             "alpha", "dropout", "lora", "recipe", "seed", "steps", "lr", "warmup_steps", "skip_first_blocks",
-            "skip_last_blocks", "init_from")
+            "skip_last_blocks", "init_from", "attn")
     return {k: getattr(args, k) for k in keys} | {"dtype": str(args.dtype), "adapter_dtype": str(args.adapter_dtype)}
 
 
@@ -397,7 +398,8 @@ def compare(bf16, fp4, out) -> str:
         lines.append(f"- peak memory, FP4 base / BF16 base: {ratio:.3f}")
         lines.append(f"- peak memory, FP4 base / (BF16 run's weights + activations = {gib(wa)}): "
                      f"{mf['peak_allocated'] / wa:.3f} (target <= 0.45)")
-    lines.append(f"- base projection bytes, FP4 / BF16: {mf['weights']['base_linear'] / mb['weights']['base_linear']:.3f}")
+    wr = mf["weights"]["base_linear"] / mb["weights"]["base_linear"]
+    lines.append(f"- base projection bytes, FP4 / BF16: {wr:.3f}")
     for key, what in (("train_loss_last10pct", "train loss (mean of the last 10% of steps)"),
                       ("final_val_loss", "validation loss")):
         d = fp4[key] / bf16[key] - 1
@@ -432,6 +434,8 @@ def parse_args(argv=None):
     ap.add_argument("--dtype", default=None, choices=["bf16", "fp32"],
                     help="dtype of the model (default bf16 on CUDA, fp32 on CPU)")
     ap.add_argument("--recompute", action="store_true", help="activation checkpointing of every block")
+    ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"],
+                    help="attention implementation (eager: deterministic backward on CUDA)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default 200; 12 with --smoke)")
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3)")

@@ -17,6 +17,9 @@ pytest.importorskip("transformers")
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
 
 
+HAS_CUDA = torch.cuda.is_available()
+
+
 def _argv(tmp, out, *extra):
     return ["--smoke", "--steps", "6", "--eval-interval", "3", "--data", str(tmp / "data"), "--data-max-mb", "6",
             "--out", str(tmp / out), *extra]
@@ -93,3 +96,19 @@ def test_finetune_lora_smoke_and_resume(tmp_path):
         _same(resumed[key], full[key], key)
     assert len(full["adapters"]) == 2 * 14 and any(v.abs().sum() > 0 for k, v in full["adapters"].items()
                                                    if k.endswith("lora_B"))
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_finetune_lora_resume_cuda(tmp_path):
+    """The same on the GPU (BF16 model and adapters; eager attention, whose backward is
+    deterministic), with activation checkpointing."""
+    args = ("--device", "cuda", "--attn", "eager", "--recompute", "--dropout", "0.1")
+    _run(tmp_path, "full", "--base", "fp4", *args)
+    _run(tmp_path, "resumed", "--base", "fp4", "--stop-after", "3", *args)
+    _run(tmp_path, "resumed", "--base", "fp4", "--resume", *args)
+    full = _ckpt(tmp_path / "full" / "lora-fp4-ckpt" / "ckpt.pt")
+    resumed = _ckpt(tmp_path / "resumed" / "lora-fp4-ckpt" / "ckpt.pt")
+    for key in ("adapters", "counters", "optimizer", "curve", "val_curve"):
+        _same(resumed[key], full[key], key)
+    rep = json.loads((tmp_path / "full" / "lora-fp4.json").read_text())
+    assert rep["memory"]["peak_allocated"] > 0

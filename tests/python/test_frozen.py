@@ -324,12 +324,12 @@ def test_trainable_linear_built_under_inference_mode_backward():
 
 
 # ------------------------------------------------------------------------------ built-in LoRA
-def _lora_model(seed=0, dropout=0.0, rank=4):
+def _lora_model(seed=0, dropout=0.0, rank=4, device="cpu"):
     torch.manual_seed(seed)
     m = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 64))
-    nn4.freeze_fp4(m, REF, exclude=[])
+    nn4.freeze_fp4(m, REF if device == "cpu" else "nvfp4", exclude=[], device=device)
     nn4.add_lora(m, rank=rank, alpha=8, dropout=dropout, dtype=torch.float32)
-    return m
+    return m.to(device)
 
 
 def test_builtin_lora_trains_merges_and_unmerges():
@@ -391,30 +391,34 @@ class _Ckpt(nn.Module):
         return checkpoint(self.inner, x, use_reentrant=self.how == "reentrant")
 
 
-def _run(model, steps=2, call=None):
+def _run(model, steps=2, call=None, device="cpu"):
     call = model if call is None else call
     out = []
     torch.manual_seed(5)
     for _ in range(steps):
-        x = torch.randn(3, 20, 64, requires_grad=True)
-        g = torch.randn(3, 20, 64)
+        x = torch.randn(3, 20, 64, device=device, requires_grad=True)
+        g = torch.randn(3, 20, 64, device=device)
         (call(x) * g).sum().backward()
         out.append((x.grad.clone(), _grads(model)))
         model.zero_grad(set_to_none=True)
     return out
 
 
-@pytest.mark.parametrize("how", ["reentrant", "non_reentrant"])
-def test_checkpointed_lora_is_plain_bit_for_bit(how):
-    """A frozen-base LoRA under activation checkpointing (dropout on: the RNG state is
-    replayed) computes the same gradients as without."""
-    ref = _run(_Ckpt(_lora_model(dropout=0.1), "none"))
-    got = _run(_Ckpt(_lora_model(dropout=0.1), how))
+def _checkpointed_case(how, device):
+    ref = _run(_Ckpt(_lora_model(dropout=0.1, device=device), "none"), device=device)
+    got = _run(_Ckpt(_lora_model(dropout=0.1, device=device), how), device=device)
     for step, ((dx_r, g_r), (dx_g, g_g)) in enumerate(zip(ref, got)):
         assert_equal(dx_g, dx_r, f"step {step}: dX")
         assert g_r.keys() == g_g.keys() and len(g_r) == 6
         for k in g_r:
             assert_equal(g_g[k], g_r[k], f"step {step}: {k}")
+
+
+@pytest.mark.parametrize("how", ["reentrant", "non_reentrant"])
+def test_checkpointed_lora_is_plain_bit_for_bit(how):
+    """A frozen-base LoRA under activation checkpointing (dropout on: the RNG state is
+    replayed) computes the same gradients as without."""
+    _checkpointed_case(how, "cpu")
 
 
 def _compile_or_skip(backend):
@@ -428,19 +432,14 @@ def _compile_or_skip(backend):
         torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("backend,ckpt", [("aot_eager", False), ("aot_eager", True), ("inductor", True)])
-def test_compiled_frozen_lora_matches_eager(backend, ckpt):
-    """torch.compile(fullgraph=True) of a frozen-base LoRA model (optionally checkpointed):
-    no graph break, no recompilation as the counters move, eager's bits. The model is
-    ReLU-only, so generated elementwise code cannot round differently."""
-    _compile_or_skip(backend)
+def _compiled_case(backend, ckpt, device):
     from torch._dynamo.utils import counters
     counters.clear()
-    eager = _Ckpt(_lora_model(), "none")
-    model = _Ckpt(_lora_model(), "non_reentrant" if ckpt else "none")
+    eager = _Ckpt(_lora_model(device=device), "none")
+    model = _Ckpt(_lora_model(device=device), "non_reentrant" if ckpt else "none")
     compiled = torch.compile(model, fullgraph=True, backend=backend)
-    ref = _run(eager, steps=3)
-    got = _run(model, steps=3, call=compiled)
+    ref = _run(eager, steps=3, device=device)
+    got = _run(model, steps=3, call=compiled, device=device)
     for step, ((dx_r, g_r), (dx_g, g_g)) in enumerate(zip(ref, got)):
         assert_equal(dx_g, dx_r, f"step {step}: dX")
         for k in g_r:
@@ -452,6 +451,15 @@ def test_compiled_frozen_lora_matches_eager(backend, ckpt):
     assert cnt == [int(m.sr_step) for m in eager.modules() if isinstance(m, nn4.FrozenLinear)] == [3, 3, 3]
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.parametrize("backend,ckpt", [("aot_eager", False), ("aot_eager", True), ("inductor", True)])
+def test_compiled_frozen_lora_matches_eager(backend, ckpt):
+    """torch.compile(fullgraph=True) of a frozen-base LoRA model (optionally checkpointed):
+    no graph break, no recompilation as the counters move, eager's bits. The model is
+    ReLU-only, so generated elementwise code cannot round differently."""
+    _compile_or_skip(backend)
+    _compiled_case(backend, ckpt, "cpu")
 
 
 def test_compiled_inference_forward():
@@ -500,7 +508,7 @@ def test_bad_inputs_are_named():
 
 # ------------------------------------------------------------------------------ GPU variants
 @cuda_only
-@pytest.mark.parametrize("shape", [(1, 64, 48), (3 * 13, 256, 160), (2048, 1024, 512)])
+@pytest.mark.parametrize("shape", [(1, 64, 64), (3 * 13, 256, 160), (2048, 1024, 512)])
 def test_frozen_matches_trainable_cuda(shape):
     m, k, n = shape
     r = nn4.get_recipe("nvfp4", backend="auto")
@@ -520,6 +528,20 @@ def test_frozen_matches_trainable_cuda(shape):
 
 
 @cuda_only
+@pytest.mark.parametrize("how", ["reentrant", "non_reentrant"])
+def test_checkpointed_lora_cuda(how):
+    _checkpointed_case(how, "cuda")
+
+
+@cuda_only
+@pytest.mark.parametrize("ckpt", [False, True])
+def test_compiled_frozen_lora_cuda(ckpt):
+    import torch._dynamo
+    torch._dynamo.reset()
+    _compiled_case("inductor", ckpt, "cuda")
+
+
+@cuda_only
 def test_transpose_and_dequantize_cuda(rng):
     w = torch.randn(272, 144, generator=rng).cuda()
     q = ops.quantize(w, 1, 0, 0, 0, 0, 0, None, True, True)
@@ -534,12 +556,14 @@ def test_transpose_and_dequantize_cuda(rng):
 @cuda_only
 def test_freeze_onto_the_gpu_frees_memory():
     torch.cuda.empty_cache()
+    torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(1024, 1024, bias=False) for _ in range(4)]).bfloat16()
     base = torch.cuda.memory_allocated()
     nn4.freeze_fp4(model, "nvfp4", exclude=[], device="cuda")  # quantized on the GPU, from CPU weights
     used = torch.cuda.memory_allocated() - base
     want = 4 * (1024 * 512 + 1024 * 64 + 4)
     assert used < want * 1.1 + 4 * 1024, (used, want)  # the allocator rounds small buffers up
+    torch.manual_seed(0)
     model_gpu = nn.Sequential(*[nn.Linear(1024, 1024, bias=False) for _ in range(4)]).bfloat16().cuda()
     with_master = torch.cuda.memory_allocated() - base - used
     nn4.freeze_fp4(model_gpu, "nvfp4", exclude=[])

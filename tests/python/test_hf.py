@@ -88,7 +88,8 @@ def test_gpt2_conv1d_converted_and_state_dict_compatible():
     plan = dict(nn4.plan_conversion(orig, exclude=[]))
     assert plan["lm_head"] == "skipped: weight tied to another module"
     assert plan["transformer.h.0.attn.c_attn"] == "convert"
-    assert dict(nn4.plan_conversion(orig, skip_last_blocks=1))["transformer.h.2.mlp.c_fc"] == "skipped: skip_last_blocks"
+    plan = dict(nn4.plan_conversion(orig, skip_last_blocks=1))
+    assert plan["transformer.h.2.mlp.c_fc"] == "skipped: skip_last_blocks"
     # the state_dict keeps GPT-2's layout: the same keys (plus counters), shapes and values
     sd = model.state_dict()
     assert set(sd) == set(sd0) | {n + ".sr_step" for n in names}

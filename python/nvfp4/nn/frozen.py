@@ -143,14 +143,6 @@ def _check_frozen_recipe(r: Recipe) -> Recipe:
     return r
 
 
-def _normal_tensor(t: torch.Tensor) -> torch.Tensor:
-    """t, or a normal copy of it if it is an inference tensor (made under inference_mode), so
-    that autograd may use it and the backward may update it."""
-    if t.is_inference() and not torch.is_inference_mode_enabled():
-        return t.clone()
-    return t
-
-
 # ------------------------------------------------------------------------------ autograd
 class _FrozenFn(torch.autograd.Function):
     @staticmethod
