@@ -29,8 +29,8 @@ safetensors both take it):
     bias           (if any) in its own dtype, frozen
     sr_step        int64   []            the stochastic-rounding counter
 
-A value decodes as e2m1(code) * e4m3(scale) / S_enc with S_enc = 2688 / amax (1 if that is
-0 and amax is inf). A state_dict with a float `weight` [out, in] instead (a checkpoint of the
+A value decodes as e2m1(code) * e4m3(scale) / S_enc, S_enc = min(2688 / amax, FLT_MAX) (1
+where that is 0, i.e. amax = inf). A state_dict with a float `weight` [out, in] instead (a checkpoint of the
 unfrozen model) is accepted and quantized when it loads.
 
 `layer.weight` is a stand-in for the missing master weight: reading it gives the decoded
