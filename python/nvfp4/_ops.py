@@ -420,3 +420,66 @@ def linear_fwd(x, w, bias, counter, cfg, save_xt, save_wt, w_mode=W_FRESH, w_cac
 
 def linear_bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
     return torch.ops.nvfp4.linear_bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
+
+
+# ------------------------------------------------------------------------------ a frozen, already quantized weight
+# The forward of a layer whose weight exists only in NVFP4 (nvfp4.nn.FrozenLinear): W's rowwise
+# (data, swizzled scales, amax) are three tensors the layer owns, read and never written, so
+# the op mutates nothing. X is quantized exactly as linear_fwd quantizes it for fprop (same
+# rounding, seed and counter), so both layers compute the same bits from the same W.
+lib.define("frozen_linear_fwd(Tensor x, Tensor w_data, Tensor w_scales, Tensor w_amax, Tensor? bias, "
+           "Tensor counter, int[] cfg) -> Tensor")
+
+
+def _frozen_fwd_check(x, w_data, w_scales, w_amax):
+    m, k = x.shape
+    n = w_data.shape[0]
+    if w_data.dim() != 2 or w_data.shape[1] * 2 != k:
+        raise ValueError(f"w_data: expected [{n}, {k // 2}] packed codes for an input of {k} features, "
+                         f"got {list(w_data.shape)}")
+    if w_scales.numel() < _up(n, 128) * _up(k // 16, 4) or w_amax.numel() * w_amax.element_size() < 4:
+        raise ValueError("w_scales/w_amax: too small for the weight")
+    return m, k, n
+
+
+def _frozen_fwd_impl(x, w_data, w_scales, w_amax, bias, counter, cfg):
+    C = LinearConfig
+    x = x.contiguous()
+    m, k, n = _frozen_fwd_check(x, w_data, w_scales, w_amax)
+    dev = x.device
+    for name, t in (("w_data", w_data), ("w_scales", w_scales), ("w_amax", w_amax), ("counter", counter)):
+        if t.device != dev:
+            raise ValueError(f"{name}: on {t.device} but x is on {dev}; move the module with .to()")
+    y = torch.empty((m, n), dtype=x.dtype, device=dev)
+    if m == 0 or n == 0:
+        return y
+    dt, di, st = _device(x)
+    backend = cfg[C.BACKEND]
+    bias_dt = None if bias is None else bias.dtype
+    bias = None if bias is None else bias.contiguous()
+    gemm_ws = gemm_workspace_bytes(m, n, k, backend, x.dtype, bias_dt, False, dev, (dt, di, st))
+    xrow_bytes = packed_nbytes(m, k)
+    ws = torch.empty((xrow_bytes + gemm_ws,), dtype=torch.uint8, device=dev)
+    xrow = _addresses(ws.data_ptr(), m, k)
+    _C.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, *xrow, 0, 0, 0, 0, cfg[C.X_ROUND], _LAYOUT_SWIZZLED,
+                    0, cfg[C.SIGN_MASK], cfg[C.SEED_X], 0, counter.data_ptr(), dt, di, st)
+    _C.gemm_raw(*xrow, w_data.data_ptr(), w_scales.data_ptr(), w_amax.data_ptr(), m, n, k, _LAYOUT_SWIZZLED, 0, 0,
+                0 if bias is None else bias.data_ptr(), DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(),
+                DTYPE_CODE[x.dtype], backend, ws.data_ptr() + xrow_bytes, gemm_ws, dt, di, st)
+    return y
+
+
+def _frozen_fwd_fake(x, w_data, w_scales, w_amax, bias, counter, cfg):
+    return x.new_empty((x.shape[0], w_data.shape[0]))
+
+
+for _k in ("CPU", "CUDA"):
+    lib.impl("frozen_linear_fwd", lambda *a: _frozen_fwd_impl(*a), _k)
+torch.library.register_fake("nvfp4::frozen_linear_fwd", _frozen_fwd_fake, lib=lib)
+
+
+def frozen_linear_fwd(x, w_data, w_scales, w_amax, bias, counter, cfg):
+    """Y = alpha * Q(X) Ŵᵀ (+ bias) for a weight given as its rowwise NVFP4 triple (data
+    uint8 [N, K/2], swizzled scales as bytes, amax float32 [1]); X [M, K] is quantized as the
+    cfg says for fprop (LinearConfig.X_ROUND, SEED_X, the counter as SR offset)."""
+    return torch.ops.nvfp4.frozen_linear_fwd(x, w_data, w_scales, w_amax, bias, counter, cfg)

@@ -2,15 +2,22 @@
 
 ``Linear`` (a drop-in nn.Linear), ``Recipe`` and the canned recipes, ``convert`` /
 ``unconvert`` for whole models, and the precision schedule (``set_precision``, ``Cooldown``).
-The device work runs through nvfp4's torch ops (``nvfp4.nn.ops`` is ``nvfp4._ops``,
-namespace ``nvfp4``).
+Frozen NVFP4 bases: ``FrozenLinear`` (weight stored only in NVFP4), ``freeze_fp4`` for whole
+models, ``save`` / ``load`` (safetensors), and LoRA adapters on top (``LoRALinear``,
+``add_lora``, ``merge_and_unload``; peft's LoRA works too). The device work runs through
+nvfp4's torch ops (``nvfp4.nn.ops`` is ``nvfp4._ops``, namespace ``nvfp4``).
 """
 from .. import _ops as ops
 from .recipe import RECIPES, QuantConfig, Recipe, get_recipe, layer_seed
 from .linear import Linear
-from .convert import (DEFAULT_EXCLUDE, Cooldown, convert, converted_layers, plan_conversion, set_precision,
-                      set_sr_step, set_weight_reuse, unconvert)
+from .frozen import FP4Weight, FrozenLinear, load, recipe_from_dict, save
+from .convert import (DEFAULT_EXCLUDE, ConversionPlan, Conv1DLinear, Cooldown, convert, converted_layers,
+                      find_blocks, freeze_fp4, frozen_layers, plan_conversion, set_precision, set_sr_step,
+                      set_weight_reuse, unconvert)
+from .lora import LoRALinear, add_lora, lora_parameters, lora_state_dict, merge_and_unload
 
 __all__ = ["Linear", "Recipe", "QuantConfig", "RECIPES", "get_recipe", "layer_seed", "convert", "unconvert",
-           "plan_conversion", "converted_layers", "set_precision", "set_sr_step", "set_weight_reuse", "Cooldown",
-           "DEFAULT_EXCLUDE", "ops"]
+           "plan_conversion", "ConversionPlan", "find_blocks", "converted_layers", "frozen_layers",
+           "set_precision", "set_sr_step", "set_weight_reuse", "Cooldown", "DEFAULT_EXCLUDE", "Conv1DLinear",
+           "FrozenLinear", "FP4Weight", "freeze_fp4", "save", "load", "recipe_from_dict", "LoRALinear", "add_lora",
+           "merge_and_unload", "lora_parameters", "lora_state_dict", "ops"]
