@@ -17,11 +17,11 @@ from ._quantize import quantize, swizzle_scales, unswizzle_scales
 from ._gemm import gemm
 from .backends import device_info, is_supported, supported_backends
 from . import nn
-from .nn import convert, unconvert
+from .nn import convert, freeze_fp4, unconvert
 
 __version__ = _C.version()
 
 __all__ = [
     "NVFP4Tensor", "quantize", "dequantize", "gemm", "swizzle_scales", "unswizzle_scales",
-    "device_info", "is_supported", "supported_backends", "nn", "convert", "unconvert", "DEFAULT_RHT_SIGNS", "rht_matrix", "__version__",
+    "device_info", "is_supported", "supported_backends", "nn", "convert", "freeze_fp4", "unconvert", "DEFAULT_RHT_SIGNS", "rht_matrix", "__version__",
 ]

@@ -186,7 +186,10 @@ class Linear(nn.Linear):
             raise ValueError(f"in_features/out_features: must be multiples of 16 for NVFP4 blocks, got "
                              f"{self.in_features}x{self.out_features}")
         dev = self.weight.device
-        self.register_buffer("sr_step", torch.zeros((), dtype=torch.int64, device=dev), persistent=True)
+        with torch.inference_mode(False):
+            # a normal tensor even when the model is built under inference_mode: the backward advances it
+            step = torch.zeros((), dtype=torch.int64, device=dev)
+        self.register_buffer("sr_step", step, persistent=True)
         self.register_buffer("_w_cache", None, persistent=False)
         self.precision = "nvfp4"
         self.weight_reuse = None
@@ -298,6 +301,11 @@ class Linear(nn.Linear):
             raise TypeError(f"x: nvfp4 Linear takes float32/float16/bfloat16 inputs and weights, got "
                             f"{x.dtype} and {self.weight.dtype}")
         mode = _W_MODE[self.weight_reuse]
-        if mode == _ops.W_STORE and not torch.compiler.is_compiling():
-            self._w_cache_stored = True
-        return _LinearFn.apply(x, self.weight, self.bias, self.sr_step, self._w_cache, self._plan, mode)
+        counter = self.sr_step
+        if not torch.compiler.is_compiling():
+            if mode == _ops.W_STORE:
+                self._w_cache_stored = True
+            if counter.is_inference() and not torch.is_inference_mode_enabled():
+                # loaded or moved under inference_mode: a normal counter the backward may advance
+                counter = self.sr_step = counter.clone()
+        return _LinearFn.apply(x, self.weight, self.bias, counter, self._w_cache, self._plan, mode)
