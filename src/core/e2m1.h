@@ -34,30 +34,37 @@ NVFP4_HD uint32_t e2m1_encode_rn(float v) {
   return sign | m;
 }
 
-// Stochastic rounding between the two E2M1 neighbours of v (|v| <= 6 expected, larger
-// saturates): rounds away from zero with probability (|v| - lo) / (hi - lo).
-// The grid gaps are powers of two, so that fraction is exact in fp32; `rnd` supplies
-// 24 uniform bits (its top 24), compared exactly.
+// Magnitude a in [0, 6] (not NaN) in E2M1 fixed point: the bits of a * 2^-126 rounded
+// toward zero. fp32's subnormals and E2M1's share their layout up to a shift: both are
+// evenly spaced below their first normal binade, and E2M1's normal binades have one
+// mantissa bit. So bits 22..24 hold the E2M1 magnitude code of the grid point at or below
+// a (the truncation), and bits 0..21 hold 2^22 * f, with f = (a - lo) / (hi - lo) in
+// [0, 1) the position of a inside its grid gap [lo, hi). On the device this is one
+// multiply; the host form computes the same bits exactly.
+NVFP4_HD uint32_t e2m1_fixed(float a) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(__fmul_rz(a, 1.17549435082228751e-38f));  // 2^-126
+#else
+  // a < 1: a * 2^23 is exact, the cast truncates; a >= 1: a * 2^-126 is a normal number,
+  // exact, whose bits are a's with the exponent lowered by 126.
+  return a < 1.0f ? static_cast<uint32_t>(a * 8388608.0f) : float_bits(a) - (126u << 23);
+#endif
+}
+
+// Stochastic rounding of v to one of the two E2M1 neighbours of min(|v|, 6), sign kept,
+// with the random byte `rnd & 0xff` (the contract: 8 random bits per element):
+//   with a = min(|v|, 6) in the grid gap [lo, hi) and f = (a - lo) / (hi - lo),
+//   the result is hi when floor(256 * f) + rnd >= 256, else lo.
+// So hi comes with probability floor(256 f) / 256 for a uniform byte: the rounding is
+// unbiased to within 1/256 of a gap, any deviation being toward zero, and values on the
+// grid (f = 0) are never moved. In E2M1 fixed point the rule is one add: the random byte
+// goes in just below the code, a carry out of the fraction rounds up.
 NVFP4_HD uint32_t e2m1_encode_sr(float v, uint32_t rnd) {
   if (is_nan(v)) return 0x7u;
   uint32_t sign = (float_bits(v) >> 28) & 8u;
   float a = abs_f(v);
-  if (a >= 6.0f) return sign | 7u;
-  uint32_t lo;
-  float gap_inv;
-  if (a < 2.0f) {
-    lo = static_cast<uint32_t>(a * 2.0f);  // truncation: 0..3
-    gap_inv = 2.0f;
-  } else if (a < 4.0f) {
-    lo = static_cast<uint32_t>(a) + 2u;    // 2 -> 4, 3 -> 5
-    gap_inv = 1.0f;
-  } else {
-    lo = 6u;
-    gap_inv = 0.5f;
-  }
-  float frac = (a - e2m1_magnitude(lo)) * gap_inv;             // exact, in [0, 1)
-  float u = static_cast<float>(rnd >> 8) * 5.9604644775390625e-08f;  // k * 2^-24, exact
-  return sign | (u < frac ? lo + 1u : lo);
+  if (!(a < kE2M1Max)) a = kE2M1Max;
+  return sign | ((e2m1_fixed(a) + ((rnd & 0xffu) << 14)) >> 22);
 }
 
 NVFP4_HD uint8_t pack_e2m1x2(uint32_t lo, uint32_t hi) {

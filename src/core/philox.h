@@ -2,9 +2,9 @@
 // element depend only on (seed, offset, element index), never on how the work is
 // split across threads. The CPU reference and the kernels call the same function.
 //
-// Convention: key = (seed lo, seed hi); counter = (idx/4 lo, idx/4 hi, offset lo,
-// offset hi); element idx takes output word idx % 4. "idx" is the element's linear
-// index in the tensor being quantized (for a columnwise output: in the transpose).
+// Convention: key = (seed lo, seed hi); counter = (g lo, g hi, offset lo, offset hi)
+// for group g. How the 128 output bits are shared out among elements is decided by the
+// caller (core/block.h: one group per 16 elements, one byte each).
 #pragma once
 #include "common.h"
 
@@ -29,27 +29,23 @@ NVFP4_HD Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c
     uint32_t hi0, lo0, hi1, lo1;
     mulhilo32(kM0, c0, hi0, lo0);
     mulhilo32(kM1, c2, hi1, lo1);
-    uint32_t n0 = hi1 ^ c1 ^ k0;
-    uint32_t n2 = hi0 ^ c3 ^ k1;
+    // Round keys written as key + r * W (not bumped in place): the same values, and the
+    // compiler can then keep the ten keys of a kernel's seed out of its inner loops.
+    uint32_t n0 = hi1 ^ c1 ^ (k0 + static_cast<uint32_t>(r) * kW0);
+    uint32_t n2 = hi0 ^ c3 ^ (k1 + static_cast<uint32_t>(r) * kW1);
     c0 = n0;
     c1 = lo1;
     c2 = n2;
     c3 = lo0;
-    k0 += kW0;
-    k1 += kW1;
   }
   return {{c0, c1, c2, c3}};
 }
 
-// The four random words that serve elements 4*group .. 4*group+3.
+// The 128 random bits of counter group `group`.
 NVFP4_HD Philox4 philox_group(uint64_t seed, uint64_t offset, uint64_t group) {
   return philox4x32_10(static_cast<uint32_t>(group), static_cast<uint32_t>(group >> 32),
                        static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32),
                        static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-}
-
-NVFP4_HD uint32_t philox_element(uint64_t seed, uint64_t offset, uint64_t idx) {
-  return philox_group(seed, offset, idx >> 2).v[idx & 3];
 }
 
 }  // namespace nvfp4::core
