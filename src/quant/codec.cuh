@@ -3,7 +3,7 @@
 // The reference (core::e2m1_encode_rn / _sr on core::clamp_sym(x * e, 6)) is a chain of
 // seven comparisons per element; in SASS that is ~35 instructions per element, about three
 // times the budget of a kernel that must run at memory speed. The forms below compute
-// the same codes with ~9 (RN) and ~19 (SR) instructions. They are exact, not approximate:
+// the same codes with ~9 (RN) and ~7 (SR) instructions. They are exact, not approximate:
 //
 //  RN. Let a = min(|y|, 6) and c = 2^floor(log2(max(a, 1))), so c is 1, 2 or 4 and the
 //      E2M1 spacing around a is c/2. M = c * 2^22 is a power of two whose fp32 ulp is
@@ -12,31 +12,32 @@
 //      so the sum stays in M's binade). Reading the bits, n = bits(a + M) - bits(M), and
 //      the code is n + 2 * log2(c). The thresholds of the reference (0.25, 0.75, ..., 5)
 //      are exactly the midpoints this rounding uses, with ties going to the even code.
-//  SR. z = a / (c/2) (exact: a power-of-two scaling), fl = floor(z) via the round-toward-zero
-//      add z + 2^23, frac = z - fl (exact); the reference rounds up iff u < frac with
-//      u = (r >> 8) * 2^-24. u needs 24 fraction bits, one more than 1 + u can hold, so it is
-//      split as V + b * 2^-24 with V = (r >> 9) * 2^-23 and b = bit 8 of r, and the test is
-//      fl(frac - V) > b * 2^-24, which is exact: frac - V is exact whenever it lies near
-//      2^-24 (both operands are multiples of frac's ulp there), and round-to-nearest keeps
-//      its sign and its order with respect to 2^-24 elsewhere.
+//  SR. core::e2m1_encode_sr's own form, eight at a time: with F = core::e2m1_fixed(a) (the
+//      code in bits 22..24, the fraction in 0..21) and r the element's random byte,
+//      F * 4 + r * 2^16 holds (F + r * 2^14) >> 22, the reference's result, in its top
+//      byte (F <= 7 * 2^22, so nothing reaches bit 32). Putting r in byte 2 takes one
+//      byte permute, the multiply-add runs on the FMA pipe, and the eight top bytes are
+//      gathered with byte permutes instead of eight shifts and adds.
 //  Sign: the sign of x * e is the sign of x (e > 0); x = -0.0 keeps it, as the reference does.
 //  NaN:  the caller replaces the whole block by 0x7 codes when e is NaN, which is the only
 //        way x * e can be NaN (a NaN x makes its block amax, hence e, NaN).
 //
-// Both forms were checked against core::e2m1_encode_rn/_sr on every fp32 value (RN) and on
-// every fp32 value in [0, 6] with the random words at and around each decision boundary
-// (SR); tests/python/test_quant_cuda.py sweeps the same boundaries on the GPU.
+// RN was checked against core::e2m1_encode_rn on every fp32 value; tests/python/
+// test_quant_cuda.py sweeps the decision boundaries of both forms on the GPU.
 //
 // On family-specific Blackwell targets (sm_100a, sm_120a, ...) RN uses the hardware
 // cvt.rn.satfinite.e2m1x2.f32: round-to-nearest-even with saturation to +-6 that keeps the
 // sign of zero, i.e. the reference rule on every non-NaN input (NaN blocks are replaced as
-// above). SR has no hardware equivalent of the contract's rule and stays in software.
+// above). SR stays in software everywhere: Blackwell's cvt.rs.satfinite.e2m1x4.f32 also
+// takes 8 random bits per element and rounds by the carry of an add, but whether its
+// results (and its byte-to-element assignment) equal the contract's is unverified.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "core/common.h"
+#include "core/e2m1.h"
 
 // -DNVFP4_QUANT_SOFTWARE_E2M1 keeps the software form on every target.
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && !defined(NVFP4_QUANT_SOFTWARE_E2M1)
@@ -66,15 +67,6 @@ NVFP4_QD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 #endif
 }
 
-// 2^23 + floor(z) for 0 <= z < 2^23: the round-toward-zero sum on the device.
-NVFP4_QD float floor_plus_2p23(float z) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rz(z, 8388608.0f);
-#else
-  return 8388608.0f + std::floor(z);
-#endif
-}
-
 // Sign bits of x[0..7] moved to bit 3 of their nibbles. The top byte of each float holds
 // its sign in bit 7; bytes of the odd elements land on bits 7, 15, 23, 31 (nibbles 1, 3, 5,
 // 7 already), those of the even elements four bits too high.
@@ -94,20 +86,6 @@ NVFP4_QD uint32_t rn_code_biased(float y) {
   const uint32_t c = umax32(core::float_bits(a), 0x3F800000u) & 0xFF800000u;
   const float t = a + core::bits_float(c + 0x0B000000u);
   return core::float_bits(t) - c + (c >> 22);
-}
-
-// Magnitude code of y rounded stochastically with the Philox word r, plus kSrBias.
-constexpr uint32_t kSrBias = 0x4B0000FEu;
-NVFP4_QD uint32_t sr_code_biased(float y, uint32_t r) {
-  const float a = fminf(fabsf(y), 6.0f);
-  const uint32_t c = umax32(core::float_bits(a), 0x3F800000u) & 0xFF800000u;
-  const float z = a * core::bits_float(0x7F800000u - c);  // a * 2, a, a / 2
-  const float t = floor_plus_2p23(z);
-  const float frac = z - (t - 8388608.0f);
-  const float v = core::bits_float(0x3F800000u + (r >> 9)) - 1.0f;
-  const float thr = core::bits_float((r & 0x100u) * 0x338000u);  // 2^-24 when bit 8 is set
-  const uint32_t up = (frac - v) > thr ? 1u : 0u;
-  return core::float_bits(t) + (c >> 22) + up;
 }
 
 // Codes of x[0..7] * e, packed (element 0 in the low nibble). e > 0, not NaN.
@@ -132,11 +110,20 @@ NVFP4_QD uint32_t encode8_rn(const float* x, float e) {
 #endif
 }
 
-NVFP4_QD uint32_t encode8_sr(const float* x, float e, const uint32_t* rnd) {
-  uint32_t acc = 0u;
+// Codes of x[0..7] * e rounded stochastically (e > 0, not NaN): element i takes random
+// byte i % 4 of w[i / 4] (w[0] serves elements 0..3, w[1] elements 4..7), each as
+// core::e2m1_encode_sr(clamp(x[i] * e, 6), byte) would.
+NVFP4_QD uint32_t encode8_sr(const float* x, float e, uint32_t w0, uint32_t w1) {
+  uint32_t s[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) acc += sr_code_biased(x[i] * e, rnd[i]) << (4 * i);
-  return (acc - kSrBias * 0x11111111u) | signs8(x);
+  for (int i = 0; i < 8; ++i) {
+    const float a = fminf(fabsf(x[i] * e), 6.0f);
+    const uint32_t r = byte_perm(i < 4 ? w0 : w1, 0u, 0x4044u | ((i & 3u) << 8));  // byte in bits 16..23
+    s[i] = core::e2m1_fixed(a) * 4u + r;
+  }
+  const uint32_t even = byte_perm(byte_perm(s[0], s[2], 0x73u), byte_perm(s[4], s[6], 0x73u), 0x5410u);
+  const uint32_t odd = byte_perm(byte_perm(s[1], s[3], 0x73u), byte_perm(s[5], s[7], 0x73u), 0x5410u);
+  return (even + (odd << 4)) | signs8(x);
 }
 
 }  // namespace nvfp4::detail::quant

@@ -231,10 +231,10 @@ __device__ __forceinline__ Encoded encode_with_scale(const float (&v)[kBlock], u
   o.scale = scale;
   const float e = tab.e[scale];
   if constexpr (kSR) {
-    uint32_t rnd[kBlock];
-    core::philox_block16(seed, offset, idx0, rnd);
-    o.lo = encode8_sr(v, e, rnd);
-    o.hi = encode8_sr(v + 8, e, rnd + 8);
+    // the random bytes of core::philox_block16, still packed in their four words
+    const core::Philox4 p = core::philox_words16(seed, offset, idx0);
+    o.lo = encode8_sr(v, e, p.v[0], p.v[1]);
+    o.hi = encode8_sr(v + 8, e, p.v[2], p.v[3]);
   } else {
     o.lo = encode8_rn(v, e);
     o.hi = encode8_rn(v + 8, e);

@@ -1,0 +1,63 @@
+// Helpers of the legacy kernels (legacy_rowwise.cu, legacy_tile.cu): the stochastic
+// rounding of the previous contract, 24 random bits per element taken from the element's
+// own Philox word (one Philox4x32-10 call per 4 elements, counter idx / 4, word idx % 4),
+// rounded up iff (r >> 8) * 2^-24 < f. Timing comparisons only; see legacy_rowwise.cu.
+#pragma once
+
+#include "quant/common.cuh"
+
+namespace nvfp4::detail::quant::legacy {
+
+__device__ __forceinline__ uint32_t sr_code_biased24(float y, uint32_t r) {
+  const float a = fminf(fabsf(y), 6.0f);
+  const uint32_t c = umax32(__float_as_uint(a), 0x3F800000u) & 0xFF800000u;
+  const float z = a * __uint_as_float(0x7F800000u - c);
+  const float t = __fadd_rz(z, 8388608.0f);
+  const float frac = z - (t - 8388608.0f);
+  const float v = __uint_as_float(0x3F800000u + (r >> 9)) - 1.0f;
+  const float thr = __uint_as_float((r & 0x100u) * 0x338000u);
+  const uint32_t up = (frac - v) > thr ? 1u : 0u;
+  return __float_as_uint(t) + (c >> 22) + up;
+}
+
+__device__ __forceinline__ uint32_t encode8_sr24(const float* x, float e, const uint32_t* rnd) {
+  constexpr uint32_t kBias = 0x4B0000FEu;
+  uint32_t acc = 0u;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc += sr_code_biased24(x[i] * e, rnd[i]) << (4 * i);
+  return (acc - kBias * 0x11111111u) | signs8(x);
+}
+
+template <bool kSR>
+__device__ __forceinline__ Encoded legacy_encode_with_scale(const float (&v)[kBlock], uint32_t scale,
+                                                            const EncodeTable& tab, uint64_t seed, uint64_t offset,
+                                                            uint64_t idx0) {
+  Encoded o;
+  o.scale = scale;
+  const float e = tab.e[scale];
+  if constexpr (kSR) {
+    uint32_t rnd[kBlock];
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const core::Philox4 p = core::philox_group(seed, offset, (idx0 >> 2) + g);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) rnd[4 * g + j] = p.v[j];
+    }
+    o.lo = encode8_sr24(v, e, rnd);
+    o.hi = encode8_sr24(v + 8, e, rnd + 8);
+  } else {
+    o.lo = encode8_rn(v, e);
+    o.hi = encode8_rn(v + 8, e);
+  }
+  if (core::is_nan(e)) o.lo = o.hi = 0x77777777u;
+  return o;
+}
+
+template <bool kSR>
+__device__ __forceinline__ Encoded legacy_encode_block(const float (&v)[kBlock], uint32_t bamax_bits,
+                                                       const TensorScale& ts, const EncodeTable& tab, uint64_t seed,
+                                                       uint64_t offset, uint64_t idx0) {
+  return legacy_encode_with_scale<kSR>(v, block_scale_byte(bamax_bits, ts), tab, seed, offset, idx0);
+}
+
+}  // namespace nvfp4::detail::quant::legacy
