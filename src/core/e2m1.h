@@ -16,6 +16,34 @@ NVFP4_HD float e2m1_decode(uint32_t code4) {
   return (code4 & 8u) ? -m : m;
 }
 
+// Round-to-nearest-even of a magnitude a in [0, 6] (not NaN), as the word 0x4B000000 + code.
+// Inside one binade the E2M1 grid is evenly spaced, and adding 2^23 (+ an even integer)
+// to a value below 2^23 rounds it to an integer with fp32's own ties-to-even. So
+//   rne(2a)      is the code where the spacing is 1/2 (a < 2),
+//   rne(a) + 2   where it is 1 (2 <= a < 4),
+//   rne(a/2) + 4 where it is 2 (4 <= a <= 6),
+// and each of them is at least the right one elsewhere (the three lines cross where the
+// spacing changes), so the code is their minimum. The three sums lie in [2^23, 2^24),
+// where the order of the bits is the order of the values. Every fp32 a in [0, 6] gives
+// the code of the thresholds <=0.25 -> 0, <0.75 -> 1, <=1.25 -> 2, <1.75 -> 3, <=2.5 -> 4,
+// <3.5 -> 5, <=5 -> 6, else 7 (checked exhaustively: tests/cuda/e2m1_exhaustive.cpp).
+// a * 2 and a * 0.5 + (2^23 + 4) round the same whether or not the multiply is fused
+// (a * 0.5 loses bits only below 2^-125, far under the rounding point).
+NVFP4_HD uint32_t e2m1_rn_word(float a) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t t0 = __float_as_uint(__fmaf_rn(a, 2.0f, 8388608.0f));
+  const uint32_t t1 = __float_as_uint(__fadd_rn(a, 8388610.0f));
+  const uint32_t t2 = __float_as_uint(__fmaf_rn(a, 0.5f, 8388612.0f));
+  return min(min(t0, t1), t2);
+#else
+  const uint32_t t0 = float_bits(a * 2.0f + 8388608.0f);
+  const uint32_t t1 = float_bits(a + 8388610.0f);
+  const uint32_t t2 = float_bits(a * 0.5f + 8388612.0f);
+  const uint32_t m = t0 < t1 ? t0 : t1;
+  return m < t2 ? m : t2;
+#endif
+}
+
 // Round-to-nearest-even with saturation, on |v|; the sign of v is kept (so -0.1 -> 0x8).
 // NaN has no E2M1 encoding: it becomes 0x7 (+6). Its block scale is NaN by then
 // (a NaN reaches every amax), so it still decodes to NaN.
@@ -23,15 +51,8 @@ NVFP4_HD uint32_t e2m1_encode_rn(float v) {
   if (is_nan(v)) return 0x7u;
   uint32_t sign = (float_bits(v) >> 28) & 8u;
   float a = abs_f(v);
-  uint32_t m = a <= 0.25f ? 0u
-             : a < 0.75f  ? 1u
-             : a <= 1.25f ? 2u
-             : a < 1.75f  ? 3u
-             : a <= 2.5f  ? 4u
-             : a < 3.5f   ? 5u
-             : a <= 5.0f  ? 6u
-                          : 7u;
-  return sign | m;
+  if (!(a < kE2M1Max)) a = kE2M1Max;
+  return sign | (e2m1_rn_word(a) & 7u);
 }
 
 // Magnitude a in [0, 6] (not NaN) in E2M1 fixed point: the bits of a * 2^-126 rounded

@@ -15,10 +15,8 @@ namespace nvfp4::core {
 // [1,1,1,-1,1,-1,-1,-1,-1,-1,-1,1,-1,1,-1,-1]
 constexpr uint32_t kDefaultRhtSignMask = 0xD7E8u;
 
-NVFP4_HD void rht16(float (&v)[16], uint32_t sign_mask) {
-#pragma unroll
-  for (int i = 0; i < 16; ++i)
-    if ((sign_mask >> i) & 1u) v[i] = -v[i];
+// The butterfly and the scaling, without the signs.
+NVFP4_HD void fwht16_scaled(float (&v)[16]) {
 #pragma unroll
   for (int h = 1; h < 16; h <<= 1) {
 #pragma unroll
@@ -32,6 +30,13 @@ NVFP4_HD void rht16(float (&v)[16], uint32_t sign_mask) {
   }
 #pragma unroll
   for (int i = 0; i < 16; ++i) v[i] *= 0.25f;
+}
+
+NVFP4_HD void rht16(float (&v)[16], uint32_t sign_mask) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    if ((sign_mask >> i) & 1u) v[i] = -v[i];
+  fwht16_scaled(v);
 }
 
 }  // namespace nvfp4::core

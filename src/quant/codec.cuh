@@ -1,17 +1,13 @@
 // E2M1 rounding of scaled values, eight at a time, for the kernels.
 //
-// The reference (core::e2m1_encode_rn / _sr on core::clamp_sym(x * e, 6)) is a chain of
-// seven comparisons per element; in SASS that is ~35 instructions per element, about three
-// times the budget of a kernel that must run at memory speed. The forms below compute
-// the same codes with ~9 (RN) and ~7 (SR) instructions. They are exact, not approximate:
+// The per-element rules are core::e2m1_encode_rn / _sr on core::clamp_sym(x * e, 6), whose
+// arithmetic (core::e2m1_rn_word, core::e2m1_fixed) is written to be cheap on the GPU; the
+// forms below apply it eight elements at a time and pack the codes with byte permutes
+// (~7 instructions per element for either rounding, about half of them on the FP/FMA pipes):
 //
-//  RN. Let a = min(|y|, 6) and c = 2^floor(log2(max(a, 1))), so c is 1, 2 or 4 and the
-//      E2M1 spacing around a is c/2. M = c * 2^22 is a power of two whose fp32 ulp is
-//      exactly c/2 and M / (c/2) = 2^23 is even, so fl(a + M) = M + n * c/2 where n is a / (c/2)
-//      rounded to nearest, ties to even: the E2M1 rounding inside that binade (a < 2M,
-//      so the sum stays in M's binade). Reading the bits, n = bits(a + M) - bits(M), and
-//      the code is n + 2 * log2(c). The thresholds of the reference (0.25, 0.75, ..., 5)
-//      are exactly the midpoints this rounding uses, with ties going to the even code.
+//  RN. core::e2m1_rn_word (the minimum of three rounded sums: three FP32 operations and
+//      one integer min per element), eight at a time, the codes gathered from the low bytes
+//      with byte permutes.
 //  SR. core::e2m1_encode_sr's own form, eight at a time: with F = core::e2m1_fixed(a) (the
 //      code in bits 22..24, the fraction in 0..21) and r the element's random byte,
 //      F * 4 + r * 2^16 holds (F + r * 2^14) >> 22, the reference's result, in its top
@@ -22,7 +18,8 @@
 //  NaN:  the caller replaces the whole block by 0x7 codes when e is NaN, which is the only
 //        way x * e can be NaN (a NaN x makes its block amax, hence e, NaN).
 //
-// RN was checked against core::e2m1_encode_rn on every fp32 value; tests/python/
+// tests/cuda/e2m1_exhaustive.cpp checks the core rules against the comparison chain (RN)
+// and the floor(256 f) definition (SR) on every fp32 in [0, 6]; tests/python/
 // test_quant_cuda.py sweeps the decision boundaries of both forms on the GPU.
 //
 // On family-specific Blackwell targets (sm_100a, sm_120a, ...) RN uses the hardware
@@ -79,15 +76,6 @@ NVFP4_QD uint32_t signs8(const float* x) {
   return (odd & 0x80808080u) | ((even >> 4) & 0x08080808u);
 }
 
-// Magnitude code of y (see the RN note above), plus kRnBias.
-constexpr uint32_t kRnBias = 0x0B0000FEu;
-NVFP4_QD uint32_t rn_code_biased(float y) {
-  const float a = fminf(fabsf(y), 6.0f);
-  const uint32_t c = umax32(core::float_bits(a), 0x3F800000u) & 0xFF800000u;
-  const float t = a + core::bits_float(c + 0x0B000000u);
-  return core::float_bits(t) - c + (c >> 22);
-}
-
 // Codes of x[0..7] * e, packed (element 0 in the low nibble). e > 0, not NaN.
 NVFP4_QD uint32_t encode8_rn(const float* x, float e) {
 #if defined(NVFP4_QUANT_HW_E2M1)
@@ -103,10 +91,12 @@ NVFP4_QD uint32_t encode8_rn(const float* x, float e) {
         "f"(x[6] * e), "f"(x[7] * e));
   return r;
 #else
-  uint32_t acc = 0u;
+  uint32_t w[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) acc += rn_code_biased(x[i] * e) << (4 * i);
-  return (acc - kRnBias * 0x11111111u) | signs8(x);
+  for (int i = 0; i < 8; ++i) w[i] = core::e2m1_rn_word(fminf(fabsf(x[i] * e), 6.0f));
+  const uint32_t even = byte_perm(byte_perm(w[0], w[2], 0x40u), byte_perm(w[4], w[6], 0x40u), 0x5410u);
+  const uint32_t odd = byte_perm(byte_perm(w[1], w[3], 0x40u), byte_perm(w[5], w[7], 0x40u), 0x5410u);
+  return (even + (odd << 4)) | signs8(x);
 #endif
 }
 

@@ -1,7 +1,8 @@
 // Helpers of the legacy kernels (legacy_rowwise.cu, legacy_tile.cu): the stochastic
 // rounding of the previous contract, 24 random bits per element taken from the element's
 // own Philox word (one Philox4x32-10 call per 4 elements, counter idx / 4, word idx % 4),
-// rounded up iff (r >> 8) * 2^-24 < f. Timing comparisons only; see legacy_rowwise.cu.
+// rounded up iff (r >> 8) * 2^-24 < f, and the RN encoder of that time (same codes as
+// today's). Timing comparisons only; see legacy_rowwise.cu.
 #pragma once
 
 #include "quant/common.cuh"
@@ -28,6 +29,20 @@ __device__ __forceinline__ uint32_t encode8_sr24(const float* x, float e, const 
   return (acc - kBias * 0x11111111u) | signs8(x);
 }
 
+// The RN encoder of that time: a + c * 2^22 rounded, c = 2^floor(log2(max(a, 1))).
+__device__ __forceinline__ uint32_t encode8_rn_old(const float* x, float e) {
+  constexpr uint32_t kBias = 0x0B0000FEu;
+  uint32_t acc = 0u;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float a = fminf(fabsf(x[i] * e), 6.0f);
+    const uint32_t c = umax32(__float_as_uint(a), 0x3F800000u) & 0xFF800000u;
+    const float t = a + __uint_as_float(c + 0x0B000000u);
+    acc += (__float_as_uint(t) - c + (c >> 22)) << (4 * i);
+  }
+  return (acc - kBias * 0x11111111u) | signs8(x);
+}
+
 template <bool kSR>
 __device__ __forceinline__ Encoded legacy_encode_with_scale(const float (&v)[kBlock], uint32_t scale,
                                                             const EncodeTable& tab, uint64_t seed, uint64_t offset,
@@ -46,8 +61,8 @@ __device__ __forceinline__ Encoded legacy_encode_with_scale(const float (&v)[kBl
     o.lo = encode8_sr24(v, e, rnd);
     o.hi = encode8_sr24(v + 8, e, rnd + 8);
   } else {
-    o.lo = encode8_rn(v, e);
-    o.hi = encode8_rn(v + 8, e);
+    o.lo = encode8_rn_old(v, e);
+    o.hi = encode8_rn_old(v + 8, e);
   }
   if (core::is_nan(e)) o.lo = o.hi = 0x77777777u;
   return o;

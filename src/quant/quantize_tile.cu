@@ -42,7 +42,7 @@ struct TileArgs {
   int csc;               // rp / 16
   int ccp;               // roundup(csc, 4)
   int64_t crows_sw;      // roundup(cols, 128)
-  int swizzled, row_rht, col_rht;
+  int swizzled;
   uint32_t sign_mask;
   uint64_t seed, offset;
   const uint64_t* offset_device;  // optional: added to offset, read when the kernel runs
@@ -66,21 +66,28 @@ __device__ __forceinline__ int chunk_offset(int r, int j) {
   return r * Smem<T>::kRowBytes + ((j ^ (((r >> 4) ^ r) & 7)) << 4);
 }
 
-template <class T, bool kSR, bool k2D>
+// Which outputs and transforms a launch has are template parameters, so that each variant's
+// loop holds only its own work (kRowRht: RHT along rows for the rowwise output, kColRht:
+// along columns for the columnwise one; 1D only).
+template <class T, bool kSR, bool k2D, bool kRow, bool kCol, bool kRowRht, bool kColRht>
 __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
+  static_assert(kRow || kCol, "nothing to write");
+  static_assert(!k2D || (!kRowRht && !kColRht), "the RHT is 1D only");
+  static_assert(kRow || !kRowRht, "row RHT without rowwise output");
+  static_assert(kCol || !kColRht, "column RHT without columnwise output");
   __shared__ __align__(16) Smem<T> sm;
   __shared__ EncodeTable tab_r, tab_c;
   __shared__ uint32_t tam[2][8][4];  // 2D: amax bits of the tile's 8 x 4 16x16 tiles, double-buffered
 
-  const bool do_row = a.rdata != nullptr, do_col = a.cdata != nullptr;
+  constexpr bool do_row = kRow, do_col = kCol;
   const uint64_t sr_offset = kSR ? a.offset + (a.offset_device ? *a.offset_device : 0) : 0;
   TensorScale ts_r{}, ts_c{};
-  if (do_row) {
+  if constexpr (do_row) {
     const core::GlobalScale g = core::make_global_scale(*a.ramax);
     ts_r = make_tensor_scale(g);
     fill_encode_table(tab_r, g.dec);
   }
-  if (do_col) {
+  if constexpr (do_col) {
     const core::GlobalScale g = core::make_global_scale(*a.camax);
     ts_c = make_tensor_scale(g);
     fill_encode_table(tab_c, g.dec);
@@ -139,37 +146,43 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     }
   };
 
-  // Rowwise outputs of one block (scale byte s, codes o).
+  // Rowwise outputs of one block (scale byte s, codes o). A tile's 128 rows x 4 blocks are
+  // exactly one 512-byte tile of the swizzled rowwise scales: that tile's offset is
+  // uniform, the byte inside it a per-thread constant (soff_r).
+  const int rcp4 = (a.nb + 3) / 4;  // swizzled scale tiles per 128-row band
+  int soff_r[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) soff_r[k] = (rt[k] & 31) * 16 + (rt[k] >> 5) * 4 + bq;
   auto store_row = [&](const Cursor& c, int k, const Encoded& o) {
     const bool ok = valid(c, k);
-    const int64_t r = static_cast<int64_t>(c.tr) * 128 + rt[k];
-    const int blk = c.tc * 4 + bq;
     if (ok) {
       const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
       *reinterpret_cast<uint2*>(a.rdata + e0 / 2) = make_uint2(o.lo, o.hi);
     }
     if (a.swizzled) {
-      if (blk < (a.nb + 3) / 4 * 4) a.rscales[core::swizzle_offset(r, blk, a.nb)] = ok ? o.scale : 0u;
+      // tiles past the padded scale columns exist only for the columnwise output's padding
+      if (c.tc < rcp4)
+        a.rscales[(static_cast<int64_t>(c.tr) * rcp4 + c.tc) * 512 + soff_r[k]] = ok ? o.scale : 0u;
     } else if (ok) {
-      a.rscales[r * a.nb + blk] = static_cast<uint8_t>(o.scale);
+      a.rscales[(static_cast<int64_t>(c.tr) * 128 + rt[k]) * a.nb + c.tc * 4 + bq] = static_cast<uint8_t>(o.scale);
     }
   };
 
   auto phase_a = [&](const RawBlock<T> (&b)[2], const Cursor& c, int pb) {
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      if (do_col) {
+      if constexpr (do_col) {
 #pragma unroll
         for (int i = 0; i < Layout<T>::kChunks; ++i)
           *reinterpret_cast<uint4*>(sm.buf + chunk_offset<T>(rt[k], bq * Layout<T>::kChunks + i)) = b[k].c[i];
       }
       if constexpr (k2D) {
         atomicMax(&tam[pb][rt[k] >> 4][bq], raw_absmax_bits<T>(b[k]));
-      } else if (do_row) {
+      } else if constexpr (do_row) {
         float v[kBlock];
         to_float<T>(b[k], v);
         uint32_t bamax;
-        if (a.row_rht) {
+        if constexpr (kRowRht) {
           core::rht16(v, a.sign_mask);
           bamax = absmax_bits(v);
         } else {
@@ -193,52 +206,79 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     }
   };
 
-  // One column block: column cl of the tile, row block rb.
-  auto col_block = [&](float (&v)[kBlock], const Cursor& c, int cl, int pb) {
-    const int64_t col = static_cast<int64_t>(c.tc) * 64 + cl;
-    const int64_t r0 = static_cast<int64_t>(c.tr) * 128 + 16 * rb;
+  // One column block: column cl of the tile (cl = cl0 + h, h < kColsPerThread), row block rb.
+  // Its element index in x^T is col * rp + r0 = (tc * 64 * rp + tr * 128) + (cl * rp + 16 * rb):
+  // a per-tile uniform part plus a per-thread constant, and likewise for its scale byte.
+  constexpr int kColsPerThread = T::kBytes == 4 ? 1 : 2;  // columns in a 4-byte word
+  constexpr int kUnitsB = T::kBytes == 4 ? 2 : 1;         // 16-byte chunk columns per thread
+  uint64_t coff[kUnitsB][kColsPerThread];  // cl * rp + 16 * rb
+  int csoff[kUnitsB][kColsPerThread];      // swizzled: byte of (cl, rb) inside its tile band
+  int64_t clin[kUnitsB][kColsPerThread];   // linear: cl * csc + rb
+#pragma unroll
+  for (int u = 0; u < kUnitsB; ++u)
+#pragma unroll
+    for (int h = 0; h < kColsPerThread; ++h) {
+      const int cl = kColsPerThread * (4 * (warp + 8 * u) + wq) + h;
+      coff[u][h] = static_cast<uint64_t>(cl) * static_cast<uint64_t>(a.rp) + 16u * rb;
+      csoff[u][h] = (rb >> 2) * 512 + (cl & 31) * 16 + (cl >> 5) * 4 + (rb & 3);
+      clin[u][h] = static_cast<int64_t>(cl) * a.csc + rb;
+    }
+  const int64_t ccp_tile = static_cast<int64_t>(a.ccp) * 128;  // bytes per 128 rows of x^T's scales
+
+  auto col_block = [&](float (&v)[kBlock], const Cursor& c, int u, int h, int pb) {
+    const int cl = kColsPerThread * (4 * (warp + 8 * u) + wq) + h;
     uint32_t s;
     if constexpr (k2D) {
       s = block_scale_byte(tam[pb][rb][cl >> 4], ts_c);
     } else {
-      if (a.col_rht) core::rht16(v, a.sign_mask);
+      if constexpr (kColRht) core::fwht16_scaled(v);  // the signs were applied to the raw words
       s = block_scale_byte(absmax_bits(v), ts_c);
     }
-    const uint64_t idx0 = static_cast<uint64_t>(col) * static_cast<uint64_t>(a.rp) + static_cast<uint64_t>(r0);
+    const uint64_t tile_idx = static_cast<uint64_t>(c.tc) * 64u * static_cast<uint64_t>(a.rp) + c.tr * 128u;
+    const uint64_t idx0 = tile_idx + coff[u][h];
     const Encoded o = encode_with_scale<kSR>(v, s, tab_c, a.seed, sr_offset, idx0);
+    const int col = c.tc * 64 + cl;  // < 2^31 (checked by the launcher)
+    const int r0 = c.tr * 128 + 16 * rb;
     const bool ok = col < a.cols && r0 < a.rp;
     if (ok) *reinterpret_cast<uint2*>(a.cdata + idx0 / 2) = make_uint2(o.lo, o.hi);
     const int sci = c.tr * 8 + rb;  // scale column of x^T
     if (a.swizzled) {
-      if (col < a.crows_sw && sci < a.ccp) a.cscales[core::swizzle_offset(col, sci, a.csc)] = ok ? o.scale : 0u;
+      // col / 128 = tc / 2 and (col % 128) / 32 = 2 * (tc % 2) + cl / 32, as cl < 64
+      if (col < a.crows_sw && sci < a.ccp)
+        a.cscales[(c.tc >> 1) * ccp_tile + c.tr * 1024 + (c.tc & 1) * 8 + csoff[u][h]] = ok ? o.scale : 0u;
     } else if (ok) {
-      a.cscales[col * a.csc + sci] = static_cast<uint8_t>(o.scale);
+      a.cscales[static_cast<int64_t>(c.tc) * 64 * a.csc + c.tr * 8 + clin[u][h]] = static_cast<uint8_t>(o.scale);
     }
   };
 
   auto phase_b = [&](const Cursor& c, int pb) {
-    constexpr int kUnits = T::kBytes == 4 ? 2 : 1;  // 16-byte chunk columns per thread
 #pragma unroll
-    for (int u = 0; u < kUnits; ++u) {
+    for (int u = 0; u < kUnitsB; ++u) {
       const int q = warp + 8 * u;
       uint32_t w[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i)
         w[i] = *reinterpret_cast<const uint32_t*>(sm.buf + chunk_offset<T>(16 * rb + i, q) + 4 * wq);
-      const int word = 4 * q + wq;
+      if constexpr (kColRht) {
+        // core::rht16's signs, applied to the raw words (a sign-bit flip is the negation,
+        // for both 16-bit halves at once); fwht16_scaled does the rest in col_block
+        constexpr uint32_t kSignBits = T::kBytes == 4 ? 0x80000000u : 0x80008000u;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) w[i] ^= ((a.sign_mask >> i) & 1u) ? kSignBits : 0u;
+      }
       if constexpr (T::kBytes == 4) {
         float v[kBlock];
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = __uint_as_float(w[i]);
-        col_block(v, c, word, pb);
+        col_block(v, c, u, 0, pb);
       } else {
         float v[kBlock];
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = lo_f<T>(w[i]);
-        col_block(v, c, 2 * word, pb);
+        col_block(v, c, u, 0, pb);
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = hi_f<T>(w[i]);
-        col_block(v, c, 2 * word + 1, pb);
+        col_block(v, c, u, 1, pb);
       }
     }
   };
@@ -250,9 +290,9 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     if (!k2D && more) load(nb_, n);
     phase_a(b, c, pb);
     __syncthreads();
-    if (k2D && do_row) phase_a2(b, c, pb);
+    if constexpr (k2D && do_row) phase_a2(b, c, pb);
     if (k2D && more) load(nb_, n);
-    if (do_col) phase_b(c, pb);
+    if constexpr (do_col) phase_b(c, pb);
     __syncthreads();
   };
 
@@ -275,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   }
 }
 
-template <class T, bool kSR, bool k2D>
+template <class T, bool kSR, bool k2D, bool kRow, bool kCol, bool kRowRht, bool kColRht>
 nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   TileArgs a{};
   a.x = job.x;
@@ -293,8 +333,6 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   a.ccp = (a.csc + 3) / 4 * 4;
   a.crows_sw = (job.cols + 127) / 128 * 128;
   a.swizzled = job.cfg.scale_layout == NVFP4_SCALES_SWIZZLED;
-  a.row_rht = (job.cfg.rht & NVFP4_RHT_ROWWISE) != 0;
-  a.col_rht = (job.cfg.rht & NVFP4_RHT_COLUMNWISE) != 0;
   a.sign_mask = job.cfg.rht_sign_mask;
   a.seed = job.cfg.seed;
   a.offset = job.cfg.offset;
@@ -305,21 +343,38 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   if (a.swizzled && a.rdata) cols_ext = std::max<int64_t>(cols_ext, (job.cols + 63) / 64 * 64);
   if (a.swizzled && a.cdata) cols_ext = std::max<int64_t>(cols_ext, a.crows_sw);
   const int64_t tiles_r = (job.rows + 127) / 128, tiles_c = (cols_ext + 63) / 64;
-  if (tiles_r * tiles_c > INT32_MAX || a.nb > INT32_MAX / 2)
+  if (tiles_r * tiles_c > INT32_MAX || cols_ext > INT32_MAX - 128)
     return fail(NVFP4_ERROR_NOT_SUPPORTED, "nvfp4 quantize: tensor too large for the CUDA kernels");
   a.tiles_r = static_cast<int>(tiles_r);
   a.tiles_c = static_cast<int>(tiles_c);
-  auto kernel = tile_kernel<T, kSR, k2D>;
+  auto kernel = tile_kernel<T, kSR, k2D, kRow, kCol, kRowRht, kColRht>;
   const unsigned grid = persistent_grid(kernel, kThreads, 0, tiles_r * tiles_c);
   kernel<<<grid, kThreads, 0, stream>>>(a);
   return check_launch("nvfp4 tile quantize kernel");
 }
 
+template <class T, bool kSR>
+nvfp4_status_t dispatch_variant(const QuantJob& job, cudaStream_t stream) {
+  const bool row = job.row.data != nullptr, col = job.col.data != nullptr;
+  if (job.cfg.block == NVFP4_BLOCK_2D) {
+    if (row && col) return run<T, kSR, true, true, true, false, false>(job, stream);
+    if (row) return run<T, kSR, true, true, false, false, false>(job, stream);
+    return run<T, kSR, true, false, true, false, false>(job, stream);
+  }
+  // 1D: this kernel always has the columnwise output (rowwise-only takes the rowwise kernel)
+  const bool rrht = row && (job.cfg.rht & NVFP4_RHT_ROWWISE), crht = (job.cfg.rht & NVFP4_RHT_COLUMNWISE) != 0;
+  if (!row) return crht ? run<T, kSR, false, false, true, false, true>(job, stream)
+                        : run<T, kSR, false, false, true, false, false>(job, stream);
+  if (rrht) return crht ? run<T, kSR, false, true, true, true, true>(job, stream)
+                        : run<T, kSR, false, true, true, true, false>(job, stream);
+  return crht ? run<T, kSR, false, true, true, false, true>(job, stream)
+              : run<T, kSR, false, true, true, false, false>(job, stream);
+}
+
 template <class T>
 nvfp4_status_t dispatch(const QuantJob& job, cudaStream_t stream) {
-  const bool sr = job.cfg.rounding == NVFP4_ROUND_STOCHASTIC;
-  if (job.cfg.block == NVFP4_BLOCK_2D) return sr ? run<T, true, true>(job, stream) : run<T, false, true>(job, stream);
-  return sr ? run<T, true, false>(job, stream) : run<T, false, false>(job, stream);
+  return job.cfg.rounding == NVFP4_ROUND_STOCHASTIC ? dispatch_variant<T, true>(job, stream)
+                                                    : dispatch_variant<T, false>(job, stream);
 }
 
 }  // namespace
