@@ -43,8 +43,12 @@ NVFP4_HD Packed16 encode_block_sr(const float (&v)[16], float e, const uint32_t 
 // whose 128 output bits are read as 16 little-endian bytes, byte i serving element
 // idx0 + i (that is, byte i % 4 of output word i / 4). "idx" is the element's linear
 // index in the orientation being quantized (row * roundup(cols, 16) + col).
+NVFP4_HD Philox4 philox_words16(const PhiloxKeys& rk, uint64_t offset, uint64_t idx0) {
+  return philox_group(rk, offset, idx0 >> 4);
+}
+
 NVFP4_HD Philox4 philox_words16(uint64_t seed, uint64_t offset, uint64_t idx0) {
-  return philox_group(seed, offset, idx0 >> 4);
+  return philox_words16(philox_keys(seed), offset, idx0);
 }
 
 NVFP4_HD void philox_block16(uint64_t seed, uint64_t offset, uint64_t idx0, uint32_t (&rnd)[16]) {

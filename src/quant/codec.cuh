@@ -9,11 +9,9 @@
 //      one integer min per element), eight at a time, the codes gathered from the low bytes
 //      with byte permutes.
 //  SR. core::e2m1_encode_sr's own form, eight at a time: with F = core::e2m1_fixed(a) (the
-//      code in bits 22..24, the fraction in 0..21) and r the element's random byte,
-//      F * 4 + r * 2^16 holds (F + r * 2^14) >> 22, the reference's result, in its top
-//      byte (F <= 7 * 2^22, so nothing reaches bit 32). Putting r in byte 2 takes one
-//      byte permute, the multiply-add runs on the FMA pipe, and the eight top bytes are
-//      gathered with byte permutes instead of eight shifts and adds.
+//      code in bits 22..24, floor(256 f) in bits 14..21) and r the element's random byte,
+//      the reference's result is (F + r * 2^14) >> 22, i.e. the top byte of the 16-bit
+//      value (F * 4) >> 16 plus r. Two such values share a 32-bit add (see encode8_sr).
 //  Sign: the sign of x * e is the sign of x (e > 0); x = -0.0 keeps it, as the reference does.
 //  NaN:  the caller replaces the whole block by 0x7 codes when e is NaN, which is the only
 //        way x * e can be NaN (a NaN x makes its block amax, hence e, NaN).
@@ -53,27 +51,35 @@ namespace nvfp4::detail::quant {
 
 NVFP4_QD uint32_t umax32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
+// __byte_perm, with the host form of its selector: nibble i picks byte (s >> 4i) & 7 of
+// {y, x}, and with bit 3 of the nibble set the byte's sign bit fills the whole byte.
 NVFP4_QD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 #if defined(__CUDA_ARCH__)
   return __byte_perm(x, y, s);
 #else
   const uint64_t xy = (static_cast<uint64_t>(y) << 32) | x;
   uint32_t r = 0;
-  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((xy >> (8 * ((s >> (4 * i)) & 7))) & 0xffu) << (8 * i);
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t sel = (s >> (4 * i)) & 0xfu;
+    uint32_t b = static_cast<uint32_t>((xy >> (8 * (sel & 7u))) & 0xffu);
+    if (sel & 8u) b = (b & 0x80u) ? 0xffu : 0u;
+    r |= b << (8 * i);
+  }
   return r;
 #endif
 }
 
-// Sign bits of x[0..7] moved to bit 3 of their nibbles. The top byte of each float holds
-// its sign in bit 7; bytes of the odd elements land on bits 7, 15, 23, 31 (nibbles 1, 3, 5,
-// 7 already), those of the even elements four bits too high.
-NVFP4_QD uint32_t signs8(const float* x) {
+// Packs eight codes: byte k of `even` holds the magnitude code of element 2k, byte k of
+// `odd` that of element 2k+1 (bits 3..7 clear); the sign of x[i] goes to bit 3 of nibble i
+// (x * e has x's sign, e > 0; -0.0 keeps it). The signs are gathered with the byte
+// permute's sign-fill mode (0xff for a negative element's top byte, 0 otherwise).
+NVFP4_QD uint32_t pack8(uint32_t even, uint32_t odd, const float* x) {
   const uint32_t u0 = core::float_bits(x[0]), u1 = core::float_bits(x[1]), u2 = core::float_bits(x[2]),
                  u3 = core::float_bits(x[3]), u4 = core::float_bits(x[4]), u5 = core::float_bits(x[5]),
                  u6 = core::float_bits(x[6]), u7 = core::float_bits(x[7]);
-  const uint32_t odd = byte_perm(byte_perm(u1, u3, 0x73u), byte_perm(u5, u7, 0x73u), 0x5410u);
-  const uint32_t even = byte_perm(byte_perm(u0, u2, 0x73u), byte_perm(u4, u6, 0x73u), 0x5410u);
-  return (odd & 0x80808080u) | ((even >> 4) & 0x08080808u);
+  const uint32_t se = byte_perm(byte_perm(u0, u2, 0xFBu), byte_perm(u4, u6, 0xFBu), 0x5410u);
+  const uint32_t so = byte_perm(byte_perm(u1, u3, 0xFBu), byte_perm(u5, u7, 0xFBu), 0x5410u);
+  return (even | (se & 0x08080808u)) + ((odd | (so & 0x08080808u)) << 4);
 }
 
 // Codes of x[0..7] * e, packed (element 0 in the low nibble). e > 0, not NaN.
@@ -96,24 +102,26 @@ NVFP4_QD uint32_t encode8_rn(const float* x, float e) {
   for (int i = 0; i < 8; ++i) w[i] = core::e2m1_rn_word(fminf(fabsf(x[i] * e), 6.0f));
   const uint32_t even = byte_perm(byte_perm(w[0], w[2], 0x40u), byte_perm(w[4], w[6], 0x40u), 0x5410u);
   const uint32_t odd = byte_perm(byte_perm(w[1], w[3], 0x40u), byte_perm(w[5], w[7], 0x40u), 0x5410u);
-  return (even + (odd << 4)) | signs8(x);
+  return pack8(even, odd, x);
 #endif
 }
 
 // Codes of x[0..7] * e rounded stochastically (e > 0, not NaN): element i takes random
-// byte i % 4 of w[i / 4] (w[0] serves elements 0..3, w[1] elements 4..7), each as
-// core::e2m1_encode_sr(clamp(x[i] * e, 6), byte) would.
+// byte i % 4 of w[i / 4] (w0 serves elements 0..3, w1 elements 4..7), each as
+// core::e2m1_encode_sr(clamp(x[i] * e, 6), byte) would. Two elements share a word: bytes
+// 2..3 of e2m1_fixed(a) * 4 (the code above floor(256 f)) make one 16-bit lane each, the
+// two random bytes are added below the codes in one add (a lane sum is < 2^11, so nothing
+// crosses into the other lane), and the carries leave each code in the lane's top byte.
 NVFP4_QD uint32_t encode8_sr(const float* x, float e, uint32_t w0, uint32_t w1) {
-  uint32_t s[8];
+  uint32_t f[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float a = fminf(fabsf(x[i] * e), 6.0f);
-    const uint32_t r = byte_perm(i < 4 ? w0 : w1, 0u, 0x4044u | ((i & 3u) << 8));  // byte in bits 16..23
-    s[i] = core::e2m1_fixed(a) * 4u + r;
-  }
-  const uint32_t even = byte_perm(byte_perm(s[0], s[2], 0x73u), byte_perm(s[4], s[6], 0x73u), 0x5410u);
-  const uint32_t odd = byte_perm(byte_perm(s[1], s[3], 0x73u), byte_perm(s[5], s[7], 0x73u), 0x5410u);
-  return (even + (odd << 4)) | signs8(x);
+  for (int i = 0; i < 8; ++i) f[i] = core::e2m1_fixed(fminf(fabsf(x[i] * e), 6.0f)) * 4u;
+  // lanes (0, 2), (4, 6), (1, 3), (5, 7); random bytes 0 and 2, or 1 and 3, of a word
+  const uint32_t p02 = byte_perm(f[0], f[2], 0x7632u) + byte_perm(w0, 0u, 0x4240u);
+  const uint32_t p46 = byte_perm(f[4], f[6], 0x7632u) + byte_perm(w1, 0u, 0x4240u);
+  const uint32_t p13 = byte_perm(f[1], f[3], 0x7632u) + byte_perm(w0, 0u, 0x4341u);
+  const uint32_t p57 = byte_perm(f[5], f[7], 0x7632u) + byte_perm(w1, 0u, 0x4341u);
+  return pack8(byte_perm(p02, p46, 0x7531u), byte_perm(p13, p57, 0x7531u), x);
 }
 
 }  // namespace nvfp4::detail::quant

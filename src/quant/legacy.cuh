@@ -9,6 +9,34 @@
 
 namespace nvfp4::detail::quant::legacy {
 
+// Philox4x32-10 as the kernels computed it then (64-bit products, keys bumped per round).
+__device__ __forceinline__ core::Philox4 philox_old(uint64_t seed, uint64_t offset, uint64_t group) {
+  uint32_t c0 = static_cast<uint32_t>(group), c1 = static_cast<uint32_t>(group >> 32);
+  uint32_t c2 = static_cast<uint32_t>(offset), c3 = static_cast<uint32_t>(offset >> 32);
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0, p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0, n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+    c0 = n0;
+    c1 = static_cast<uint32_t>(p1);
+    c2 = n2;
+    c3 = static_cast<uint32_t>(p0);
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+__device__ __forceinline__ uint32_t signs8(const float* x) {
+  const uint32_t u0 = __float_as_uint(x[0]), u1 = __float_as_uint(x[1]), u2 = __float_as_uint(x[2]),
+                 u3 = __float_as_uint(x[3]), u4 = __float_as_uint(x[4]), u5 = __float_as_uint(x[5]),
+                 u6 = __float_as_uint(x[6]), u7 = __float_as_uint(x[7]);
+  const uint32_t odd = __byte_perm(__byte_perm(u1, u3, 0x73u), __byte_perm(u5, u7, 0x73u), 0x5410u);
+  const uint32_t even = __byte_perm(__byte_perm(u0, u2, 0x73u), __byte_perm(u4, u6, 0x73u), 0x5410u);
+  return (odd & 0x80808080u) | ((even >> 4) & 0x08080808u);
+}
+
 __device__ __forceinline__ uint32_t sr_code_biased24(float y, uint32_t r) {
   const float a = fminf(fabsf(y), 6.0f);
   const uint32_t c = umax32(__float_as_uint(a), 0x3F800000u) & 0xFF800000u;
@@ -54,7 +82,7 @@ __device__ __forceinline__ Encoded legacy_encode_with_scale(const float (&v)[kBl
     uint32_t rnd[kBlock];
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
-      const core::Philox4 p = core::philox_group(seed, offset, (idx0 >> 2) + g);
+      const core::Philox4 p = philox_old(seed, offset, (idx0 >> 2) + g);
 #pragma unroll
       for (int j = 0; j < 4; ++j) rnd[4 * g + j] = p.v[j];
     }

@@ -44,7 +44,8 @@ struct TileArgs {
   int64_t crows_sw;      // roundup(cols, 128)
   int swizzled;
   uint32_t sign_mask;
-  uint64_t seed, offset;
+  core::PhiloxKeys keys;  // round keys of the seed (in the constant bank, like every argument)
+  uint64_t offset;
   const uint64_t* offset_device;  // optional: added to offset, read when the kernel runs
   int tiles_r, tiles_c;  // tiles_c covers the widest padded output
 };
@@ -146,6 +147,11 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     }
   };
 
+  // RHT signs as +-1 factors, folded into the butterfly's first stage (core::rht16_fma)
+  float rht_sign[kBlock];
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) rht_sign[i] = ((a.sign_mask >> i) & 1u) ? -1.0f : 1.0f;
+
   // Rowwise outputs of one block (scale byte s, codes o). A tile's 128 rows x 4 blocks are
   // exactly one 512-byte tile of the swizzled rowwise scales: that tile's offset is
   // uniform, the byte inside it a per-thread constant (soff_r).
@@ -183,13 +189,13 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
         to_float<T>(b[k], v);
         uint32_t bamax;
         if constexpr (kRowRht) {
-          core::rht16(v, a.sign_mask);
+          core::rht16_fma(v, rht_sign);
           bamax = absmax_bits(v);
         } else {
           bamax = raw_absmax_bits<T>(b[k]);
         }
         const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
-        store_row(c, k, encode_block<kSR>(v, bamax, ts_r, tab_r, a.seed, sr_offset, e0));
+        store_row(c, k, encode_block<kSR>(v, bamax, ts_r, tab_r, a.keys, sr_offset, e0));
       }
     }
     if (k2D && threadIdx.x < 32) (&tam[pb ^ 1][0][0])[threadIdx.x] = 0u;  // for the next tile
@@ -202,56 +208,72 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
       to_float<T>(b[k], v);
       const uint32_t s = block_scale_byte(tam[pb][rt[k] >> 4][bq], ts_r);
       const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
-      store_row(c, k, encode_with_scale<kSR>(v, s, tab_r, a.seed, sr_offset, e0));
+      store_row(c, k, encode_with_scale<kSR>(v, s, tab_r, a.keys, sr_offset, e0));
     }
   };
 
-  // One column block: column cl of the tile (cl = cl0 + h, h < kColsPerThread), row block rb.
-  // Its element index in x^T is col * rp + r0 = (tc * 64 * rp + tr * 128) + (cl * rp + 16 * rb):
-  // a per-tile uniform part plus a per-thread constant, and likewise for its scale byte.
+  // One column block: column cl of the tile, row block rb. Its element index in x^T is
+  // col * rp + r0 = (tc * 64 * rp + tr * 128) + (cl * rp + 16 * rb): a per-tile uniform
+  // part (ColTile) plus a per-thread constant, and likewise for its scale byte.
   constexpr int kColsPerThread = T::kBytes == 4 ? 1 : 2;  // columns in a 4-byte word
   constexpr int kUnitsB = T::kBytes == 4 ? 2 : 1;         // 16-byte chunk columns per thread
+  auto col_of = [&](int u, int h) { return kColsPerThread * (4 * (warp + 8 * u) + wq) + h; };
   uint64_t coff[kUnitsB][kColsPerThread];  // cl * rp + 16 * rb
-  int csoff[kUnitsB][kColsPerThread];      // swizzled: byte of (cl, rb) inside its tile band
-  int64_t clin[kUnitsB][kColsPerThread];   // linear: cl * csc + rb
+  int64_t csoff[kUnitsB][kColsPerThread];  // scale byte: swizzled, inside the tile's band; linear, cl * csc + rb
 #pragma unroll
   for (int u = 0; u < kUnitsB; ++u)
 #pragma unroll
     for (int h = 0; h < kColsPerThread; ++h) {
-      const int cl = kColsPerThread * (4 * (warp + 8 * u) + wq) + h;
+      const int cl = col_of(u, h);
       coff[u][h] = static_cast<uint64_t>(cl) * static_cast<uint64_t>(a.rp) + 16u * rb;
-      csoff[u][h] = (rb >> 2) * 512 + (cl & 31) * 16 + (cl >> 5) * 4 + (rb & 3);
-      clin[u][h] = static_cast<int64_t>(cl) * a.csc + rb;
+      csoff[u][h] = a.swizzled ? (rb >> 2) * 512 + (cl & 31) * 16 + (cl >> 5) * 4 + (rb & 3)
+                               : static_cast<int64_t>(cl) * a.csc + rb;
     }
-  const int64_t ccp_tile = static_cast<int64_t>(a.ccp) * 128;  // bytes per 128 rows of x^T's scales
 
-  auto col_block = [&](float (&v)[kBlock], const Cursor& c, int u, int h, int pb) {
-    const int cl = kColsPerThread * (4 * (warp + 8 * u) + wq) + h;
+  struct ColTile {
+    uint64_t idx;         // element index of the tile's origin in x^T
+    uint8_t* data;        // a.cdata + idx / 2
+    uint8_t* scales;      // the tile's scale bytes, less csoff
+    int cols_left, rows_left;  // columns of x, rows of x^T (padded to 16) from the tile's origin
+    int scols_left, srows_left;  // swizzled: columns/rows of the padded scale layout left
+  };
+  auto col_tile = [&](const Cursor& c) {
+    ColTile t;
+    t.idx = static_cast<uint64_t>(c.tc) * 64u * static_cast<uint64_t>(a.rp) + static_cast<uint64_t>(c.tr) * 128u;
+    t.data = a.cdata + t.idx / 2;
+    t.scales = a.swizzled ? a.cscales + (c.tc >> 1) * static_cast<int64_t>(a.ccp) * 128 + static_cast<int64_t>(c.tr) * 1024 +
+                                (c.tc & 1) * 8
+                          : a.cscales + static_cast<int64_t>(c.tc) * 64 * a.csc + c.tr * 8;
+    t.cols_left = static_cast<int>(a.cols) - c.tc * 64;  // cols < 2^31 (checked by the launcher)
+    t.rows_left = static_cast<int>(a.rp - static_cast<int64_t>(c.tr) * 128);
+    t.scols_left = static_cast<int>(a.crows_sw) - c.tc * 64;
+    t.srows_left = a.ccp - c.tr * 8;
+    return t;
+  };
+
+  auto col_block = [&](float (&v)[kBlock], const Cursor& c, const ColTile& t, int u, int h, int pb) {
+    const int cl = col_of(u, h);
     uint32_t s;
     if constexpr (k2D) {
       s = block_scale_byte(tam[pb][rb][cl >> 4], ts_c);
     } else {
-      if constexpr (kColRht) core::fwht16_scaled(v);  // the signs were applied to the raw words
+      if constexpr (kColRht) core::rht16_fma(v, rht_sign);
       s = block_scale_byte(absmax_bits(v), ts_c);
     }
-    const uint64_t tile_idx = static_cast<uint64_t>(c.tc) * 64u * static_cast<uint64_t>(a.rp) + c.tr * 128u;
-    const uint64_t idx0 = tile_idx + coff[u][h];
-    const Encoded o = encode_with_scale<kSR>(v, s, tab_c, a.seed, sr_offset, idx0);
-    const int col = c.tc * 64 + cl;  // < 2^31 (checked by the launcher)
-    const int r0 = c.tr * 128 + 16 * rb;
-    const bool ok = col < a.cols && r0 < a.rp;
-    if (ok) *reinterpret_cast<uint2*>(a.cdata + idx0 / 2) = make_uint2(o.lo, o.hi);
-    const int sci = c.tr * 8 + rb;  // scale column of x^T
+    const uint64_t idx0 = t.idx + coff[u][h];
+    const Encoded o = encode_with_scale<kSR>(v, s, tab_c, a.keys, sr_offset, idx0);
+    const bool ok = cl < t.cols_left && 16 * rb < t.rows_left;
+    if (ok) *reinterpret_cast<uint2*>(t.data + coff[u][h] / 2) = make_uint2(o.lo, o.hi);
     if (a.swizzled) {
       // col / 128 = tc / 2 and (col % 128) / 32 = 2 * (tc % 2) + cl / 32, as cl < 64
-      if (col < a.crows_sw && sci < a.ccp)
-        a.cscales[(c.tc >> 1) * ccp_tile + c.tr * 1024 + (c.tc & 1) * 8 + csoff[u][h]] = ok ? o.scale : 0u;
+      if (cl < t.scols_left && rb < t.srows_left) t.scales[csoff[u][h]] = ok ? o.scale : 0u;
     } else if (ok) {
-      a.cscales[static_cast<int64_t>(c.tc) * 64 * a.csc + c.tr * 8 + clin[u][h]] = static_cast<uint8_t>(o.scale);
+      t.scales[csoff[u][h]] = static_cast<uint8_t>(o.scale);
     }
   };
 
   auto phase_b = [&](const Cursor& c, int pb) {
+    const ColTile t = col_tile(c);
 #pragma unroll
     for (int u = 0; u < kUnitsB; ++u) {
       const int q = warp + 8 * u;
@@ -259,26 +281,19 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
 #pragma unroll
       for (int i = 0; i < 16; ++i)
         w[i] = *reinterpret_cast<const uint32_t*>(sm.buf + chunk_offset<T>(16 * rb + i, q) + 4 * wq);
-      if constexpr (kColRht) {
-        // core::rht16's signs, applied to the raw words (a sign-bit flip is the negation,
-        // for both 16-bit halves at once); fwht16_scaled does the rest in col_block
-        constexpr uint32_t kSignBits = T::kBytes == 4 ? 0x80000000u : 0x80008000u;
-#pragma unroll
-        for (int i = 0; i < 16; ++i) w[i] ^= ((a.sign_mask >> i) & 1u) ? kSignBits : 0u;
-      }
       if constexpr (T::kBytes == 4) {
         float v[kBlock];
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = __uint_as_float(w[i]);
-        col_block(v, c, u, 0, pb);
+        col_block(v, c, t, u, 0, pb);
       } else {
         float v[kBlock];
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = lo_f<T>(w[i]);
-        col_block(v, c, u, 0, pb);
+        col_block(v, c, t, u, 0, pb);
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = hi_f<T>(w[i]);
-        col_block(v, c, u, 1, pb);
+        col_block(v, c, t, u, 1, pb);
       }
     }
   };
@@ -334,7 +349,7 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   a.crows_sw = (job.cols + 127) / 128 * 128;
   a.swizzled = job.cfg.scale_layout == NVFP4_SCALES_SWIZZLED;
   a.sign_mask = job.cfg.rht_sign_mask;
-  a.seed = job.cfg.seed;
+  a.keys = core::philox_keys(job.cfg.seed);
   a.offset = job.cfg.offset;
   a.offset_device = job.cfg.offset_device;
   // Columns to cover: x itself, the rowwise swizzled padding (to 64) and the columnwise
