@@ -5,14 +5,21 @@
 //  - e2m1_fixed's host form against a * 2^-126 rounded toward zero (what the GPU computes
 //    with one multiply), and its fields against the definition of the SR contract: bits
 //    22..24 = the grid point at or below a, bits 14..21 = floor(256 f) with f the position
-//    of a inside its gap.
+//    of a inside its gap;
+//  - the kernels' packed encoders (quant::encode8_rn / encode8_sr, host-compiled: the same
+//    source with the host forms of the byte permute and of the core rules) against the
+//    per-element rules on 2 million random blocks of 8 (random bits, small multiples of
+//    1/16, -0.0, random scale factors and random Philox words).
 // Not part of the build (about a minute on one core):
 //   g++ -O2 -frounding-math -I src tests/cuda/e2m1_exhaustive.cpp -o /tmp/e2m1_exhaustive && /tmp/e2m1_exhaustive
 #include <cfenv>
 #include <cmath>
 #include <cstdio>
 
-#include "core/e2m1.h"
+#include <random>
+
+#include "core/block.h"
+#include "quant/codec.cuh"
 
 using namespace nvfp4::core;
 
@@ -48,5 +55,29 @@ int main() {
   }
   std::printf("%llu fp32 values in [0, 6]: rn %llu wrong, rn (fused) %llu wrong, fixed vs RZ multiply %llu wrong, "
               "fixed fields %llu wrong\n", n, bad_rn, bad_rn_fused, bad_rz, bad_fields);
-  return (bad_rn || bad_rn_fused || bad_rz || bad_fields) ? 1 : 0;
+
+  std::mt19937_64 g(1);
+  unsigned long long blocks = 0, bad_pack_rn = 0, bad_pack_sr = 0;
+  for (int it = 0; it < 2000000; ++it, ++blocks) {
+    float x[8];
+    for (float& f : x) {
+      f = bits_float(static_cast<uint32_t>(g()));
+      if (is_nan(f)) f = 0.5f;  // NaN blocks are replaced as a whole by the kernels
+      if (it % 3 == 0) f = static_cast<float>(static_cast<int>(g() % 200) - 100) / 16.0f;
+      if (it % 7 == 0 && (g() & 1)) f = -0.0f;
+    }
+    const float e = it % 5 == 0 ? 1.0f : bits_float(0x30000000u + static_cast<uint32_t>(g() % 0x20000000u));
+    const uint32_t w0 = static_cast<uint32_t>(g()), w1 = static_cast<uint32_t>(g());
+    uint32_t want_rn = 0, want_sr = 0;
+    for (int i = 0; i < 8; ++i) {
+      const float y = clamp_sym(x[i] * e, kE2M1Max);
+      want_rn |= e2m1_encode_rn(y) << (4 * i);
+      want_sr |= e2m1_encode_sr(y, ((i < 4 ? w0 : w1) >> (8 * (i & 3))) & 0xffu) << (4 * i);
+    }
+    if (nvfp4::detail::quant::encode8_rn(x, e) != want_rn) ++bad_pack_rn;
+    if (nvfp4::detail::quant::encode8_sr(x, e, w0, w1) != want_sr) ++bad_pack_sr;
+  }
+  std::printf("%llu random blocks of 8: encode8_rn %llu wrong, encode8_sr %llu wrong\n", blocks, bad_pack_rn,
+              bad_pack_sr);
+  return (bad_rn || bad_rn_fused || bad_rz || bad_fields || bad_pack_rn || bad_pack_sr) ? 1 : 0;
 }
