@@ -137,14 +137,13 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     return n;
   };
   auto valid = [&](const Cursor& c, int k) { return rt[k] < a.rows - c.tr * 128 && bq < a.nb - c.tc * 4; };
+  // A block outside x keeps whatever its registers held: nothing computed from it is
+  // stored, shared memory gets zeros in its place (the zero rows of x^T's padding), and
+  // the 2D tile amax skips it.
   auto load = [&](RawBlock<T> (&b)[2], const Cursor& c) {
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      if (valid(c, k))
-        load_block<T>(b[k], x + (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes);
-      else
-        zero_block<T>(b[k]);
-    }
+    for (int k = 0; k < 2; ++k)
+      if (valid(c, k)) load_block<T>(b[k], x + (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes);
   };
 
   // RHT signs as +-1 factors, folded into the butterfly's first stage (core::rht16_fma)
@@ -159,31 +158,41 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   int soff_r[2];
 #pragma unroll
   for (int k = 0; k < 2; ++k) soff_r[k] = (rt[k] & 31) * 16 + (rt[k] >> 5) * 4 + bq;
+  // Both layouts store one byte per block at a per-tile base + a per-thread offset; the
+  // swizzled one also writes 0 for blocks outside x that fall in the padding. Written as
+  // one predicated store each (no branches).
+  int64_t soff_lin[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) soff_lin[k] = static_cast<int64_t>(rt[k]) * a.nb + bq;
   auto store_row = [&](const Cursor& c, int k, const Encoded& o) {
     const bool ok = valid(c, k);
     if (ok) {
       const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
       *reinterpret_cast<uint2*>(a.rdata + e0 / 2) = make_uint2(o.lo, o.hi);
     }
-    if (a.swizzled) {
-      // tiles past the padded scale columns exist only for the columnwise output's padding
-      if (c.tc < rcp4)
-        a.rscales[(static_cast<int64_t>(c.tr) * rcp4 + c.tc) * 512 + soff_r[k]] = ok ? o.scale : 0u;
-    } else if (ok) {
-      a.rscales[(static_cast<int64_t>(c.tr) * 128 + rt[k]) * a.nb + c.tc * 4 + bq] = static_cast<uint8_t>(o.scale);
-    }
+    // swizzled: tiles past the padded scale columns exist only for the columnwise padding
+    const bool store = a.swizzled ? c.tc < rcp4 : ok;
+    uint8_t* base = a.swizzled ? a.rscales + (static_cast<int64_t>(c.tr) * rcp4 + c.tc) * 512
+                               : a.rscales + static_cast<int64_t>(c.tr) * 128 * a.nb + c.tc * 4;
+    if (store) base[a.swizzled ? soff_r[k] : soff_lin[k]] = ok ? static_cast<uint8_t>(o.scale) : uint8_t{0};
   };
 
   auto phase_a = [&](const RawBlock<T> (&b)[2], const Cursor& c, int pb) {
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
+      const bool ok = valid(c, k);
       if constexpr (do_col) {
 #pragma unroll
-        for (int i = 0; i < Layout<T>::kChunks; ++i)
-          *reinterpret_cast<uint4*>(sm.buf + chunk_offset<T>(rt[k], bq * Layout<T>::kChunks + i)) = b[k].c[i];
+        for (int i = 0; i < Layout<T>::kChunks; ++i) {
+          uint4* p = reinterpret_cast<uint4*>(sm.buf + chunk_offset<T>(rt[k], bq * Layout<T>::kChunks + i));
+          if (ok)
+            *p = b[k].c[i];
+          else
+            *p = make_uint4(0u, 0u, 0u, 0u);
+        }
       }
       if constexpr (k2D) {
-        atomicMax(&tam[pb][rt[k] >> 4][bq], raw_absmax_bits<T>(b[k]));
+        if (ok) atomicMax(&tam[pb][rt[k] >> 4][bq], raw_absmax_bits<T>(b[k]));
       } else if constexpr (do_row) {
         float v[kBlock];
         to_float<T>(b[k], v);
@@ -264,12 +273,9 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     const Encoded o = encode_with_scale<kSR>(v, s, tab_c, a.keys, sr_offset, idx0);
     const bool ok = cl < t.cols_left && 16 * rb < t.rows_left;
     if (ok) *reinterpret_cast<uint2*>(t.data + coff[u][h] / 2) = make_uint2(o.lo, o.hi);
-    if (a.swizzled) {
-      // col / 128 = tc / 2 and (col % 128) / 32 = 2 * (tc % 2) + cl / 32, as cl < 64
-      if (cl < t.scols_left && rb < t.srows_left) t.scales[csoff[u][h]] = ok ? o.scale : 0u;
-    } else if (ok) {
-      t.scales[csoff[u][h]] = static_cast<uint8_t>(o.scale);
-    }
+    // swizzled: every byte inside the padded layout (0 outside x); linear: only x's
+    const bool store = a.swizzled ? (cl < t.scols_left && rb < t.srows_left) : ok;
+    if (store) t.scales[csoff[u][h]] = ok ? static_cast<uint8_t>(o.scale) : uint8_t{0};
   };
 
   auto phase_b = [&](const Cursor& c, int pb) {
@@ -312,6 +318,11 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   };
 
   RawBlock<T> ping[2], pong[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    zero_block<T>(ping[k]);
+    zero_block<T>(pong[k]);
+  }
   load(ping, cur);
   int pb = 0;
   while (true) {
