@@ -6,8 +6,10 @@
 #
 #   bash .ci/device_run.sh base tests step85 step400       (from the repository root)
 #
-# jobs: base, tests, quick (a few GPU test files), sanitize, quant, gemm, host,
-#       step85, step400, step85c (compile + reduce-overhead rows), step400c, cpp
+# jobs: base, nobuild (reuse /tmp/new from an earlier call on the same warm machine),
+#       tests (every test file with GPU tests), quick (QUICK_TESTS), sanitize, quant,
+#       quantlegacy, gemm, host, step85, step400, step85c (compile + reduce-overhead rows),
+#       step400c
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -29,7 +31,9 @@ build() {  # build SRC into /tmp/TARGET
   NVFP4_CUDA_ARCHS=90a CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-16} python3 -m pip install --no-build-isolation \
     --no-deps -q --target "/tmp/$2" "$1" > "$OUT/build_$2.log" 2>&1
 }
-if want base && [[ -d .base ]]; then
+if want nobuild && [[ -d /tmp/new/nvfp4 ]]; then
+  echo "reusing /tmp/new"
+elif want base && [[ -d .base ]]; then
   JOBS=8 build "$ROOT/.base" base & bpid=$!
   JOBS=8 build "$ROOT" new || { tail -60 "$OUT/build_new.log"; exit 1; }
   wait $bpid || { echo "baseline build failed"; tail -30 "$OUT/build_base.log"; }
@@ -43,8 +47,11 @@ BASE=/tmp/base:/tmp/site
 
 if want tests; then
   step gpu tests
-  PYTHONPATH=$NEW timeout 560 python3 -m pytest tests/python -q -p no:cacheprovider -x --maxfail=20 -rfE \
-    2>&1 | tee "$OUT/tests.log" | tail -40
+  # the files that hold GPU tests (the CPU-only ones run in CI)
+  files=$(grep -l -E "cuda_only|needs a CUDA GPU|is_available\(\)" tests/python/test_*.py | grep -v test_distributed)
+  pt=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=200")
+  PYTHONPATH=$NEW timeout ${TEST_TIMEOUT:-330} python3 -m pytest $files -q -p no:cacheprovider --maxfail=30 -rfE \
+    $pt 2>&1 | tee "$OUT/tests.log" | tail -45
 fi
 if want quick; then
   step quick gpu tests
@@ -53,11 +60,18 @@ if want quick; then
 fi
 if want sanitize && [[ -f tests/cuda/sanitize_quant.py ]]; then
   step compute-sanitizer
-  PYTHONPATH=$NEW timeout 300 python3 tests/cuda/sanitize_quant.py 2>&1 | tee "$OUT/sanitize.log" | tail -20
+  PYTHONPATH=$NEW timeout ${SAN_TIMEOUT:-120} compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_quant.py \
+    2>&1 | tee "$OUT/sanitize.log" | tail -12
 fi
 if want quant; then
   step bench quant
-  PYTHONPATH=$NEW python3 bench/bench_quant.py --json "$OUT/bench_quant.json" 2>&1 | tee "$OUT/bench_quant.log" | tail -40
+  PYTHONPATH=$NEW timeout 150 python3 bench/bench_quant.py --sizes 8192 16384 --json "$OUT/bench_quant.json" 2>&1 \
+    | tee "$OUT/bench_quant.log" | tail -30
+fi
+if want quantlegacy; then
+  step bench quant, legacy kernels
+  NVFP4_QUANT_LEGACY=1 PYTHONPATH=$NEW timeout 150 python3 bench/bench_quant.py --sizes 8192 16384 \
+    --json "$OUT/bench_quant_legacy.json" 2>&1 | tee "$OUT/bench_quant_legacy.log" | tail -30
 fi
 if want gemm; then
   step bench gemm
