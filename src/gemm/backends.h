@@ -96,8 +96,10 @@ struct Runner {
   const char* family;       // "cpu", "sm_90", "sm_100", "sm_110", "sm_120"
   int cc_min, cc_max;       // compute capabilities it is written for (0, 0: the CPU)
   uint32_t objects;         // KernelObject bits
-  // Regular expressions, ';'-separated, each matching the (demangled) name of a device
-  // function the runner launches: the build checks look each one up in the library.
+  // Regular expressions, ';'-separated, each matching the name of a device function the
+  // runner launches, demangled where the demangler copes (CUTLASS's kernel names are often
+  // left mangled, so their patterns hold only plain identifiers): the build checks look
+  // each one up in the library.
   const char* kernels;
   const char* shapes;       // the shape rule, in words
   const char* description;
@@ -117,7 +119,8 @@ const Runner* runner_at(int index);  // null when out of range
 const char* object_targets(uint32_t object);
 // True if a cubin for `target` ("90a", "100f", "120", ...) runs on compute capability cc:
 // an arch-specific target ("a") on exactly its cc, a family target ("f") on every cc of
-// its family from its own on, a plain target on every cc of its major version from its own.
+// its family from its own on, a plain target on every cc of its major version from its own
+// (10.1, Thor before CUDA 13, being a family of its own).
 bool target_runs_on(const char* target, int cc);
 // Every kernel object of the row has an image for cc, and cc is one the row is written for.
 bool runner_compiled_for(const Runner& r, int cc);

@@ -125,23 +125,23 @@ const Runner kRunners[] = {
      "1 <= M <= 128, K % 32 == 0 (K % 64 with linear scales), 16-byte aligned data",
      "exact emulation, fused: FP4 decoded in registers, mma.sync BF16, FP32 accumulation", NVFP4_SM90_SMALL_M},
     {"cutlass-sm90", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90,
-     "gemm_prep_kernel;gemm_finalize_kernel;device_kernel<.*GemmUniversal.*Sm90", "any shape",
+     "gemm_prep_kernel;gemm_finalize_kernel;device_kernel.*GemmUniversal.*Sm90", "any shape",
      "exact emulation: FP4 -> BF16 decode + CUTLASS sm90 BF16 GEMM (TMA, wgmma), alpha/bias/beta*C in its epilogue",
      NVFP4_SM90_TWO_STEP},
 
     {"cutlass-sm100", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_100", 100, 109, kCuda | kObjSm100,
      "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
-     "device_kernel<.*GemmUniversal.*Sm100",
+     "device_kernel.*GemmUniversal.*Sm100",
      "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales, 16-byte aligned operands",
      "native: CUTLASS sm100 block-scaled GEMM, tcgen05 2-SM MMA (built, not run on hardware)", NVFP4_SM100},
     {"cutlass-sm110", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_110", 110, 119, kCuda | kObjSm100,
      "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
-     "device_kernel<.*GemmUniversal.*Sm100",
+     "device_kernel.*GemmUniversal.*Sm100",
      "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales, 16-byte aligned operands",
      "native: the sm100 block-scaled GEMM compiled for sm_110 (built, not run on hardware)", NVFP4_SM100},
     {"cutlass-sm120", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_120", 120, 129, kCuda | kObjSm120,
      "blockscaled::alpha_kernel<cutlass::arch::Sm120>;blockscaled::widen_kernel<cutlass::arch::Sm120>;"
-     "device_kernel<.*GemmUniversal.*Sm120",
+     "device_kernel.*GemmUniversal.*Sm120",
      "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales, 16-byte aligned operands",
      "native: CUTLASS sm120 block-scaled GEMM, warp-level block-scaled MMA (built, not run on hardware)",
      NVFP4_SM120},
@@ -318,6 +318,9 @@ bool target_runs_on(const char* target, int cc) {
   char kind = ' ';
   if (target == nullptr || !parse_target(target, t, kind)) return false;
   if (kind == 'a') return cc == t;
+  // 10.1 (Thor, as CUDA 12 named it; CUDA 13 calls it 11.0) is a family of its own: the
+  // sm_100 family (10.0, 10.3) does not include it.
+  if (cc == 101 || t == 101) return cc == t;
   // Family ("f") and plain cubins run on later minor versions of the same major one
   // (sm_100f on 10.0 and 10.3, sm_120f on 12.0 and 12.1), never across majors.
   return cc / 10 == t / 10 && cc >= t;

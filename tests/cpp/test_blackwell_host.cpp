@@ -173,7 +173,8 @@ static void check_target_rule() {
                         {"100f", 110, false}, {"100f", 120, false}, {"103a", 103, true},  {"103a", 100, false},
                         {"110f", 110, true},  {"110f", 100, false}, {"120f", 120, true},  {"120f", 121, true},
                         {"120a", 121, false}, {"121a", 121, true},  {"121a", 120, false}, {"90a", 90, true},
-                        {"90a", 100, false},  {"120", 121, true},   {"100x", 100, false}, {"", 100, false}};
+                        {"90a", 100, false},  {"120", 121, true},   {"100x", 100, false}, {"", 100, false},
+                        {"100f", 101, false}, {"100", 101, false}};
   for (const Case& c : cases)
     check(target_runs_on(c.target, c.cc) == c.runs,
           std::string("target_runs_on(") + c.target + ", " + std::to_string(c.cc) + ") should be " +

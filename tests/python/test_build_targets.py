@@ -49,7 +49,7 @@ def target_runs_on(target: str, cc: int) -> bool:
     m = re.fullmatch(r"(?:sm_)?(\d+)([af]?)", target)
     assert m, target
     t, kind = int(m.group(1)), m.group(2)
-    if kind == "a":
+    if kind == "a" or cc == 101 or t == 101:  # 10.1 (Thor before CUDA 13) is a family of its own
         return cc == t
     return cc // 10 == t // 10 and cc >= t
 
@@ -76,6 +76,7 @@ def _library():
 
 
 CUOBJDUMP = _find_tool("cuobjdump")
+NVDISASM = _find_tool("nvdisasm")  # cuobjdump -sass runs it
 LIB = _library()
 
 needs_cuda_build = pytest.mark.skipif(not ARCHS, reason="library built without CUDA (no targets to inspect)")
@@ -85,6 +86,10 @@ needs_cuobjdump = pytest.mark.skipif(
     CUOBJDUMP is None or LIB is None,
     reason=f"cuobjdump ({CUOBJDUMP}) or the loaded libnvfp4 ({LIB}) not found; "
            "pip install --no-deps nvidia-cuda-cuobjdump provides cuobjdump")
+needs_disassembler = pytest.mark.skipif(
+    CUOBJDUMP is None or NVDISASM is None or LIB is None,
+    reason=f"cuobjdump ({CUOBJDUMP}), nvdisasm ({NVDISASM}) or the loaded libnvfp4 ({LIB}) not found; "
+           "pip install --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm provides them")
 
 
 def _run(cmd, **kw):
@@ -125,7 +130,8 @@ def images():
 
 
 def _sass(mangled: str, arch: str) -> str:
-    return _run([CUOBJDUMP, "-sass", "-arch", arch, "-fun", mangled, LIB])
+    env = dict(os.environ, PATH=os.path.dirname(NVDISASM) + os.pathsep + os.environ.get("PATH", ""))
+    return _run([CUOBJDUMP, "-sass", "-arch", arch, "-fun", mangled, LIB], env=env)
 
 
 # ------------------------------------------------------------------ the runner table
@@ -173,6 +179,7 @@ def test_arch_specific_target_does_not_claim_the_family():
     assert target_runs_on("120f", 121) and not target_runs_on("120a", 121) and not target_runs_on("121a", 120)
     assert target_runs_on("110f", 110) and not target_runs_on("110f", 100)
     assert not target_runs_on("90a", 100) and not target_runs_on("103a", 100)
+    assert not target_runs_on("100f", 101) and not target_runs_on("100", 101)
 
 
 def test_is_supported_never_raises():
@@ -208,6 +215,12 @@ def test_library_holds_the_targets_it_reports():
         assert archs & want, f"no cubin for target {t} in {LIB}: {sorted(archs)}"
 
 
+# The small kernels every CUDA path depends on: quantization, dequantization, swizzle, the
+# GEMMs' decode and epilogue kernels.
+SMALL_KERNELS = (r"nvfp4::detail::quant::|dequantize_kernel|swizzle_kernel|gemm_prep_kernel|gemm_finalize_kernel|"
+                 r"gemm_epilogue_kernel")
+
+
 @needs_cuda_build
 @needs_cuobjdump
 @pytest.mark.parametrize("cc", CCS)
@@ -223,10 +236,10 @@ def test_every_launched_kernel_has_an_image(cc):
                 f"{r['name']} claims compute capability {cc / 10:.1f} but no kernel matching {pat!r} has an image "
                 f"for it in {LIB}")
     if claimed:
-        quant = {name for _, name, _, _ in imgs if "nvfp4::detail::quant::" in name}
-        assert quant, "no quantization kernels found"
-        missing = sorted(quant - set(here))
-        assert not missing, f"quantization kernels without an image for cc {cc}: {missing[:5]}"
+        small = {name for _, name, _, _ in imgs if re.search(SMALL_KERNELS, name)}
+        assert small, "no quantization kernels found"
+        missing = sorted(small - set(here))
+        assert not missing, f"quantization / decode kernels without an image for cc {cc}: {missing[:5]}"
 
 
 @needs_cuda_build
@@ -248,19 +261,19 @@ def test_static_shared_memory_fits():
     assert not over, over[:3]
 
 
-# The block-scaled MMA of each family, as the disassembler prints it: tcgen05's
-# UTC*MMA with the E2M1 kind on sm_100/103/110, OMMA.SF with E2M1 operands and UE4M3 scales
-# on sm_120/121.
-MMA = {10: r"\bUTC\w*MMA\b", 11: r"\bUTC\w*MMA\b", 12: r"\bOMMA\.SF\b.*E2M1\.E2M1\.UE4M3"}
+# The block-scaled MMA of each family, as the disassembler prints it: tcgen05's UTCOMMA
+# with four scale vectors per K block (NVFP4: one E4M3 scale per 16 values) on
+# sm_100/103/110, OMMA.SF with E2M1 operands and UE4M3 scales on sm_120/121.
+MMA = {10: r"\bUTCOMMA\.\S*4X", 11: r"\bUTCOMMA\.\S*4X", 12: r"\bOMMA\.SF\.\S*E2M1\.E2M1\.UE4M3"}
 
 
 @needs_blackwell
-@needs_cuobjdump
+@needs_disassembler
 def test_blackwell_gemms_hold_the_block_scaled_mma():
     checked = 0
     for arch, name, mangled, _ in images():
         major = int(re.match(r"sm_(\d+)", arch).group(1)) // 10
-        if major not in MMA or not re.search(r"device_kernel<.*GemmUniversal.*Sm1[02]0", name):
+        if major not in MMA or not re.search(r"device_kernel.*GemmUniversal.*Sm1[02]0", name):
             continue
         sass = _sass(mangled, arch)
         assert re.search(MMA[major], sass), f"{arch} {name[:160]}: no block-scaled MMA in its SASS"
@@ -270,25 +283,17 @@ def test_blackwell_gemms_hold_the_block_scaled_mma():
 
 
 @needs_cuda_build
-@needs_cuobjdump
+@needs_disassembler
 def test_quantization_uses_hardware_e2m1_on_blackwell_only():
-    """The RN quantization kernels round with cvt.rn.satfinite.e2m1x2 (F2FP ... E2M1) on
-    family-specific Blackwell targets and in software on Hopper."""
-    seen = set()
-    for arch, name, mangled, _ in images():
-        if "nvfp4::detail::quant::" not in name or "rowwise_kernel" not in name or arch in seen:
-            continue
-        sass = _sass(mangled, arch)
-        hw = re.search(r"F2FP\.SATFINITE\.E2M1", sass) is not None
-        major = int(re.match(r"sm_(\d+)", arch).group(1)) // 10
-        if major == 9:
-            assert not hw, f"{arch}: hardware E2M1 conversion in {name[:120]}"
-        elif hw:
-            seen.add(arch)
-        if major == 9:
-            seen.add(arch)
-    want = {a for a, _, _, _ in images() if any("rowwise_kernel" in n for aa, n, _, _ in images() if aa == a)}
-    assert seen == want, f"targets whose rowwise kernels lack the hardware conversion: {sorted(want - seen)}"
+    """The round-to-nearest rowwise kernel rounds with cvt.rn.satfinite.e2m1x2 (SASS: F2FP
+    ... E2M1) on the family-specific Blackwell targets and in software on Hopper."""
+    rn = [(a, m) for a, n, m, _ in images()
+          if re.search(r"quant::.*rowwise_kernel<nvfp4::detail::quant::F32, false, false>", n)]
+    archs = sorted({a for a, _ in rn})
+    assert len(archs) == len(ARCHS), f"RN rowwise kernel found for {archs}, build targets {ARCHS}"
+    for arch, mangled in rn:
+        hw = re.search(r"F2FP\.SATFINITE\.E2M1", _sass(mangled, arch)) is not None
+        assert hw == (not arch.startswith("sm_9")), f"{arch}: hardware E2M1 conversion {'present' if hw else 'absent'}"
 
 
 # ------------------------------------------------------------------ host-side self-checks
