@@ -107,7 +107,12 @@ NVFP4_API nvfp4_status_t nvfp4_mx_quantize(const nvfp4_tensor_t* input, const nv
     require_cuda_build(*input, "input");
     // An empty input has empty outputs (every scale buffer is 0 bytes then): nothing to do.
     if (job.rows == 0 || job.cols == 0) return NVFP4_SUCCESS;
-    if (on_cuda(*input)) raise(NVFP4_ERROR_NOT_SUPPORTED, "input: the MXFP4 CUDA kernels are not in this build yet");
+    if (on_cuda(*input)) {
+#if defined(NVFP4_WITH_CUDA)
+      DeviceGuard g(*input);
+      return cuda_mx_quantize(job, stream);
+#endif
+    }
     (void)stream;
     return cpu_mx_quantize(job);
   });
@@ -137,7 +142,12 @@ NVFP4_API nvfp4_status_t nvfp4_mx_dequantize(const nvfp4_mx_quantized_t* q, nvfp
     job.swizzled = swizzled;
     job.out = out->data;
     job.out_dtype = out->dtype;
-    if (on_cuda(*out)) raise(NVFP4_ERROR_NOT_SUPPORTED, "out: the MXFP4 CUDA kernels are not in this build yet");
+    if (on_cuda(*out)) {
+#if defined(NVFP4_WITH_CUDA)
+      DeviceGuard g(*out);
+      return cuda_mx_dequantize(job, stream);
+#endif
+    }
     (void)stream;
     return cpu_mx_dequantize(job);
   });
