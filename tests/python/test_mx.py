@@ -77,11 +77,11 @@ def test_every_mode_random(dtype, rounding, rule, layout, gen):
 
 
 def test_thousands_of_random_tensors():
-    """300 fresh random tensors: random shape, dtype, distribution, modes per direction."""
+    """200 fresh random tensors: random shape, dtype, distribution, modes per direction."""
     r = random.Random()
     seed = r.randrange(1 << 30)
     g = torch.Generator().manual_seed(seed)
-    for _ in range(300):
+    for _ in range(200):
         rows = r.choice([1, 2, 3, 5, 7, 13, 31, 32, 33, 64, 65])
         cols = 32 * r.choice([1, 2, 3, 5])
         dtype = r.choice(DTYPES)
@@ -156,7 +156,8 @@ def edge_tensors():
 @pytest.mark.parametrize("rounding,rule", MODES, ids=lambda v: str(v))
 def test_edge_values(dtype, rounding, rule):
     for name, x in edge_tensors().items():
-        for layout in ("linear", "swizzled"):
+        # the scale layout is independent of the rounding: both layouts once, with RTN
+        for layout in (("linear", "swizzled") if rounding == "rtn" else ("linear",)):
             try:
                 check(x.to(dtype), rounding, rule, seed=5, offset=1, layout=layout)
             except AssertionError as e:
