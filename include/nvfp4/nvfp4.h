@@ -312,8 +312,9 @@ NVFP4_API nvfp4_status_t nvfp4_mx_quantize(const nvfp4_tensor_t* input, const nv
                                            nvfp4_stream_t stream);
 
 /* out[R, C] = e2m1(code) * 2^(scale - 127), computed in fp32 (exact, except that magnitudes
- * >= 2^128 become +-inf) and stored as float32, float16 or bfloat16 (rounded to nearest even:
- * exact in bfloat16 likewise; float16 overflows above 65504 and rounds below 2^-14).
+ * >= 2^128 become +-inf; the NaN scale gives NaN) and stored as float32, float16 or bfloat16,
+ * rounded to nearest even: exact in bfloat16 too (same exceptions); in float16, magnitudes
+ * above 65504 become inf and those below 2^-14 round to float16's subnormal grid.
  * q.data's shape gives R and C (C = 2 * data.shape[1], C % 32 == 0). */
 NVFP4_API nvfp4_status_t nvfp4_mx_dequantize(const nvfp4_mx_quantized_t* q, nvfp4_scale_layout_t scale_layout,
                                              nvfp4_tensor_t* out, nvfp4_stream_t stream);
