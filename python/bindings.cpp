@@ -359,11 +359,13 @@ NB_MODULE(_C, m) {
           nvfp4_tensor_t in = desc(x, "x");
           nvfp4_mx_quant_config_t cfg;
           nvfp4_mx_quant_config_default(&cfg);
-          cfg.rowwise.rounding = static_cast<nvfp4_rounding_t>(row_rounding);
-          cfg.rowwise.scale_rule = static_cast<nvfp4_mx_scale_rule_t>(row_rule);
-          cfg.columnwise.rounding = static_cast<nvfp4_rounding_t>(col_rounding);
-          cfg.columnwise.scale_rule = static_cast<nvfp4_mx_scale_rule_t>(col_rule);
-          cfg.scale_layout = static_cast<nvfp4_scale_layout_t>(layout);
+          cfg.rowwise.rounding = enum_arg<nvfp4_rounding_t>(row_rounding, 2, "row_rounding", "0 = rtn, 1 = sr");
+          cfg.rowwise.scale_rule =
+              enum_arg<nvfp4_mx_scale_rule_t>(row_rule, 3, "row_rule", "0 = ocp, 1 = ceil, 2 = tetrajet");
+          cfg.columnwise.rounding = enum_arg<nvfp4_rounding_t>(col_rounding, 2, "col_rounding", "0 = rtn, 1 = sr");
+          cfg.columnwise.scale_rule =
+              enum_arg<nvfp4_mx_scale_rule_t>(col_rule, 3, "col_rule", "0 = ocp, 1 = ceil, 2 = tetrajet");
+          cfg.scale_layout = layout_arg(layout);
           cfg.seed = seed;
           cfg.offset = offset;
           nvfp4_mx_quantized_t row{}, col{};
@@ -392,7 +394,7 @@ NB_MODULE(_C, m) {
           q.scales = desc(scales, "q.scales");
           nvfp4_tensor_t o = desc(out, "out");
           nb::gil_scoped_release nogil;
-          check(nvfp4_mx_dequantize(&q, static_cast<nvfp4_scale_layout_t>(layout), &o, stream_of(stream)));
+          check(nvfp4_mx_dequantize(&q, layout_arg(layout), &o, stream_of(stream)));
         },
         nb::arg("data").noconvert(), nb::arg("scales").noconvert(), nb::arg("scale_layout"),
         nb::arg("out").noconvert(), nb::arg("stream"));

@@ -5,14 +5,14 @@ The numerics live in C++ (src/core/mx.h); this module allocates, validates and w
 """
 from __future__ import annotations
 
-import operator
+import math
 from dataclasses import dataclass, replace
 from typing import Optional, Tuple, Union
 
 import torch
 
 from . import _C
-from ._format import ROUNDINGS, SCALE_LAYOUTS, stream_of
+from ._format import ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype, check_int, stream_of
 from ._quantize import as_torch
 
 __all__ = ["MXFP4Tensor", "quantize_mxfp4", "MX_SCALE_RULES", "MX_BLOCK", "E8M0_DTYPE"]
@@ -114,9 +114,8 @@ class MXFP4Tensor:
         become inf), rounded to nearest even in float16. Rowwise: a tensor shaped like the
         represented tensor (the 2D view [rows, cols] after .T). columnwise=True decodes the
         other direction and returns it transposed back, so both approximate the same tensor."""
-        dtype = self.dtype if dtype is None else dtype
-        if dtype not in _OUT_DTYPES:
-            raise TypeError(f"dtype: must be float32, float16 or bfloat16, got {dtype}")
+        dtype = self.dtype if dtype is None else check_dtype("dtype", dtype, _OUT_DTYPES)
+        columnwise = check_bool("columnwise", columnwise)
         d = self.columnwise if columnwise else self.rowwise
         if d is None:
             which = "columnwise" if columnwise else "rowwise"
@@ -143,25 +142,14 @@ class MXFP4Tensor:
 
 def _pair(name: str, value, choices) -> Tuple[str, str]:
     """A name for both directions, or a (rowwise, columnwise) pair of names."""
-    pair = (value, value) if isinstance(value, str) else value
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-        raise ValueError(f"{name}: must be one of {sorted(choices)} or a (rowwise, columnwise) pair, got {value!r}")
-    for v in pair:
-        if not isinstance(v, str) or v not in choices:
-            raise ValueError(f"{name}: must be one of {sorted(choices)} (or a pair of them), got {value!r}")
-    return tuple(pair)
-
-
-def _u64(name: str, v) -> int:
-    try:
-        if isinstance(v, bool):
-            raise TypeError
-        v = operator.index(v)
-    except TypeError:
-        raise ValueError(f"{name}: must be an int in [0, 2**64), got {v!r}") from None
-    if not 0 <= v < 2**64:
-        raise ValueError(f"{name}: must be an int in [0, 2**64), got {v!r}")
-    return v
+    if isinstance(value, str):
+        check_choice(name, value, choices)
+        return value, value
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        options = ", ".join(repr(c) for c in choices)
+        raise TypeError(f"{name}: must be one of {options} or a (rowwise, columnwise) pair of them, got "
+                        f"{type(value).__name__} {value!r}")
+    return check_choice(f"{name}[0]", value[0], choices), check_choice(f"{name}[1]", value[1], choices)
 
 
 def _alloc(rows: int, cols: int, layout: str, device) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -193,30 +181,36 @@ def quantize_mxfp4(x, rounding: Union[str, Tuple[str, str]] = "rtn", scale_rule:
     scale_layout: "swizzled" (128x4 tiles, the layout of CUTLASS's MX GEMMs) or "linear".
     Runs on x's device; on CUDA, on the current stream with no host synchronization.
     """
+    # Types and values of the options first: they cost nothing and do not depend on x.
+    rnd = _pair("rounding", rounding, ROUNDINGS)
+    rule = _pair("scale_rule", scale_rule, MX_SCALE_RULES)
+    check_choice("scale_layout", scale_layout, SCALE_LAYOUTS)
+    rowwise = check_bool("rowwise", rowwise)
+    columnwise = check_bool("columnwise", columnwise)
+    if not (rowwise or columnwise):
+        raise ValueError("rowwise/columnwise: at least one must be True")
+    if seed is not None:
+        seed = check_int("seed", seed, 0, 2**64)
+    offset = check_int("offset", offset, 0, 2**64)
+
     x = as_torch(x, "x")
     if x.dtype not in _IN_DTYPES:
         raise TypeError(f"x: dtype must be float32, float16 or bfloat16, got {x.dtype}")
+    if x.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"x: device must be cpu or cuda, got {x.device}")
     if x.dim() < 1:
         raise ValueError("x: must have at least one dimension")
     if x.shape[-1] % MX_BLOCK != 0:
         raise ValueError(f"x: last dimension must be a multiple of 32 (MXFP4 blocks), got {x.shape[-1]}")
     if not x.is_contiguous():
         raise ValueError("x: must be contiguous (call .contiguous() first)")
-    if x.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"x: device must be cpu or cuda, got {x.device}")
-    rnd = _pair("rounding", rounding, ROUNDINGS)
-    rule = _pair("scale_rule", scale_rule, MX_SCALE_RULES)
-    if scale_layout not in SCALE_LAYOUTS:
-        raise ValueError(f"scale_layout: must be one of {sorted(SCALE_LAYOUTS)}, got {scale_layout!r}")
-    if not (rowwise or columnwise):
-        raise ValueError("rowwise/columnwise: at least one must be True")
+    if x.numel() and x.data_ptr() % x.element_size():
+        x = x.clone()  # a misaligned view (possible through as_strided on a byte buffer)
     if seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item()) if "sr" in rnd else 0
-    seed = _u64("seed", seed)
-    offset = _u64("offset", offset)
 
     cols = x.shape[-1]
-    rows = x.numel() // cols if cols else 0
+    rows = math.prod(x.shape[:-1])
     x2 = x.reshape(rows, cols)
     row = _alloc(rows, cols, scale_layout, x.device) if rowwise else None
     col = _alloc(cols, (rows + MX_BLOCK - 1) // MX_BLOCK * MX_BLOCK, scale_layout, x.device) if columnwise else None

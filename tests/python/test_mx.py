@@ -455,8 +455,16 @@ def test_python_errors_name_the_parameter():
         nvfp4.quantize_mxfp4(torch.randn(64, 64).t())
     with pytest.raises(ValueError, match="rounding"):
         nvfp4.quantize_mxfp4(x, rounding="nearest")
-    with pytest.raises(ValueError, match="rounding"):
+    with pytest.raises(TypeError, match="rounding"):
         nvfp4.quantize_mxfp4(x, rounding=("rtn",))
+    with pytest.raises(TypeError, match="rounding\\[1\\]: must be a str"):
+        nvfp4.quantize_mxfp4(x, rounding=("rtn", 1))
+    with pytest.raises(TypeError, match="rowwise: must be a bool"):
+        nvfp4.quantize_mxfp4(x, rowwise=1)
+    with pytest.raises(TypeError, match="seed: must be an int"):
+        nvfp4.quantize_mxfp4(x, rounding="sr", seed="7")
+    with pytest.raises(TypeError, match="columnwise: must be a bool"):
+        nvfp4.quantize_mxfp4(x).dequantize(columnwise="yes")
     with pytest.raises(ValueError, match="scale_rule"):
         nvfp4.quantize_mxfp4(x, scale_rule="floor")
     with pytest.raises(ValueError, match="scale_rule"):
@@ -488,11 +496,11 @@ def test_c_api_errors_name_the_parameter():
         call(layout=1)  # swizzled needs [128, 4]
     with pytest.raises(ValueError, match="rowwise.scales: dtype"):
         call(rs=torch.empty(4, 2, dtype=torch.float32))
-    with pytest.raises(ValueError, match="cfg.rowwise.rounding"):
+    with pytest.raises(ValueError, match="row_rounding: unknown value 5"):
         call(rr=5)
-    with pytest.raises(ValueError, match="cfg.rowwise.scale_rule"):
+    with pytest.raises(ValueError, match="row_rule: unknown value 3"):
         call(rule=3)
-    with pytest.raises(ValueError, match="cfg.scale_layout"):
+    with pytest.raises(ValueError, match="scale_layout: unknown value 2"):
         call(layout=2)
     with pytest.raises(ValueError, match="at least one output"):
         call(rd=None, rs=None)
