@@ -382,8 +382,9 @@ NB_MODULE(_C, m) {
           nb::gil_scoped_release nogil;
           check(nvfp4_mx_quantize(&in, &cfg, rd ? &row : nullptr, cd ? &col : nullptr, stream_of(stream)));
         },
-        nb::arg("x").noconvert(), nb::arg("row_data").none(), nb::arg("row_scales").none(),
-        nb::arg("col_data").none(), nb::arg("col_scales").none(), nb::arg("row_rounding"), nb::arg("row_rule"),
+        nb::arg("x").noconvert(), nb::arg("row_data").noconvert().none(), nb::arg("row_scales").noconvert().none(),
+        nb::arg("col_data").noconvert().none(), nb::arg("col_scales").noconvert().none(), nb::arg("row_rounding"),
+        nb::arg("row_rule"),
         nb::arg("col_rounding"), nb::arg("col_rule"), nb::arg("scale_layout"), nb::arg("seed"), nb::arg("offset"),
         nb::arg("stream"));
 

@@ -4,7 +4,7 @@
 // 16-byte stores; grid-stride over a persistent grid.
 #include "quant/mx_kernels.cuh"
 
-namespace nvfp4::detail::mxq {
+namespace nvfp4::detail::quant::mx {
 namespace {
 
 struct DequantArgs {
@@ -58,12 +58,12 @@ nvfp4_status_t run(const DequantArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
-}  // namespace nvfp4::detail::mxq
+}  // namespace nvfp4::detail::quant::mx
 
 namespace nvfp4::detail {
 
 nvfp4_status_t cuda_mx_dequantize(const MxDequantJob& job, nvfp4_stream_t s) {
-  using namespace mxq;
+  using namespace quant::mx;
   const cudaStream_t stream = reinterpret_cast<cudaStream_t>(s);
   if (job.rows == 0 || job.cols == 0) return NVFP4_SUCCESS;
   const DequantArgs a{job.data, job.scales, job.rows, job.cols / kBlock, job.swizzled, job.out};

@@ -18,7 +18,7 @@
 #include "mx_internal.h"
 #include "quant/codec.cuh"
 
-namespace nvfp4::detail::mxq {
+namespace nvfp4::detail::quant::mx {
 
 constexpr int kBlock = core::kMxBlock;  // 32 elements per E8M0 scale
 constexpr int kThreads = 256;
@@ -178,4 +178,4 @@ inline nvfp4_status_t launch_status(const char* what) {
   return NVFP4_SUCCESS;
 }
 
-}  // namespace nvfp4::detail::mxq
+}  // namespace nvfp4::detail::quant::mx

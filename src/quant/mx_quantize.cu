@@ -19,7 +19,7 @@
 // and x^T's zero rows (R .. roundup(R,32)) are quantized from zeros like the reference.
 #include "quant/mx_kernels.cuh"
 
-namespace nvfp4::detail::mxq {
+namespace nvfp4::detail::quant::mx {
 namespace {
 
 constexpr int kTileRows = 64;
@@ -159,12 +159,12 @@ nvfp4_status_t dispatch(const Args& a, bool row_sr, bool col_sr, cudaStream_t st
 }
 
 }  // namespace
-}  // namespace nvfp4::detail::mxq
+}  // namespace nvfp4::detail::quant::mx
 
 namespace nvfp4::detail {
 
 nvfp4_status_t cuda_mx_quantize(const MxQuantJob& job, nvfp4_stream_t s) {
-  using namespace mxq;
+  using namespace quant::mx;
   const cudaStream_t stream = reinterpret_cast<cudaStream_t>(s);
   if (job.rows == 0 || job.cols == 0 || (!job.row.data && !job.col.data)) return NVFP4_SUCCESS;
   Args a{};
