@@ -715,8 +715,11 @@ inline Layout make_layout(std::int64_t rows, std::int64_t cols, nvfp4_scale_layo
   q.data_cols = cols / 2;
   q.scale_layout = layout;
   const std::int64_t sc = cols / kBlockSize;
-  q.scale_rows = layout == NVFP4_SCALES_SWIZZLED ? round_up(rows, 128) : rows;
-  q.scale_cols = layout == NVFP4_SCALES_SWIZZLED ? round_up(sc, 4) : sc;
+  const bool swz = layout == NVFP4_SCALES_SWIZZLED;
+  q.scale_rows = swz ? nvfp4::detail::checked_round_up(rows, 128, "mx layout") : rows;
+  q.scale_cols = swz ? nvfp4::detail::checked_round_up(sc, 4, "mx layout") : sc;
+  nvfp4::detail::checked_mul(q.data_rows, q.data_cols, "mx layout");
+  nvfp4::detail::checked_mul(q.scale_rows, q.scale_cols, "mx layout");
   return q;
 }
 }  // namespace detail
@@ -736,7 +739,7 @@ inline Layout columnwise_layout(std::int64_t rows, std::int64_t cols,
   if (rows < 0 || cols < 0) nvfp4::detail::invalid("mx::columnwise_layout: negative size");
   if (cols % kBlockSize != 0)
     nvfp4::detail::invalid("mx::columnwise_layout: cols must be a multiple of 32, got " + std::to_string(cols));
-  return detail::make_layout(cols, round_up(rows, kBlockSize), layout);
+  return detail::make_layout(cols, nvfp4::detail::checked_round_up(rows, kBlockSize, "mx::columnwise_layout"), layout);
 }
 
 /// A filled nvfp4_mx_quantized_t over two caller buffers, with the layout it was built for.

@@ -13,6 +13,40 @@ foreach(_case IN ITEMS args cpu_roundtrip gpu_roundtrip)
 endforeach()
 set_tests_properties(nvfp4_mx_api_gpu_roundtrip PROPERTIES LABELS "mx;api;gpu")
 
+# The same tests against the library's host sources compiled with ASan + UBSan and
+# -fstrict-enums (CPU-only configurations, as fuzz_tests.cmake does for the NVFP4 API).
+if(NOT NVFP4_WITH_CUDA AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  include(CheckCXXSourceCompiles)
+  set(CMAKE_REQUIRED_FLAGS "-fsanitize=address,undefined")
+  set(CMAKE_REQUIRED_LINK_OPTIONS "-fsanitize=address,undefined")
+  check_cxx_source_compiles("int main() { return 0; }" NVFP4_MX_HAVE_ASAN_UBSAN)
+  unset(CMAKE_REQUIRED_FLAGS)
+  unset(CMAKE_REQUIRED_LINK_OPTIONS)
+  if(NVFP4_MX_HAVE_ASAN_UBSAN)
+    get_target_property(_nvfp4_mx_host_src nvfp4_host SOURCES)
+    get_target_property(_nvfp4_mx_host_dir nvfp4_host SOURCE_DIR)
+    set(_nvfp4_mx_san_src "")
+    foreach(_f IN LISTS _nvfp4_mx_host_src)
+      if(NOT IS_ABSOLUTE "${_f}")
+        set(_f "${_nvfp4_mx_host_dir}/${_f}")
+      endif()
+      list(APPEND _nvfp4_mx_san_src "${_f}")
+    endforeach()
+    add_executable(nvfp4_test_mx_api_sanitized ${CMAKE_CURRENT_LIST_DIR}/test_mx_api.cpp ${_nvfp4_mx_san_src})
+    target_link_libraries(nvfp4_test_mx_api_sanitized PRIVATE nvfp4_core)
+    target_include_directories(nvfp4_test_mx_api_sanitized PRIVATE ${PROJECT_BINARY_DIR}/generated)
+    target_compile_definitions(nvfp4_test_mx_api_sanitized PRIVATE NVFP4_BUILDING)
+    set(_nvfp4_mx_san -fsanitize=address,undefined -fno-sanitize=bounds -fno-sanitize-recover=all -fno-omit-frame-pointer)
+    target_compile_options(nvfp4_test_mx_api_sanitized PRIVATE ${_nvfp4_mx_san} -fstrict-enums -O1 -g)
+    target_link_options(nvfp4_test_mx_api_sanitized PRIVATE ${_nvfp4_mx_san})
+    foreach(_case IN ITEMS args cpu_roundtrip)
+      add_test(NAME nvfp4_mx_api_sanitized_${_case} COMMAND nvfp4_test_mx_api_sanitized ${_case})
+      set_tests_properties(nvfp4_mx_api_sanitized_${_case} PROPERTIES TIMEOUT 300 LABELS "mx;api;sanitized"
+        ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+    endforeach()
+  endif()
+endif()
+
 # Host-only checks against CUTLASS's definitions (scale layout of MX operands, E8M0
 # conversions). The test needs only headers: the
 # CUTLASS C++ headers and the CUDA toolkit's (CUTLASS includes cuda/std/*); it is built with
