@@ -246,8 +246,8 @@ NVFP4_API nvfp4_status_t nvfp4_runner_check(int index, int* checked);
  *  - rowwise:    quantization of x [R, C] in blocks of 32 along C.
  *      data   uint8 [R, C/2], two E2M1 codes a byte, element 2i in the low nibble.
  *      scales uint8 (E8M0 bytes) [R, C/32] (linear) or [roundup(R,128), roundup(C/32,4)]
- *             (swizzled: the 128x4 layout of the NVFP4 scales over 32-element blocks, which is
- *             CUTLASS's and cuDNN's layout for MX operands; padding bytes are 0).
+ *             (swizzled: the 128x4 layout of the NVFP4 scales over 32-element blocks, the layout
+ *             CUTLASS's mx_float4_t GEMMs read, Sm1xxBlockScaledConfig<32>; padding bytes are 0).
  *  - columnwise: quantization of x^T [C, R] in blocks of 32 along R, R padded with zero rows to
  *      Rp = roundup(R, 32), stored as x^T: data uint8 [C, Rp/2];
  *      scales [C, Rp/32] (linear) or [roundup(C,128), roundup(Rp/32,4)] (swizzled).
