@@ -354,4 +354,52 @@ NB_MODULE(_C, m) {
     }
     return nb::make_tuple(static_cast<int>(s), checked, std::string(s == NVFP4_SUCCESS ? "" : nvfp4_last_error()));
   }, nb::arg("index"));
+
+  // ---- MXFP4 (nvfp4_mx_* entry points); the outputs come as (data, scales) pairs of uint8 ----
+  m.def("mx_quantize",
+        [](const Array& x, OptArray rd, OptArray rs, OptArray cd, OptArray cs, int row_rounding, int row_rule,
+           int col_rounding, int col_rule, int layout, uint64_t seed, uint64_t offset, uintptr_t stream) {
+          nvfp4_tensor_t in = desc(x, "x");
+          nvfp4_mx_quant_config_t cfg;
+          nvfp4_mx_quant_config_default(&cfg);
+          cfg.rowwise.rounding = enum_arg<nvfp4_rounding_t>(row_rounding, 2, "row_rounding", "0 = rtn, 1 = sr");
+          cfg.rowwise.scale_rule =
+              enum_arg<nvfp4_mx_scale_rule_t>(row_rule, 3, "row_rule", "0 = ocp, 1 = ceil, 2 = tetrajet");
+          cfg.columnwise.rounding = enum_arg<nvfp4_rounding_t>(col_rounding, 2, "col_rounding", "0 = rtn, 1 = sr");
+          cfg.columnwise.scale_rule =
+              enum_arg<nvfp4_mx_scale_rule_t>(col_rule, 3, "col_rule", "0 = ocp, 1 = ceil, 2 = tetrajet");
+          cfg.scale_layout = layout_arg(layout);
+          cfg.seed = seed;
+          cfg.offset = offset;
+          nvfp4_mx_quantized_t row{}, col{};
+          if (rd) {
+            if (!rs) throw nb::value_error("row_scales: required with row_data");
+            row.data = desc(*rd, "rowwise.data");
+            row.scales = desc(*rs, "rowwise.scales");
+          }
+          if (cd) {
+            if (!cs) throw nb::value_error("col_scales: required with col_data");
+            col.data = desc(*cd, "columnwise.data");
+            col.scales = desc(*cs, "columnwise.scales");
+          }
+          nb::gil_scoped_release nogil;
+          check(nvfp4_mx_quantize(&in, &cfg, rd ? &row : nullptr, cd ? &col : nullptr, stream_of(stream)));
+        },
+        nb::arg("x").noconvert(), nb::arg("row_data").noconvert().none(), nb::arg("row_scales").noconvert().none(),
+        nb::arg("col_data").noconvert().none(), nb::arg("col_scales").noconvert().none(), nb::arg("row_rounding"),
+        nb::arg("row_rule"),
+        nb::arg("col_rounding"), nb::arg("col_rule"), nb::arg("scale_layout"), nb::arg("seed"), nb::arg("offset"),
+        nb::arg("stream"));
+
+  m.def("mx_dequantize",
+        [](const Array& data, const Array& scales, int layout, const Array& out, uintptr_t stream) {
+          nvfp4_mx_quantized_t q{};
+          q.data = desc(data, "q.data");
+          q.scales = desc(scales, "q.scales");
+          nvfp4_tensor_t o = desc(out, "out");
+          nb::gil_scoped_release nogil;
+          check(nvfp4_mx_dequantize(&q, layout_arg(layout), &o, stream_of(stream)));
+        },
+        nb::arg("data").noconvert(), nb::arg("scales").noconvert(), nb::arg("scale_layout"),
+        nb::arg("out").noconvert(), nb::arg("stream"));
 }

@@ -237,3 +237,90 @@ NVFP4_API nvfp4_status_t nvfp4_runner_check(int index, int* checked);
 #endif
 
 #endif /* NVFP4_NVFP4_H */
+
+/* ==========================================================================================
+ * MXFP4 (OCP Microscaling Formats v1.0): E2M1 values, one E8M0 scale (a power of two, byte b
+ * meaning 2^(b-127), 0xFF NaN) per 32 consecutive values, no per-tensor scale.
+ *
+ * Quantized tensor layout (a "2D" view [R, C] of the input, leading dims flattened, C % 32 == 0):
+ *  - rowwise:    quantization of x [R, C] in blocks of 32 along C.
+ *      data   uint8 [R, C/2], two E2M1 codes a byte, element 2i in the low nibble.
+ *      scales uint8 (E8M0 bytes) [R, C/32] (linear) or [roundup(R,128), roundup(C/32,4)]
+ *             (swizzled: the 128x4 layout of the NVFP4 scales over 32-element blocks, the layout
+ *             CUTLASS's mx_float4_t GEMMs read, Sm1xxBlockScaledConfig<32>; padding bytes are 0).
+ *  - columnwise: quantization of x^T [C, R] in blocks of 32 along R, R padded with zero rows to
+ *      Rp = roundup(R, 32), stored as x^T: data uint8 [C, Rp/2];
+ *      scales [C, Rp/32] (linear) or [roundup(C,128), roundup(Rp/32,4)] (swizzled).
+ *
+ * Scale rules, for a block with M = max |x_i| (exact, from the bits of M):
+ *  - OCP:      s = floor(log2 M) - 2 (the specification's; values above 6 * 2^s saturate to +-6).
+ *  - CEIL:     s = ceil(log2(M / 6)): the smallest power of two with M <= 6 * 2^s (no value
+ *              saturates; "round to infinity").
+ *  - TETRAJET: s = ceil(log2(2M' / (6 - (-6)))), M' = M or 1e-8 when M = 0 (Chen et al. 2025,
+ *              truncation-free scaling): the CEIL rule except that a zero block gets 2^-29.
+ *  s below -127 is clamped to -127 (nothing saturates then). A NaN or an infinity in a block
+ *  makes its scale 0xFF (NaN) and each of its codes 0x7: the block decodes to NaN.
+ * Codes: e2m1(clamp(x_i * 2^-s, -6, 6)), round to nearest even or stochastic (the NVFP4
+ * stochastic-rounding contract: Philox4x32-10 keyed by seed, counter offset (+ *offset_device),
+ * element index i * W + j in the orientation being quantized, W its padded width).
+ * ======================================================================================== */
+#ifndef NVFP4_NVFP4_MX_SECTION
+#define NVFP4_NVFP4_MX_SECTION
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  NVFP4_MX_SCALE_OCP = 0,
+  NVFP4_MX_SCALE_CEIL = 1,
+  NVFP4_MX_SCALE_TETRAJET = 2
+} nvfp4_mx_scale_rule_t;
+
+/* How one direction (rowwise or columnwise) is quantized. */
+typedef struct {
+  nvfp4_rounding_t rounding;
+  nvfp4_mx_scale_rule_t scale_rule;
+} nvfp4_mx_direction_config_t;
+
+typedef struct {
+  nvfp4_mx_direction_config_t rowwise;    /* used when the rowwise output is requested */
+  nvfp4_mx_direction_config_t columnwise; /* used when the columnwise output is requested */
+  nvfp4_scale_layout_t scale_layout;      /* both directions */
+  uint64_t seed;                          /* stochastic rounding: Philox4x32-10 key */
+  uint64_t offset;                        /* stochastic rounding: counter offset */
+  /* Optional (NULL: unused): a 64-bit counter in the input's memory space, 8-byte aligned,
+   * added to `offset` when the work runs (as in nvfp4_quant_config_t). */
+  const uint64_t* offset_device;
+} nvfp4_mx_quant_config_t;
+
+/* Fills *cfg with: round-to-nearest and the OCP rule in both directions, swizzled scales,
+ * seed 0, offset 0, no offset_device. */
+NVFP4_API void nvfp4_mx_quant_config_default(nvfp4_mx_quant_config_t* cfg);
+
+/* One direction of an MXFP4 tensor (see the layout above). */
+typedef struct {
+  nvfp4_tensor_t data;   /* uint8, 2 dims */
+  nvfp4_tensor_t scales; /* uint8 (E8M0 bytes), 2 dims, linear or swizzled per the config */
+} nvfp4_mx_quantized_t;
+
+/* Quantizes input (float32/float16/bfloat16, contiguous, last dim % 32 == 0; leading dims are
+ * flattened into R) to MXFP4. rowwise and columnwise may each be NULL, not both; both come from
+ * one read of the input. On CUDA nothing is synchronized. */
+NVFP4_API nvfp4_status_t nvfp4_mx_quantize(const nvfp4_tensor_t* input, const nvfp4_mx_quant_config_t* cfg,
+                                           nvfp4_mx_quantized_t* rowwise, nvfp4_mx_quantized_t* columnwise,
+                                           nvfp4_stream_t stream);
+
+/* out[R, C] = e2m1(code) * 2^(scale - 127), computed in fp32 (exact, except that magnitudes
+ * >= 2^128 become +-inf; the NaN scale gives NaN) and stored as float32, float16 or bfloat16,
+ * rounded to nearest even: exact in bfloat16 too (same exceptions); in float16, magnitudes
+ * above 65504 become inf and those below 2^-14 round to float16's subnormal grid.
+ * q.data's shape gives R and C (C = 2 * data.shape[1], C % 32 == 0). */
+NVFP4_API nvfp4_status_t nvfp4_mx_dequantize(const nvfp4_mx_quantized_t* q, nvfp4_scale_layout_t scale_layout,
+                                             nvfp4_tensor_t* out, nvfp4_stream_t stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NVFP4_NVFP4_MX_SECTION */

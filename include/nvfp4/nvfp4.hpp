@@ -679,3 +679,144 @@ inline Device current_device() {
 }  // namespace nvfp4
 
 #endif  // NVFP4_NVFP4_HPP
+
+// =====================================================================================
+// MXFP4 (nvfp4_mx_* in nvfp4.h): E2M1 values, one E8M0 scale per 32 values, no amax.
+// =====================================================================================
+#ifndef NVFP4_NVFP4_HPP_MX_SECTION
+#define NVFP4_NVFP4_HPP_MX_SECTION
+
+namespace nvfp4 {
+namespace mx {
+
+/// Elements per E8M0 scale.
+constexpr std::int64_t kBlockSize = 32;
+
+/// Shapes and byte counts of one MXFP4 direction (no amax: MX has no per-tensor scale).
+struct Layout {
+  std::int64_t rows = 0;        ///< rows of the quantized orientation (R rowwise, C columnwise)
+  std::int64_t cols = 0;        ///< values per row, a multiple of 32 (padded when columnwise)
+  std::int64_t data_rows = 0;   ///< data: uint8 [data_rows, data_cols], 2 E2M1 codes a byte
+  std::int64_t data_cols = 0;   ///<   = cols / 2
+  std::int64_t scale_rows = 0;  ///< scales: E8M0 bytes [scale_rows, scale_cols]; linear [rows, cols/32],
+  std::int64_t scale_cols = 0;  ///<   swizzled [roundup(rows,128), roundup(cols/32,4)], padding zero
+  nvfp4_scale_layout_t scale_layout = NVFP4_SCALES_SWIZZLED;
+
+  std::size_t data_bytes() const noexcept { return static_cast<std::size_t>(data_rows * data_cols); }
+  std::size_t scale_bytes() const noexcept { return static_cast<std::size_t>(scale_rows * scale_cols); }
+};
+
+namespace detail {
+inline Layout make_layout(std::int64_t rows, std::int64_t cols, nvfp4_scale_layout_t layout) {
+  Layout q;
+  q.rows = rows;
+  q.cols = cols;
+  q.data_rows = rows;
+  q.data_cols = cols / 2;
+  q.scale_layout = layout;
+  const std::int64_t sc = cols / kBlockSize;
+  const bool swz = layout == NVFP4_SCALES_SWIZZLED;
+  q.scale_rows = swz ? nvfp4::detail::checked_round_up(rows, 128, "mx layout") : rows;
+  q.scale_cols = swz ? nvfp4::detail::checked_round_up(sc, 4, "mx layout") : sc;
+  nvfp4::detail::checked_mul(q.data_rows, q.data_cols, "mx layout");
+  nvfp4::detail::checked_mul(q.scale_rows, q.scale_cols, "mx layout");
+  return q;
+}
+}  // namespace detail
+
+/// Rowwise outputs of quantizing x [rows, cols] (blocks of 32 along cols; cols % 32 == 0).
+inline Layout rowwise_layout(std::int64_t rows, std::int64_t cols, nvfp4_scale_layout_t layout = NVFP4_SCALES_SWIZZLED) {
+  if (rows < 0 || cols < 0) nvfp4::detail::invalid("mx::rowwise_layout: negative size");
+  if (cols % kBlockSize != 0)
+    nvfp4::detail::invalid("mx::rowwise_layout: cols must be a multiple of 32, got " + std::to_string(cols));
+  return detail::make_layout(rows, cols, layout);
+}
+
+/// Columnwise outputs of quantizing x [rows, cols]: x^T [cols, roundup(rows,32)], blocks of
+/// 32 along the original rows, codes past `rows` zero.
+inline Layout columnwise_layout(std::int64_t rows, std::int64_t cols,
+                                nvfp4_scale_layout_t layout = NVFP4_SCALES_SWIZZLED) {
+  if (rows < 0 || cols < 0) nvfp4::detail::invalid("mx::columnwise_layout: negative size");
+  if (cols % kBlockSize != 0)
+    nvfp4::detail::invalid("mx::columnwise_layout: cols must be a multiple of 32, got " + std::to_string(cols));
+  return detail::make_layout(cols, nvfp4::detail::checked_round_up(rows, kBlockSize, "mx::columnwise_layout"), layout);
+}
+
+/// A filled nvfp4_mx_quantized_t over two caller buffers, with the layout it was built for.
+class QuantizedView {
+ public:
+  QuantizedView() noexcept { std::memset(&q_, 0, sizeof q_); }
+  /// data: uint8 [layout.data_rows, layout.data_cols]; scales: uint8 (E8M0) [layout.scale_rows,
+  /// layout.scale_cols]; both on `device` (16-byte aligned on CUDA).
+  QuantizedView(const Layout& layout, void* data, void* scales, Device device = Device::cpu()) : layout_(layout) {
+    q_.data = TensorView(data, NVFP4_DTYPE_UINT8, {layout.data_rows, layout.data_cols}, device).c();
+    q_.scales = TensorView(scales, NVFP4_DTYPE_UINT8, {layout.scale_rows, layout.scale_cols}, device).c();
+  }
+  const Layout& layout() const noexcept { return layout_; }
+  std::uint8_t* data() const noexcept { return static_cast<std::uint8_t*>(q_.data.data); }
+  std::uint8_t* scales() const noexcept { return static_cast<std::uint8_t*>(q_.scales.data); }
+  const nvfp4_mx_quantized_t* get() const noexcept { return &q_; }
+  nvfp4_mx_quantized_t* get() noexcept { return &q_; }
+
+ private:
+  nvfp4_mx_quantized_t q_;
+  Layout layout_;
+};
+
+/// nvfp4_mx_quant_config_t with fluent setters; starts from the library's defaults
+/// (round-to-nearest and the OCP rule in both directions, swizzled scales, seed 0).
+class QuantConfig {
+ public:
+  QuantConfig() noexcept { nvfp4_mx_quant_config_default(&c_); }
+  /// Rounding and scale rule of both directions.
+  QuantConfig& both(nvfp4_rounding_t r, nvfp4_mx_scale_rule_t rule) noexcept {
+    return rowwise(r, rule).columnwise(r, rule);
+  }
+  QuantConfig& rowwise(nvfp4_rounding_t r, nvfp4_mx_scale_rule_t rule) noexcept {
+    c_.rowwise.rounding = r;
+    c_.rowwise.scale_rule = rule;
+    return *this;
+  }
+  QuantConfig& columnwise(nvfp4_rounding_t r, nvfp4_mx_scale_rule_t rule) noexcept {
+    c_.columnwise.rounding = r;
+    c_.columnwise.scale_rule = rule;
+    return *this;
+  }
+  /// Stochastic rounding's key and counter offset (the rounding itself is set per direction).
+  QuantConfig& seed(std::uint64_t seed, std::uint64_t offset = 0) noexcept {
+    c_.seed = seed;
+    c_.offset = offset;
+    return *this;
+  }
+  QuantConfig& scale_layout(nvfp4_scale_layout_t l) noexcept { c_.scale_layout = l; return *this; }
+  QuantConfig& linear_scales() noexcept { return scale_layout(NVFP4_SCALES_LINEAR); }
+  /// A counter (in the input's memory space) added to the offset when the work runs.
+  QuantConfig& offset_device(const std::uint64_t* counter) noexcept { c_.offset_device = counter; return *this; }
+
+  nvfp4_scale_layout_t scale_layout() const noexcept { return c_.scale_layout; }
+  const nvfp4_mx_quant_config_t& c() const noexcept { return c_; }
+  const nvfp4_mx_quant_config_t* get() const noexcept { return &c_; }
+
+ private:
+  nvfp4_mx_quant_config_t c_;
+};
+
+/// Quantizes `input` (float32/float16/bfloat16, contiguous, last dim % 32 == 0) to MXFP4 into
+/// the requested directions (either may be null, not both), built from rowwise_layout /
+/// columnwise_layout of the input's flatten_2d() shape with cfg.scale_layout().
+inline void quantize(const TensorView& input, const QuantConfig& cfg, QuantizedView* rowwise,
+                     QuantizedView* columnwise, nvfp4_stream_t stream = nullptr) {
+  check(nvfp4_mx_quantize(input.get(), cfg.get(), rowwise ? rowwise->get() : nullptr,
+                          columnwise ? columnwise->get() : nullptr, stream),
+        "nvfp4_mx_quantize");
+}
+
+/// out [q.rows, q.cols] (float32/float16/bfloat16) = the decoded values of q.
+inline void dequantize(const QuantizedView& q, TensorView& out, nvfp4_stream_t stream = nullptr) {
+  check(nvfp4_mx_dequantize(q.get(), q.layout().scale_layout, out.get(), stream), "nvfp4_mx_dequantize");
+}
+
+}  // namespace mx
+}  // namespace nvfp4
+
+#endif  // NVFP4_NVFP4_HPP_MX_SECTION

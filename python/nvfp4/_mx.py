@@ -1,0 +1,224 @@
+"""MXFP4 (OCP Microscaling v1.0): quantize_mxfp4 and MXFP4Tensor.
+
+E2M1 values with one E8M0 scale (a power of two) per 32 values and no per-tensor scale.
+The numerics live in C++ (src/core/mx.h); this module allocates, validates and wraps.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Optional, Tuple, Union
+
+import torch
+
+from . import _C
+from ._format import ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype, check_int, stream_of
+from ._quantize import as_torch
+
+__all__ = ["MXFP4Tensor", "quantize_mxfp4", "MX_SCALE_RULES", "MX_BLOCK", "E8M0_DTYPE"]
+
+#: Elements per E8M0 scale.
+MX_BLOCK = 32
+#: Scale rules (see quantize_mxfp4), by name -> nvfp4_mx_scale_rule_t.
+MX_SCALE_RULES = {"ocp": 0, "ceil": 1, "tetrajet": 2}
+#: dtype of the scale tensors: torch.float8_e8m0fnu where this torch has it, else uint8.
+E8M0_DTYPE = getattr(torch, "float8_e8m0fnu", torch.uint8)
+
+_IN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class _MXDirection:
+    """One quantized orientation [rows, cols]: blocks of 32 along cols."""
+
+    data: torch.Tensor    # uint8 [rows, cols/2], element 2i in the low nibble
+    scales: torch.Tensor  # E8M0, linear [rows, cols/32] or swizzled [roundup(rows,128), roundup(cols/32,4)]
+    rounding: str
+    scale_rule: str
+
+
+@dataclass(frozen=True)
+class MXFP4Tensor:
+    """A tensor quantized to MXFP4.
+
+    ``rowwise`` holds the quantization of the 2D view x[R, C] (leading dims flattened) along
+    C; ``columnwise`` the quantization of xᵀ along R (R padded to a multiple of 32 with
+    zeros), stored as xᵀ. Either may be None. ``shape`` and ``dtype`` are those of the
+    original tensor. ``.T`` swaps the two, which is how a GEMM consumes xᵀ.
+    """
+
+    shape: tuple
+    dtype: torch.dtype
+    scale_layout: str
+    rowwise: Optional[_MXDirection]
+    columnwise: Optional[_MXDirection]
+    transposed: bool = False
+
+    block_size = MX_BLOCK
+
+    # ---- convenient views ----
+    @property
+    def data(self):
+        return None if self.rowwise is None else self.rowwise.data
+
+    @property
+    def scales(self):
+        return None if self.rowwise is None else self.rowwise.scales
+
+    @property
+    def data_t(self):
+        return None if self.columnwise is None else self.columnwise.data
+
+    @property
+    def scales_t(self):
+        return None if self.columnwise is None else self.columnwise.scales
+
+    @property
+    def device(self) -> torch.device:
+        d = self.rowwise or self.columnwise
+        return d.data.device
+
+    def _rc(self) -> Tuple[int, int]:
+        r = 1
+        for s in self.shape[:-1]:
+            r *= s
+        c = self.shape[-1] if self.shape else 1
+        return r, c
+
+    @property
+    def rows(self) -> int:
+        """Rows of the 2D view this tensor represents (after .T, the original columns)."""
+        r, c = self._rc()
+        return c if self.transposed else r
+
+    @property
+    def cols(self) -> int:
+        r, c = self._rc()
+        return r if self.transposed else c
+
+    @property
+    def T(self) -> "MXFP4Tensor":
+        return replace(self, rowwise=self.columnwise, columnwise=self.rowwise, transposed=not self.transposed)
+
+    def to(self, device) -> "MXFP4Tensor":
+        device = torch.device(device)
+
+        def mv(d):
+            return None if d is None else replace(d, data=d.data.to(device), scales=d.scales.to(device))
+
+        return replace(self, rowwise=mv(self.rowwise), columnwise=mv(self.columnwise))
+
+    def dequantize(self, dtype: Optional[torch.dtype] = None, columnwise: bool = False) -> torch.Tensor:
+        """Decoded values e2m1 * 2^scale, exact in float32 and bfloat16 (magnitudes >= 2^128
+        become inf), rounded to nearest even in float16. Rowwise: a tensor shaped like the
+        represented tensor (the 2D view [rows, cols] after .T). columnwise=True decodes the
+        other direction and returns it transposed back, so both approximate the same tensor."""
+        dtype = self.dtype if dtype is None else check_dtype("dtype", dtype, _OUT_DTYPES)
+        columnwise = check_bool("columnwise", columnwise)
+        d = self.columnwise if columnwise else self.rowwise
+        if d is None:
+            which = "columnwise" if columnwise else "rowwise"
+            raise ValueError(f"columnwise: this tensor has no {which} data")
+        rows, width = d.data.shape[0], d.data.shape[1] * 2
+        out = torch.empty((rows, width), dtype=dtype, device=d.data.device)
+        _C.mx_dequantize(d.data, d.scales.view(torch.uint8), SCALE_LAYOUTS[self.scale_layout], out,
+                         stream_of(out.device))
+        shape = self.shape if not self.transposed else (self.rows, self.cols)
+        if not columnwise:
+            return out[:, : self.cols].reshape(shape)
+        return out[:, : self.rows].t().reshape(shape)
+
+    def __repr__(self) -> str:
+        parts = [f"shape={tuple(self.shape)}", f"dtype={self.dtype}", f"device={self.device}",
+                 f"scales={self.scale_layout}"]
+        if self.transposed:
+            parts.append("transposed=True")
+        for name, d in (("rowwise", self.rowwise), ("columnwise", self.columnwise)):
+            if d is not None:
+                parts.append(f"{name}(data={tuple(d.data.shape)}, rounding={d.rounding}, scale_rule={d.scale_rule})")
+        return "MXFP4Tensor(" + ", ".join(parts) + ")"
+
+
+def _pair(name: str, value, choices) -> Tuple[str, str]:
+    """A name for both directions, or a (rowwise, columnwise) pair of names."""
+    if isinstance(value, str):
+        check_choice(name, value, choices)
+        return value, value
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        options = ", ".join(repr(c) for c in choices)
+        raise TypeError(f"{name}: must be one of {options} or a (rowwise, columnwise) pair of them, got "
+                        f"{type(value).__name__} {value!r}")
+    return check_choice(f"{name}[0]", value[0], choices), check_choice(f"{name}[1]", value[1], choices)
+
+
+def _alloc(rows: int, cols: int, layout: str, device) -> Tuple[torch.Tensor, torch.Tensor]:
+    nb = cols // MX_BLOCK
+    data = torch.empty((rows, cols // 2), dtype=torch.uint8, device=device)
+    if layout == "swizzled":
+        scales = torch.empty(((rows + 127) // 128 * 128, (nb + 3) // 4 * 4), dtype=torch.uint8, device=device)
+    else:
+        scales = torch.empty((rows, nb), dtype=torch.uint8, device=device)
+    return data, scales
+
+
+def quantize_mxfp4(x, rounding: Union[str, Tuple[str, str]] = "rtn", scale_rule: Union[str, Tuple[str, str]] = "ocp",
+                   seed: Optional[int] = None, offset: int = 0, rowwise: bool = True, columnwise: bool = False,
+                   scale_layout: str = "swizzled") -> MXFP4Tensor:
+    """Quantize x (float32/float16/bfloat16, last dim a multiple of 32) to MXFP4.
+
+    rounding: "rtn" (nearest-even) or "sr" (stochastic; Philox keyed by seed/offset, the
+        same contract as nvfp4.quantize), or a (rowwise, columnwise) pair.
+    scale_rule: the E8M0 exponent s of a block with M = max|x| (or a (rowwise, columnwise) pair):
+        "ocp"       floor(log2 M) - 2, the OCP specification's (values above 6 * 2^s saturate);
+        "ceil"      ceil(log2(M / 6)): the smallest scale with no saturation ("round to infinity");
+        "tetrajet"  TetraJet's truncation-free scaling, ceil(log2(M' / 6)) with M' = M, or 1e-8
+                    for an all-zero block.
+        Exponents below -127 are clamped to -127; a block holding a NaN or an infinity gets the
+        NaN scale (it decodes to NaN).
+    rowwise / columnwise: which orientations to produce (both from one read of x); columnwise
+        quantizes xᵀ along the first axis, zero-padded to a multiple of 32.
+    scale_layout: "swizzled" (128x4 tiles, the layout of CUTLASS's MX GEMMs) or "linear".
+    Runs on x's device; on CUDA, on the current stream with no host synchronization.
+    """
+    # Types and values of the options first: they cost nothing and do not depend on x.
+    rnd = _pair("rounding", rounding, ROUNDINGS)
+    rule = _pair("scale_rule", scale_rule, MX_SCALE_RULES)
+    check_choice("scale_layout", scale_layout, SCALE_LAYOUTS)
+    rowwise = check_bool("rowwise", rowwise)
+    columnwise = check_bool("columnwise", columnwise)
+    if not (rowwise or columnwise):
+        raise ValueError("rowwise/columnwise: at least one must be True")
+    if seed is not None:
+        seed = check_int("seed", seed, 0, 2**64)
+    offset = check_int("offset", offset, 0, 2**64)
+
+    x = as_torch(x, "x")
+    if x.dtype not in _IN_DTYPES:
+        raise TypeError(f"x: dtype must be float32, float16 or bfloat16, got {x.dtype}")
+    if x.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"x: device must be cpu or cuda, got {x.device}")
+    if x.dim() < 1:
+        raise ValueError("x: must have at least one dimension")
+    if x.shape[-1] % MX_BLOCK != 0:
+        raise ValueError(f"x: last dimension must be a multiple of 32 (MXFP4 blocks), got {x.shape[-1]}")
+    if not x.is_contiguous():
+        raise ValueError("x: must be contiguous (call .contiguous() first)")
+    if x.numel() and x.data_ptr() % x.element_size():
+        x = x.clone()  # a misaligned view (possible through as_strided on a byte buffer)
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, (1,)).item()) if "sr" in rnd else 0
+
+    cols = x.shape[-1]
+    rows = math.prod(x.shape[:-1])
+    x2 = x.reshape(rows, cols)
+    row = _alloc(rows, cols, scale_layout, x.device) if rowwise else None
+    col = _alloc(cols, (rows + MX_BLOCK - 1) // MX_BLOCK * MX_BLOCK, scale_layout, x.device) if columnwise else None
+    _C.mx_quantize(x2, *(row or (None, None)), *(col or (None, None)), ROUNDINGS[rnd[0]], MX_SCALE_RULES[rule[0]],
+                   ROUNDINGS[rnd[1]], MX_SCALE_RULES[rule[1]], SCALE_LAYOUTS[scale_layout], seed, offset,
+                   stream_of(x.device))
+
+    def direction(t, i):
+        return None if t is None else _MXDirection(t[0], t[1].view(E8M0_DTYPE), rnd[i], rule[i])
+
+    return MXFP4Tensor(tuple(x.shape), x.dtype, scale_layout, direction(row, 0), direction(col, 1))

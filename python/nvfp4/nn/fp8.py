@@ -1,0 +1,397 @@
+"""nvfp4.nn.fp8: the FP8 baseline Linear that NVFP4 and MXFP4 runs are compared against.
+
+E4M3 forward operands (X, W), E5M2 gradients (dY), one FP32 scale per tensor, FP32
+accumulation, the output in the input's dtype:
+
+    fprop  Y  = X·Wᵀ     q(X) e4m3,  q(W) e4m3
+    dgrad  dX = dY·W     q(dY) e5m2, q(W) e4m3
+    wgrad  dW = dYᵀ·X    q(dY) e5m2, q(X) e4m3
+
+A tensor t is quantized as q = fp8(clamp(t * s, -max, max)) (round to nearest even; max = 448
+for E4M3, 57344 for E5M2) and stands for q / s. Two ways to choose s, as TransformerEngine
+names them:
+
+- ``current`` (recipe "fp8"): s = max / amax(t) from the tensor being quantized.
+- ``delayed`` (recipe "fp8_delayed"): s comes from the amaxes of earlier steps, kept in an
+  amax history per tensor role (x, w, dy): before a role is quantized, its history gives
+  amax = max(history) ("max") or the latest entry ("most_recent"), s = max * 2^-margin / amax
+  (kept as it was when that amax is 0, inf or NaN; NaN entries do not count for "max"), and
+  the history rolls by one; after quantizing, the tensor's amax becomes the newest entry.
+  This is TransformerEngine's DelayedScaling update (its amax_and_scale_update), run at the
+  start of a role's next quantization instead of at the end of the step. History and scales
+  are module buffers, updated in place on the device, with no host synchronization.
+
+On a CUDA GPU with FP8 tensor cores (compute capability 8.9 or newer) the GEMMs run through
+``torch._scaled_mm``; elsewhere (the CPU, or ``emulate=True``) through the reference
+emulation: the same quantized operands dequantized to FP32 and multiplied in FP32. A CUDA
+GPU without FP8 raises an error that says so.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["FP8Recipe", "FP8_RECIPES", "get_fp8_recipe", "FP8Linear", "fp8_max", "tensor_amax", "current_scale",
+           "delayed_scale_update", "quantize_fp8", "dequantize_fp8", "fp8_supported"]
+
+_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+_FLT_MAX = torch.finfo(torch.float32).max
+# Roles of the delayed-scaling state: rows of the amax history and entries of the scales.
+ROLE_X, ROLE_W, ROLE_DY = 0, 1, 2
+# _scaled_mm needs the inner dimension (and N) to be multiples of 16; the token axis is the
+# inner dimension of wgrad and is padded with zero rows (they change no amax and no product).
+_ALIGN = 16
+
+
+def fp8_max(dtype: torch.dtype) -> float:
+    """Largest finite value of an FP8 dtype (448 for E4M3, 57344 for E5M2)."""
+    return float(torch.finfo(dtype).max)
+
+
+@dataclass(frozen=True)
+class FP8Recipe:
+    """How an FP8Linear quantizes.
+
+    scaling: "current" (per-tensor scale from the tensor's own amax) or "delayed" (from an
+    amax history). fwd_format / bwd_format: "e4m3" or "e5m2" for X and W / for dY.
+    amax_history_len, amax_compute_algo ("max" or "most_recent"), margin: the delayed-scaling
+    knobs of TransformerEngine's DelayedScaling (scale = fp8_max * 2^-margin / amax).
+    fast_accum_fprop: torch._scaled_mm's use_fast_accum for the forward GEMM (faster,
+    TransformerEngine's default for fprop); dgrad and wgrad always accumulate exactly in FP32.
+    emulate: run the GEMMs by emulation even on a GPU with FP8 (for checks).
+    compile_cast: on CUDA, fuse scale-multiply, clamp and cast into one kernel with
+    torch.compile (falls back to eager ops, with a warning, where that is unavailable).
+    """
+
+    name: str = "fp8"
+    scaling: str = "current"
+    fwd_format: str = "e4m3"
+    bwd_format: str = "e5m2"
+    amax_history_len: int = 1024
+    amax_compute_algo: str = "max"
+    margin: float = 0.0
+    fast_accum_fprop: bool = True
+    emulate: bool = False
+    compile_cast: bool = True
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> "FP8Recipe":
+        if self.scaling not in ("current", "delayed"):
+            raise ValueError(f"scaling: must be 'current' or 'delayed', got {self.scaling!r}")
+        for f in ("fwd_format", "bwd_format"):
+            if getattr(self, f) not in _FORMATS:
+                raise ValueError(f"{f}: must be 'e4m3' or 'e5m2', got {getattr(self, f)!r}")
+        if isinstance(self.amax_history_len, bool) or not isinstance(self.amax_history_len, int) or \
+                self.amax_history_len < 1:
+            raise ValueError(f"amax_history_len: must be an int >= 1, got {self.amax_history_len!r}")
+        if self.amax_compute_algo not in ("max", "most_recent"):
+            raise ValueError(f"amax_compute_algo: must be 'max' or 'most_recent', got {self.amax_compute_algo!r}")
+        if not isinstance(self.margin, (int, float)) or isinstance(self.margin, bool) or not math.isfinite(self.margin) \
+                or self.margin < 0:
+            raise ValueError(f"margin: must be a finite number >= 0, got {self.margin!r}")
+        for f in ("fast_accum_fprop", "emulate", "compile_cast"):
+            if not isinstance(getattr(self, f), bool):
+                raise ValueError(f"{f}: must be a bool, got {getattr(self, f)!r}")
+        return self
+
+    @property
+    def fwd_dtype(self) -> torch.dtype:
+        return _FORMATS[self.fwd_format]
+
+    @property
+    def bwd_dtype(self) -> torch.dtype:
+        return _FORMATS[self.bwd_format]
+
+    def replace(self, **changes) -> "FP8Recipe":
+        import dataclasses
+        return dataclasses.replace(self, **changes)
+
+
+FP8_RECIPES = {
+    "fp8": FP8Recipe(name="fp8", scaling="current"),
+    "fp8_delayed": FP8Recipe(name="fp8_delayed", scaling="delayed"),
+}
+
+
+def get_fp8_recipe(recipe: Union[str, FP8Recipe]) -> FP8Recipe:
+    if isinstance(recipe, FP8Recipe):
+        return recipe.validate()
+    if isinstance(recipe, str) and recipe in FP8_RECIPES:
+        return FP8_RECIPES[recipe]
+    raise ValueError(f"recipe: must be an FP8Recipe or one of {sorted(FP8_RECIPES)}, got {recipe!r}")
+
+
+def fp8_supported(device: Optional[torch.device] = None) -> Tuple[bool, str]:
+    """(True, "") if torch._scaled_mm can run FP8 GEMMs on this CUDA device, else (False, why)."""
+    if not torch.cuda.is_available():
+        return False, "no CUDA device"
+    if not hasattr(torch, "_scaled_mm"):
+        return False, f"this torch ({torch.__version__}) has no torch._scaled_mm"
+    dev = torch.device("cuda") if device is None else torch.device(device)
+    major, minor = torch.cuda.get_device_capability(dev)
+    if (major, minor) < (8, 9):
+        return False, (f"FP8 GEMMs need a GPU with FP8 tensor cores (compute capability >= 8.9: Ada, Hopper, "
+                       f"Blackwell); {torch.cuda.get_device_name(dev)} is sm_{major}{minor}")
+    return True, ""
+
+
+# ------------------------------------------------------------------------------ quantization
+def tensor_amax(t: torch.Tensor) -> torch.Tensor:
+    """max |t| as a float32 0-dim tensor on t's device, in one pass; NaN if t holds a NaN; 0
+    for an empty tensor."""
+    if t.numel() == 0:
+        return torch.zeros((), dtype=torch.float32, device=t.device)
+    return torch.linalg.vector_norm(t, float("inf"), dtype=torch.float32)
+
+
+def current_scale(amax: torch.Tensor, fmax: float, margin: float = 0.0) -> torch.Tensor:
+    """s = fmax * 2^-margin / amax; 1 when amax is 0, inf or NaN; FLT_MAX when that overflows."""
+    scaled_max = torch.full_like(amax, fmax * 2.0 ** -margin)
+    s = scaled_max / amax
+    s = torch.where(torch.isinf(s), torch.full_like(s, _FLT_MAX), s)
+    ok = torch.isfinite(amax) & (amax > 0)
+    return torch.where(ok, s, torch.ones_like(s))
+
+
+def delayed_scale_update(history: torch.Tensor, scale: torch.Tensor, role: int, fmax: float, margin: float,
+                         algo: str) -> None:
+    """TransformerEngine's delayed-scaling update of one role, in place on the device:
+    amax = max(history[role]) (NaN entries ignored) or history[role, 0]; scale[role] = fmax *
+    2^-margin / amax unless amax is 0, inf or NaN (then unchanged; FLT_MAX if it overflows);
+    history[role] rolls left by one and its slot 0 is cleared for the next amax."""
+    h = history[role]
+    if algo == "max":
+        amax = torch.where(torch.isnan(h), torch.zeros_like(h), h).amax()
+    else:
+        amax = h[0]
+    scaled_max = torch.full_like(amax, fmax * 2.0 ** -margin)
+    s = scaled_max / amax
+    s = torch.where(torch.isinf(s), torch.full_like(s, _FLT_MAX), s)
+    ok = torch.isfinite(amax) & (amax > 0)
+    scale[role].copy_(torch.where(ok, s, scale[role]))
+    rolled = torch.roll(h, -1, 0)
+    rolled[0] = 0.0
+    h.copy_(rolled)
+
+
+def _cast_eager(t: torch.Tensor, scale: torch.Tensor, fmax: float, dtype: torch.dtype) -> torch.Tensor:
+    return (t.float() * scale).clamp(-fmax, fmax).to(dtype)
+
+
+_compiled_cast = None
+_compile_failed = False
+
+
+def quantize_fp8(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, compiled: bool = False) -> torch.Tensor:
+    """fp8(clamp(t * scale, -max, max)), computed in FP32 (the product rounds once to FP32,
+    the cast rounds to nearest even; NaN stays NaN). compiled: one fused kernel on CUDA via
+    torch.compile (the same values: a multiply, a clamp and a cast, no reassociation)."""
+    global _compiled_cast, _compile_failed
+    fmax = fp8_max(dtype)
+    if compiled and t.is_cuda and not _compile_failed:
+        try:
+            if _compiled_cast is None:
+                _compiled_cast = torch.compile(_cast_eager, dynamic=True, fullgraph=True)
+            return _compiled_cast(t, scale, fmax, dtype)
+        except Exception as e:  # no Triton, an unsupported GPU, ...: same values, unfused
+            _compile_failed = True
+            warnings.warn(f"nvfp4.nn.fp8: torch.compile of the FP8 cast failed ({type(e).__name__}: {e}); "
+                          "using unfused torch ops", RuntimeWarning)
+    return _cast_eager(t, scale, fmax, dtype)
+
+
+def dequantize_fp8(q: torch.Tensor, scale_inv: torch.Tensor) -> torch.Tensor:
+    """q * scale_inv in FP32."""
+    return q.float() * scale_inv
+
+
+def _t(q: torch.Tensor) -> torch.Tensor:
+    """Contiguous transpose of a 2D FP8 tensor (as bytes: every torch can copy uint8)."""
+    return q.view(torch.uint8).t().contiguous().view(q.dtype)
+
+
+# ------------------------------------------------------------------------------ autograd
+@dataclass(frozen=True)
+class _Plan:
+    recipe: FP8Recipe
+    emulate: bool
+    update: bool  # delayed scaling: update and record the history (training forwards)
+
+
+def _quantize_role(t, role, dtype, plan: _Plan, history, scale) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(q, scale_inv) of t for one role, with the recipe's scaling."""
+    r = plan.recipe
+    fmax = fp8_max(dtype)
+    if r.scaling == "current":
+        s = current_scale(tensor_amax(t), fmax)
+    else:
+        if plan.update:
+            delayed_scale_update(history, scale, role, fmax, r.margin, r.amax_compute_algo)
+        s = scale[role].clone()  # the value used now, whatever later steps do to the buffer
+        if plan.update:
+            history[role, 0].copy_(tensor_amax(t))
+    q = quantize_fp8(t, s, dtype, compiled=r.compile_cast and not plan.emulate)
+    return q, 1.0 / s
+
+
+def _mm(a, a_sinv, b, b_sinv, out_dtype, emulate: bool, fast_accum: bool) -> torch.Tensor:
+    """(a / s_a) @ (b / s_b)ᵀ for a [M, K] and b [N, K] FP8 (row-major), in FP32, out_dtype."""
+    if emulate:
+        return (dequantize_fp8(a, a_sinv) @ dequantize_fp8(b, b_sinv).t()).to(out_dtype)
+    # _scaled_mm: the first operand row-major, the second column-major (bᵀ of a row-major b).
+    out = torch._scaled_mm(a, b.t(), scale_a=a_sinv, scale_b=b_sinv, out_dtype=out_dtype, use_fast_accum=fast_accum)
+    return out[0] if isinstance(out, tuple) else out
+
+
+class _FP8LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, history, scale, plan: _Plan):
+        r = plan.recipe
+        cdt = x.dtype
+        k = x.shape[-1]
+        n = weight.shape[0]
+        x2 = x.reshape(-1, k)
+        m = x2.shape[0]
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        pad = (-m) % _ALIGN if (need_dw and not plan.emulate) else 0
+        with torch.autocast(x.device.type, enabled=False):
+            xp = F.pad(x2, (0, 0, 0, pad)) if pad else x2
+            qx, sx_inv = _quantize_role(xp, ROLE_X, r.fwd_dtype, plan, history, scale)
+            qw, sw_inv = _quantize_role(weight, ROLE_W, r.fwd_dtype, plan, history, scale)
+            # With a bias the GEMM's FP32 result takes the bias in FP32 and is rounded once.
+            y = _mm(qx, sx_inv, qw, sw_inv, cdt if bias is None else torch.float32, plan.emulate, r.fast_accum_fprop)
+            if pad:
+                y = y[:m]
+            if bias is not None:
+                y = (y + bias.float()).to(cdt)
+        ctx.save_for_backward(qx if need_dw else None, qw if need_dx else None, sx_inv, sw_inv)
+        # The delayed-scaling state is shared by every step and updated in place (dY's role by
+        # this backward): held by reference, not saved, so that later forwards may update it
+        # before this backward runs (gradient accumulation, recomputation).
+        ctx.state = (history, scale)
+        ctx.plan = plan
+        ctx.meta = (tuple(x.shape), m, n, pad, cdt, weight.dtype, None if bias is None else bias.dtype)
+        return y.reshape(*x.shape[:-1], n)
+
+    @staticmethod
+    def backward(ctx, dy):
+        plan = ctx.plan
+        r = plan.recipe
+        x_shape, m, n, pad, cdt, w_dtype, b_dtype = ctx.meta
+        qx, qw, sx_inv, sw_inv = ctx.saved_tensors
+        history, scale = ctx.state
+        need_dx, need_dw, need_db = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        dx = dw = db = None
+        with torch.autocast(dy.device.type, enabled=False):
+            dy2 = dy.reshape(-1, n)
+            if need_dx or need_dw:
+                dyp = F.pad(dy2, (0, 0, 0, pad)) if pad else dy2
+                qdy, sdy_inv = _quantize_role(dyp.contiguous(), ROLE_DY, r.bwd_dtype, plan, history, scale)
+            if need_dx:
+                # dX = dY·W: W's transpose is the second operand
+                dx = _mm(qdy, sdy_inv, _t(qw), sw_inv, cdt, plan.emulate, False)
+                dx = (dx[:m] if pad else dx).reshape(x_shape)
+            if need_dw:
+                # dW = dYᵀ·X, inner dimension the (padded) token axis
+                dw = _mm(_t(qdy), sdy_inv, _t(qx), sx_inv, torch.float32, plan.emulate, False).to(w_dtype)
+            if need_db:
+                db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
+        return dx, dw, db, None, None, None
+
+
+# ------------------------------------------------------------------------------ module
+class FP8Linear(nn.Linear):
+    """A drop-in ``nn.Linear`` whose three GEMMs run in FP8 (see the module docstring).
+
+    recipe: "fp8" (current scaling), "fp8_delayed" (delayed scaling) or an FP8Recipe.
+    in_features and out_features must be multiples of 16 (FP8 GEMM operand rules).
+    With delayed scaling the module holds two buffers (in its state_dict, so a checkpoint
+    resumes them): ``fp8_amax_history`` float32 [3, amax_history_len] (rows: x, w, dy) and
+    ``fp8_scale`` float32 [3]. They are updated by training forwards (module in training
+    mode, autograd on) and by the backward pass, and only read otherwise.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
+                 recipe: Union[str, FP8Recipe] = "fp8"):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self._fp8_init(recipe)
+
+    def _fp8_init(self, recipe) -> None:
+        if self.in_features % _ALIGN or self.out_features % _ALIGN:
+            raise ValueError(f"in_features/out_features: must be multiples of 16 for FP8 GEMMs, got "
+                             f"{self.in_features}x{self.out_features}")
+        self.fp8_recipe = get_fp8_recipe(recipe)
+
+    @property
+    def fp8_recipe(self) -> FP8Recipe:
+        return self._fp8_recipe
+
+    @fp8_recipe.setter
+    def fp8_recipe(self, recipe: Union[str, FP8Recipe]) -> None:
+        recipe = get_fp8_recipe(recipe)
+        self._fp8_recipe = recipe
+        dev = self.weight.device
+        if recipe.scaling == "delayed":
+            h = getattr(self, "fp8_amax_history", None)
+            if h is None or h.shape != (3, recipe.amax_history_len):
+                self.register_buffer("fp8_amax_history",
+                                     torch.zeros(3, recipe.amax_history_len, dtype=torch.float32, device=dev))
+                self.register_buffer("fp8_scale", torch.ones(3, dtype=torch.float32, device=dev))
+        else:
+            for b in ("fp8_amax_history", "fp8_scale"):
+                if b in self._buffers:
+                    del self._buffers[b]
+
+    @classmethod
+    def from_linear(cls, module: nn.Linear, recipe: Union[str, FP8Recipe] = "fp8") -> "FP8Linear":
+        """Turn an nn.Linear into an FP8Linear in place (same object and Parameters). Returns it."""
+        if type(module) is not nn.Linear:
+            raise TypeError(f"module: expected a torch.nn.Linear, got {type(module).__name__}")
+        if module.in_features % _ALIGN or module.out_features % _ALIGN:
+            raise ValueError(f"module: in_features/out_features must be multiples of 16, got "
+                             f"{module.in_features}x{module.out_features}")
+        module.__class__ = cls
+        module._fp8_init(recipe)
+        return module
+
+    def to_linear(self) -> nn.Linear:
+        """The reverse of from_linear, in place (the FP8 buffers are dropped)."""
+        for b in ("fp8_amax_history", "fp8_scale"):
+            self._buffers.pop(b, None)
+        self.__dict__.pop("_fp8_recipe", None)
+        self.__class__ = nn.Linear
+        return self
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", recipe={self._fp8_recipe.name}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() == 0:
+            return F.linear(x, self.weight, self.bias)
+        dev = x.device.type
+        if torch.is_autocast_enabled(dev):
+            x = x.to(torch.get_autocast_dtype(dev))
+        if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise TypeError(f"x: FP8Linear takes float32/float16/bfloat16 inputs, got {x.dtype}")
+        r = self._fp8_recipe
+        emulate = r.emulate or dev != "cuda"
+        if not emulate:
+            ok, why = fp8_supported(x.device)
+            if not ok:
+                raise RuntimeError(f"FP8Linear: {why}. Use a recipe with emulate=True to run the FP32 emulation "
+                                   "instead.")
+        if not x.is_contiguous():
+            x = x.contiguous()
+        delayed = r.scaling == "delayed"
+        update = delayed and self.training and torch.is_grad_enabled()
+        history = self.fp8_amax_history if delayed else None
+        scale = self.fp8_scale if delayed else None
+        return _FP8LinearFn.apply(x, self.weight, self.bias, history, scale, _Plan(r, emulate, update))

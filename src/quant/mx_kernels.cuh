@@ -1,0 +1,181 @@
+// Device and host helpers of the MXFP4 kernels (mx_quantize.cu, mx_dequantize.cu): input
+// element types, 16-byte loads of one 32-element block, the per-block MX step, and the
+// persistent-grid sizing. The format rules themselves come from src/core (mx.h, e8m0.h);
+// the round-to-nearest E2M1 encoding uses the exact eight-at-a-time form of codec.cuh.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "core/mx.h"
+#include "core/swizzle.h"
+#include "mx_internal.h"
+#include "quant/codec.cuh"
+
+namespace nvfp4::detail::quant::mx {
+
+constexpr int kBlock = core::kMxBlock;  // 32 elements per E8M0 scale
+constexpr int kThreads = 256;
+
+// ---- input element types -----------------------------------------------------------
+struct F32 {
+  static constexpr int kBytes = 4;
+};
+struct F16 {
+  static constexpr int kBytes = 2;
+};
+struct BF16 {
+  static constexpr int kBytes = 2;
+};
+
+template <class T>
+struct Shape {
+  static constexpr int kPerChunk = 16 / T::kBytes;      // elements per 16-byte chunk
+  static constexpr int kChunks = kBlock / kPerChunk;    // chunks per 32-element block: 8 or 4
+};
+
+// One 32-element block as raw 16-byte chunks.
+template <class T>
+struct Raw {
+  uint4 c[Shape<T>::kChunks];
+};
+
+template <class T>
+__device__ __forceinline__ void load_raw(Raw<T>& b, const void* p) {
+  const uint4* q = static_cast<const uint4*>(p);
+#pragma unroll
+  for (int i = 0; i < Shape<T>::kChunks; ++i) b.c[i] = __ldg(q + i);
+}
+
+template <class T>
+__device__ __forceinline__ void zero_raw(Raw<T>& b) {
+#pragma unroll
+  for (int i = 0; i < Shape<T>::kChunks; ++i) b.c[i] = make_uint4(0u, 0u, 0u, 0u);
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& q, int i) {
+  return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
+}
+
+// One 16-bit element -> fp32. bf16 is a shift (core::bf16_to_float); fp16 uses the hardware
+// conversion, exact for every finite value and infinity (a NaN may get another payload,
+// which nothing downstream can see: a NaN makes the block's scale the NaN byte).
+template <class T>
+__device__ __forceinline__ float half_to_float(uint32_t h);
+template <>
+__device__ __forceinline__ float half_to_float<BF16>(uint32_t h) {
+  return __uint_as_float(h << 16);
+}
+template <>
+__device__ __forceinline__ float half_to_float<F16>(uint32_t h) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+}
+
+template <class T>
+__device__ __forceinline__ void to_float(const Raw<T>& b, float (&v)[kBlock]) {
+#pragma unroll
+  for (int i = 0; i < Shape<T>::kChunks; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t w = word(b.c[i], j);
+      if constexpr (T::kBytes == 4) {
+        v[4 * i + j] = __uint_as_float(w);
+      } else {
+        v[8 * i + 2 * j] = half_to_float<T>(w & 0xffffu);
+        v[8 * i + 2 * j + 1] = half_to_float<T>(w >> 16);
+      }
+    }
+  }
+}
+
+// ---- the per-block step --------------------------------------------------------------
+// max |v| as a float whose NaN-ness and value are those of core::mx_block_amax: the bits
+// of non-negative floats order like their values, and every NaN lies above +inf (the NaN
+// payload may differ, which core::mx_scale_byte does not look at).
+__device__ __forceinline__ float block_amax(const float (&v)[kBlock]) {
+  uint32_t m = 0u;
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) m = max(m, __float_as_uint(v[i]) & 0x7fffffffu);
+  return __uint_as_float(m);
+}
+
+struct Encoded {
+  uint4 codes;     // 16 bytes, element 0 in the low nibble of .x
+  uint32_t scale;  // E8M0 byte
+};
+
+// core::mx_encode_rn / core::mx_encode_sr of v under `rule`; idx0 = Philox index of v[0].
+template <bool kSR>
+__device__ __forceinline__ Encoded encode_block(const float (&v)[kBlock], uint32_t rule, uint64_t seed,
+                                                uint64_t offset, uint64_t idx0) {
+  Encoded o;
+  o.scale = core::mx_scale_byte(block_amax(v), rule);
+  if constexpr (kSR) {
+    const core::Packed32 p = core::mx_encode_sr(v, o.scale, seed, offset, idx0);
+    o.codes = make_uint4(p.w[0], p.w[1], p.w[2], p.w[3]);
+  } else if (o.scale == core::kE8M0Nan) {
+    // every x * NaN is NaN, which the reference encodes as 0x7
+    o.codes = make_uint4(0x77777777u, 0x77777777u, 0x77777777u, 0x77777777u);
+  } else {
+    // encode8_rn(x, e) is e2m1_encode_rn(clamp(x * e, +-6)) for e > 0 (codec.cuh)
+    const float e = core::e8m0_encode_factor(o.scale);
+    o.codes = make_uint4(quant::encode8_rn(v, e), quant::encode8_rn(v + 8, e), quant::encode8_rn(v + 16, e),
+                         quant::encode8_rn(v + 24, e));
+  }
+  return o;
+}
+
+// ---- host helpers --------------------------------------------------------------------
+inline int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) return 1;
+  return n;
+}
+
+// Resident CTAs per SM of `kernel` on the current device, cached per (kernel, device).
+inline int resident_ctas(const void* kernel, int threads) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, int> cache[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache[dev].find(kernel);
+  if (it != cache[dev].end()) return it->second;
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) != cudaSuccess || n < 1) {
+    cudaGetLastError();
+    n = 1;
+  }
+  cache[dev][kernel] = n;
+  return n;
+}
+
+// Persistent grid: as many CTAs as are resident at once, never more than the work items.
+// NVFP4_QUANT_GRID_CAP (tests only) caps it, as for the NVFP4 kernels, so tests can check
+// that no result depends on the launch configuration.
+template <class Kernel>
+inline unsigned grid_for(Kernel kernel, int64_t items) {
+  int64_t g = static_cast<int64_t>(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads)) * sm_count();
+  if (const char* cap = std::getenv("NVFP4_QUANT_GRID_CAP")) {
+    const long c = std::strtol(cap, nullptr, 10);
+    if (c > 0 && c < g) g = c;
+  }
+  if (g > items) g = items;
+  if (g < 1) g = 1;
+  return static_cast<unsigned>(g);
+}
+
+inline nvfp4_status_t launch_status(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return fail(NVFP4_ERROR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
+  return NVFP4_SUCCESS;
+}
+
+}  // namespace nvfp4::detail::quant::mx
