@@ -45,60 +45,73 @@ NEW=/tmp/new:/tmp/site
 BASE=/tmp/base:/tmp/site
 (cd /tmp && PYTHONPATH=$NEW python3 -c "import nvfp4, json; print(json.dumps(nvfp4.device_info(), indent=1))")
 
-if want tests; then
+job_tests() {
   step gpu tests
   # the files that hold GPU tests (the CPU-only ones run in CI)
   files=$(grep -l -E "cuda_only|needs a CUDA GPU|is_available\(\)" tests/python/test_*.py | grep -v test_distributed)
   pt=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=200")
   PYTHONPATH=$NEW timeout ${TEST_TIMEOUT:-330} python3 -m pytest $files -q -p no:cacheprovider --maxfail=30 -rfE \
     $pt 2>&1 | tee "$OUT/tests.log" | tail -45
-fi
-if want quick; then
+}
+job_quick() {
   step quick gpu tests
   PYTHONPATH=$NEW timeout 400 python3 -m pytest ${QUICK_TESTS:-tests/python/test_nn.py tests/python/test_graphs.py} \
     -q -p no:cacheprovider --maxfail=20 -rfE 2>&1 | tee "$OUT/quick.log" | tail -40
-fi
-if want sanitize && [[ -f tests/cuda/sanitize_quant.py ]]; then
+}
+job_sanitize() {
   step compute-sanitizer
   PYTHONPATH=$NEW timeout ${SAN_TIMEOUT:-120} compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_quant.py \
     2>&1 | tee "$OUT/sanitize.log" | tail -12
-fi
-if want quant; then
+}
+job_quant() {
   step bench quant
   PYTHONPATH=$NEW timeout 150 python3 bench/bench_quant.py --sizes 8192 16384 --json "$OUT/bench_quant.json" 2>&1 \
     | tee "$OUT/bench_quant.log" | tail -30
-fi
-if want quantlegacy; then
+}
+job_quantlegacy() {
   step bench quant, legacy kernels
   NVFP4_QUANT_LEGACY=1 PYTHONPATH=$NEW timeout 150 python3 bench/bench_quant.py --sizes 8192 16384 \
     --json "$OUT/bench_quant_legacy.json" 2>&1 | tee "$OUT/bench_quant_legacy.log" | tail -30
-fi
-if want gemm; then
+}
+job_gemm() {
   step bench gemm
   PYTHONPATH=$NEW python3 bench/bench_gemm.py ${GEMM_BENCH_ARGS:-} --json "$OUT/bench_gemm.json" 2>&1 \
     | tee "$OUT/bench_gemm.log" | tail -40
-fi
-if want host && [[ -f bench/bench_host.py ]]; then
+}
+job_host() {
   step bench host overhead
   PYTHONPATH=$NEW python3 bench/bench_host.py --json "$OUT/bench_host.json" 2>&1 | tee "$OUT/bench_host.log" | tail -30
-fi
+}
 stepbench() {  # name, lib path, extra args
   local name=$1 lib=$2; shift 2
   step "train step $name"
   PYTHONPATH=$lib timeout 400 python3 bench/bench_train_step.py "$@" --json "$OUT/step_$name.json" 2>&1 \
     | grep -v -E "Warning|warn" | tee "$OUT/step_$name.log" | tail -25
 }
-for size in 85 400; do
+job_step() {  # 85 | 400, [c]
+  local size=$1 sz
   sz=$([[ $size == 85 ]] && echo full || echo 400m)
-  if want "step$size"; then
-    [[ -d /tmp/base/nvfp4 ]] && stepbench "${size}_base_eager" "$BASE" --size "$sz" --variants bf16,nvfp4 \
-      --modes eager --profile --no-memory --steps 10 --warmup 3
-    stepbench "${size}_new_eager" "$NEW" --size "$sz" --variants bf16,nvfp4,fakequant --modes eager --profile \
-      --steps 10 --warmup 3 $([[ $size == 400 ]] && echo --no-memory)
-  fi
-  if want "step${size}c"; then
+  if [[ ${2:-} == c ]]; then
     stepbench "${size}_new_compiled" "$NEW" --size "$sz" --variants bf16,nvfp4 --modes compile,reduce-overhead \
       --profile --no-memory --steps 10 --warmup 3
+    return
   fi
+  [[ -d /tmp/base/nvfp4 ]] && stepbench "${size}_base_eager" "$BASE" --size "$sz" --variants bf16,nvfp4 \
+    --modes eager --profile --no-memory --steps 10 --warmup 3
+  stepbench "${size}_new_eager" "$NEW" --size "$sz" --variants bf16,nvfp4,fakequant --modes eager --profile \
+    --steps 10 --warmup 3 $([[ $size == 400 ]] && echo --no-memory)
+}
+# the jobs, in the order given on the command line
+for a in "${ARGS[@]}"; do
+  case $a in
+    base|nobuild) ;;
+    tests|quick|quant|quantlegacy|gemm|host) "job_$a" ;;
+    sanitize) [[ -f tests/cuda/sanitize_quant.py ]] && job_sanitize ;;
+    step85) job_step 85 ;;
+    step400) job_step 400 ;;
+    step85c) job_step 85 c ;;
+    step400c) job_step 400 c ;;
+    *) echo "unknown job: $a" ;;
+  esac
 done
 exit 0
