@@ -48,7 +48,7 @@ BASE=/tmp/base:/tmp/site
 job_tests() {
   step gpu tests
   # the files that hold GPU tests (the CPU-only ones run in CI)
-  files=$(grep -l -E "cuda_only|needs a CUDA GPU|is_available\(\)" tests/python/test_*.py | grep -v test_distributed)
+  files=$(grep -l -E "cuda_only|needs a CUDA GPU|is_available\(\)|device_count" tests/python/test_*.py)
   pt=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=200")
   PYTHONPATH=$NEW timeout ${TEST_TIMEOUT:-330} python3 -m pytest $files -q -p no:cacheprovider --maxfail=30 -rfE \
     $pt 2>&1 | tee "$OUT/tests.log" | tail -45
