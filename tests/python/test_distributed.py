@@ -184,6 +184,8 @@ def test_data_parallel_matches_single_process(mode, tmp_path):
     _run(mode, "cuda", tmp_path)
 
 
+@pytest.mark.skipif(bool(os.environ.get("NVFP4_SKIP_GLOO")),
+                    reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set on a GPU machine)")
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
 def test_data_parallel_matches_single_process_gloo(mode, tmp_path):
     _run(mode, "cpu", tmp_path)
