@@ -5,8 +5,8 @@
 # NVFP4_CUDA_ARCHS (cache variable or environment variable; the environment wins):
 #   ""/"auto"  the GPUs visible at build time, if any (as "native"); otherwise "all"
 #   "native"   the family target of each GPU visible at build time
-#   "all"      90a;100f;120f: Hopper, and the sm_100 and sm_120 families (B200, GB200, B300,
-#              GB300; RTX 50, RTX PRO Blackwell, GB10)
+#   "all"      90a;100f;110f;120f: Hopper, and the Blackwell families sm_100 (B200, GB200,
+#              B300, GB300), sm_110 (Jetson Thor) and sm_120 (RTX 50, RTX PRO Blackwell, GB10)
 #   a list     any of 90a, 100a, 100f, 103a, 103f, 110a, 110f, 120a, 120f, 121a, 121f
 #              (semicolons or commas)
 #
@@ -19,7 +19,7 @@
 # Sets NVFP4_CUDA_ARCHS to the resolved list (what nvfp4_build_cuda_archs() reports).
 
 set(_nvfp4_known 90a 100a 100f 103a 103f 110a 110f 120a 120f 121a 121f)
-set(_nvfp4_all 90a 100f 120f)
+set(_nvfp4_all 90a 100f 110f 120f)
 
 # Family target of a compute capability (major*10+minor), or "" when nvfp4 has no kernels
 # for it.

@@ -9,6 +9,7 @@
 // object was actually built for (nvfp4_build_config.h, written by CMake from the same
 // lists that set the compiler flags), never from the global target list: an sm_100a cubin
 // does not run on a B300 (cc 10.3), an sm_100f one does.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -17,8 +18,6 @@
 
 #if defined(NVFP4_WITH_CUDA)
 #include <cuda_runtime.h>
-
-#include <atomic>
 #endif
 
 #ifndef NVFP4_CUDA_ARCHS_STRING
@@ -167,6 +166,7 @@ const Runner kRunners[] = {
      NVFP4_CUDNN},
 };
 constexpr int kRunnerCount = static_cast<int>(sizeof(kRunners) / sizeof(kRunners[0]));
+constexpr int kMaxCc = 255;  // compute capabilities cached by runner_compiled_for
 
 const char* backend_name(nvfp4_backend_t b) {
   switch (b) {
@@ -330,9 +330,19 @@ bool runner_compiled_for(const Runner& r, int cc) {
   if (!r.built) return false;
   if (r.backend == NVFP4_BACKEND_REFERENCE) return cc == 0;
   if (cc < r.cc_min || cc > r.cc_max) return false;
-  for (uint32_t bit = 1; bit != 0 && bit <= r.objects; bit <<= 1)
-    if ((r.objects & bit) != 0 && !any_target_runs_on(object_targets(bit), cc)) return false;
-  return true;
+  // Answered once per (row, cc): dispatch asks on every GEMM call, and the answer is fixed
+  // at build time. 0 = not yet known, 1 = yes, 2 = no.
+  static std::atomic<uint8_t> known[kRunnerCount][kMaxCc + 1];
+  const auto row = static_cast<size_t>(&r - kRunners);
+  const bool cacheable = row < static_cast<size_t>(kRunnerCount) && cc >= 0 && cc <= kMaxCc;
+  if (cacheable) {
+    if (const uint8_t v = known[row][cc].load(std::memory_order_relaxed); v != 0) return v == 1;
+  }
+  bool ok = true;
+  for (uint32_t bit = 1; ok && bit != 0 && bit <= r.objects; bit <<= 1)
+    if ((r.objects & bit) != 0 && !any_target_runs_on(object_targets(bit), cc)) ok = false;
+  if (cacheable) known[row][cc].store(ok ? 1 : 2, std::memory_order_relaxed);
+  return ok;
 }
 
 bool runner_usable(const Runner& r, int cc) {
