@@ -59,7 +59,7 @@ extern "C" {
 /* The version of nvfp4: the one place it is written. CMakeLists.txt, pyproject.toml and
  * nvfp4_version_string() read it from here. */
 #define NVFP4_VERSION_MAJOR 0
-#define NVFP4_VERSION_MINOR 1
+#define NVFP4_VERSION_MINOR 2
 #define NVFP4_VERSION_PATCH 0
 
 typedef struct CUstream_st* nvfp4_stream_t; /* same type as cudaStream_t */

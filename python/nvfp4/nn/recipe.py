@@ -2,7 +2,7 @@
 
 A Linear runs three GEMMs: fprop Y = X·Wᵀ, dgrad dX = dY·W and wgrad dW = dYᵀ·X.
 Each GEMM runs either in NVFP4 (both operands quantized as configured here) or in the
-compute dtype (BF16 under autocast). The canned recipes are NVIDIA's default (DESIGN.md §1)
+compute dtype (BF16 under autocast). The canned recipes are NVIDIA's default (docs/design.md §1)
 and the ablations that each remove one of its ingredients.
 """
 from __future__ import annotations
@@ -102,7 +102,7 @@ class Recipe:
             raise ValueError("wgrad_x.rht: must equal wgrad_dy.rht (the transform cancels only when both "
                              "wgrad operands use it)")
         if self.w.rounding != "rtn":
-            raise ValueError("w.rounding: weights are quantized once per optimizer step and reused, so only "
+            raise ValueError("w.rounding: a weight's quantization may be reused across micro-batches, so only "
                              "'rtn' is supported")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend: must be one of {list(BACKENDS)}, got {self.backend!r}")
