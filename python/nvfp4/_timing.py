@@ -105,12 +105,17 @@ class Timer:
 
     def _time_gpu(self, call, sets: int) -> Measurement:
         torch.cuda.synchronize(self.device)
+        # Calibrate on a few back-to-back calls after one more warm call: a single call timed
+        # from an idle GPU includes the launch latency (a 12 us kernel read 140 us), which
+        # would make samples of short kernels far shorter than min_sample_us.
+        call()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        call()
+        for _ in range(5):
+            call()
         end.record()
         end.synchronize()
-        reps = self._reps(start.elapsed_time(end) * 1e3)
+        reps = self._reps(start.elapsed_time(end) * 1e3 / 5)
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(self.iters)]
         for a, b in events:
