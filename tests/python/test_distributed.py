@@ -189,3 +189,106 @@ def test_data_parallel_matches_single_process(mode, tmp_path):
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
 def test_data_parallel_matches_single_process_gloo(mode, tmp_path):
     _run(mode, "cpu", tmp_path)
+
+
+# ------------------------------------------------------------------------------ a frozen FP4 base with LoRA
+def _lora_worker(rank, port, mode, device_type, ckpt_dir):
+    """LoRA adapters on a frozen NVFP4 base under DDP / FSDP2 match one process. The frozen
+    weights are buffers: replicated on every rank (FSDP2 shards parameters only, here the
+    adapters); DDP runs with broadcast_buffers=False, as for any model whose buffers each
+    rank keeps itself (the SR counters advance identically on every rank)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NCCL_NVLS_ENABLE="0")
+    if device_type == "cuda":
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+        dist.init_process_group("nccl", rank=rank, world_size=WORLD, device_id=dev)
+        d, batch, tokens = 256, 4, 64
+    else:
+        dev = torch.device("cpu")
+        dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+        d, batch, tokens = 32, 2, 16
+    try:
+        import nvfp4.nn as nn4
+
+        torch.manual_seed(0)
+        model = Net(d).to(dev)
+        nn4.freeze_fp4(model, _recipe(rank), exclude=[])
+        nn4.add_lora(model, rank=4, alpha=8.0, dtype=torch.float32)
+        with torch.no_grad():  # B starts at zero; give it values so that step 0 already exercises dX
+            for m in model.modules():
+                if isinstance(m, nn4.LoRALinear):
+                    m.lora_B.normal_(0, 0.02, generator=torch.Generator(device=dev).manual_seed(7))
+        ref = copy.deepcopy(model)
+        frozen = [m for m in model.modules() if isinstance(m, nn4.FrozenLinear)]
+        assert len(frozen) == 5 and not any(p.requires_grad for m in frozen for p in m.parameters(recurse=False))
+        g = torch.Generator().manual_seed(1)
+        xs = [torch.randn(WORLD * batch, tokens, d, generator=g).to(dev) for _ in range(STEPS)]
+        ys = [torch.randn(WORLD * batch, tokens, 64, generator=g).to(dev) for _ in range(STEPS)]
+        if mode == "ddp":
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            dmodel = DDP(model, device_ids=[rank] if device_type == "cuda" else None, broadcast_buffers=False)
+        else:
+            from torch.distributed.fsdp import fully_shard
+
+            for b in model.blocks:
+                fully_shard(b)
+            fully_shard(model)
+            dmodel = model
+        opt = torch.optim.AdamW(nn4.lora_parameters(model), lr=1e-2, weight_decay=0.0)
+        ref_opt = torch.optim.AdamW(nn4.lora_parameters(ref), lr=1e-2, weight_decay=0.0)
+        for step in range(STEPS):
+            xb, yb = xs[step].chunk(WORLD), ys[step].chunk(WORLD)
+            loss = F.mse_loss(dmodel(xb[rank]), yb[rank])
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            ref_losses = []
+            for r in range(WORLD):
+                for m in ref.modules():  # rank r's seeds (set_precision leaves frozen recipes alone)
+                    if isinstance(m, nn4.FrozenLinear):
+                        m.recipe = _recipe(r)
+                nn4.set_sr_step(ref, step)
+                ref_loss = F.mse_loss(ref(xb[r]), yb[r])
+                ref_loss.backward()
+                ref_losses.append(ref_loss.detach())
+            for p in nn4.lora_parameters(ref):
+                p.grad /= WORLD
+            ref_opt.step()
+            ref_opt.zero_grad(set_to_none=True)
+            torch.testing.assert_close(loss.detach(), ref_losses[rank], rtol=1e-5, atol=1e-7,
+                                       msg=lambda m: f"{mode} LoRA step {step} rank {rank} loss: {m}")
+        for p, q in zip(nn4.lora_parameters(model), nn4.lora_parameters(ref)):
+            full = p.full_tensor() if hasattr(p, "full_tensor") else p
+            torch.testing.assert_close(full.detach(), q.detach(), rtol=1e-5, atol=1e-6,
+                                       msg=lambda m: f"{mode} rank {rank} adapter: {m}")
+        # a frozen layer advances its counter in the backward passes that need its dX (not
+        # the first one here: the model's input needs no gradient)
+        assert [int(m.sr_step) for m in frozen] == [0] + [STEPS] * (len(frozen) - 1)
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_lora(mode, device_type, tmp_path):
+    if mode == "fsdp2":
+        from torch.distributed import fsdp
+
+        if not hasattr(fsdp, "fully_shard"):
+            pytest.skip("this torch has no torch.distributed.fsdp.fully_shard")
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
+    os.environ["NCCL_NVLS_ENABLE"] = "0"
+    mp.spawn(_lora_worker, args=(_free_port(), mode, device_type, str(tmp_path / "ckpt")), nprocs=WORLD, join=True)
+
+
+@pytest.mark.skipif(bool(os.environ.get("NVFP4_SKIP_GLOO")),
+                    reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set on a GPU machine)")
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
+def test_frozen_base_lora_data_parallel_gloo(mode, tmp_path):
+    _run_lora(mode, "cpu", tmp_path)
+
+
+@pytest.mark.skipif(not HAS_GPUS, reason=f"needs {WORLD} CUDA GPUs")
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
+def test_frozen_base_lora_data_parallel(mode, tmp_path):
+    _run_lora(mode, "cuda", tmp_path)
