@@ -114,6 +114,14 @@ def inverse_rht_blocks(y: torch.Tensor, mask: int) -> torch.Tensor:
     return (y.float().reshape(-1, 16) @ m.t()).reshape(shp)
 
 
+def swizzled_shape(rows, scale_cols) -> tuple:
+    """Shape of a scale matrix of `rows` rows and `scale_cols` scales per row in the 128x4
+    swizzled layout: [roundup(rows, 128), roundup(scale_cols, 4)] (design.md §3;
+    core::swizzled_rows/cols on the C++ side). NVFP4 has cols/16 scales per row, MXFP4
+    cols/32. Integer arithmetic only, so it also works on torch.SymInt."""
+    return (rows + 127) // 128 * 128, (scale_cols + 3) // 4 * 4
+
+
 def global_decode_scale(amax: torch.Tensor) -> torch.Tensor:
     """1 / S_enc, in the contract's fp32 order (works on any device, no sync)."""
     amax = amax.float()

@@ -12,8 +12,10 @@ from typing import Optional, Tuple, Union
 import torch
 
 from . import _C
-from ._format import ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype, check_int, stream_of
+from ._format import (ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype, check_int, stream_of,
+                      swizzled_shape)
 from ._quantize import as_torch
+from ._tensor import _TwoOrientations
 
 __all__ = ["MXFP4Tensor", "quantize_mxfp4", "MX_SCALE_RULES", "MX_BLOCK", "E8M0_DTYPE"]
 
@@ -39,7 +41,7 @@ class _MXDirection:
 
 
 @dataclass(frozen=True)
-class MXFP4Tensor:
+class MXFP4Tensor(_TwoOrientations):
     """A tensor quantized to MXFP4.
 
     ``rowwise`` holds the quantization of the 2D view x[R, C] (leading dims flattened) along
@@ -56,50 +58,6 @@ class MXFP4Tensor:
     transposed: bool = False
 
     block_size = MX_BLOCK
-
-    # ---- convenient views ----
-    @property
-    def data(self):
-        return None if self.rowwise is None else self.rowwise.data
-
-    @property
-    def scales(self):
-        return None if self.rowwise is None else self.rowwise.scales
-
-    @property
-    def data_t(self):
-        return None if self.columnwise is None else self.columnwise.data
-
-    @property
-    def scales_t(self):
-        return None if self.columnwise is None else self.columnwise.scales
-
-    @property
-    def device(self) -> torch.device:
-        d = self.rowwise or self.columnwise
-        return d.data.device
-
-    def _rc(self) -> Tuple[int, int]:
-        r = 1
-        for s in self.shape[:-1]:
-            r *= s
-        c = self.shape[-1] if self.shape else 1
-        return r, c
-
-    @property
-    def rows(self) -> int:
-        """Rows of the 2D view this tensor represents (after .T, the original columns)."""
-        r, c = self._rc()
-        return c if self.transposed else r
-
-    @property
-    def cols(self) -> int:
-        r, c = self._rc()
-        return r if self.transposed else c
-
-    @property
-    def T(self) -> "MXFP4Tensor":
-        return replace(self, rowwise=self.columnwise, columnwise=self.rowwise, transposed=not self.transposed)
 
     def to(self, device) -> "MXFP4Tensor":
         device = torch.device(device)
@@ -156,7 +114,7 @@ def _alloc(rows: int, cols: int, layout: str, device) -> Tuple[torch.Tensor, tor
     nb = cols // MX_BLOCK
     data = torch.empty((rows, cols // 2), dtype=torch.uint8, device=device)
     if layout == "swizzled":
-        scales = torch.empty(((rows + 127) // 128 * 128, (nb + 3) // 4 * 4), dtype=torch.uint8, device=device)
+        scales = torch.empty(swizzled_shape(rows, nb), dtype=torch.uint8, device=device)
     else:
         scales = torch.empty((rows, nb), dtype=torch.uint8, device=device)
     return data, scales

@@ -28,8 +28,9 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from . import _C
+from ._format import swizzled_shape
 
-__all__ = ["DTYPE_CODE", "packed_layout", "packed_nbytes", "unpack", "quantize", "gemm", "linear_fwd", "linear_bwd",
+__all__ = ["DTYPE_CODE", "packed_layout", "packed_nbytes", "unpack", "dequantize", "swizzle", "quantize", "gemm", "linear_fwd", "linear_bwd",
            "LinearConfig", "gemm_workspace_bytes"]
 
 #: nvfp4_dtype_t codes of the C API.
@@ -49,7 +50,8 @@ def packed_layout(rows, cols) -> Tuple[int, int, int]:
     packed buffers and GEMM workspaces can follow each other in one allocation (the GEMM
     workspace must start on a 256-byte boundary)."""
     data = rows * cols // 2
-    scales = _up(rows, 128) * _up(cols // 16, 4)
+    sr, sc = swizzled_shape(rows, cols // 16)
+    scales = sr * sc
     so = _up(data, _ALIGN)
     ao = so + _up(scales, _ALIGN)
     return so, ao, ao + _ALIGN
@@ -66,7 +68,8 @@ def unpack(buf: torch.Tensor, rows: int, cols: int) -> Tuple[torch.Tensor, torch
     if buf.dtype != torch.uint8 or buf.dim() != 1 or buf.numel() < total:
         raise ValueError(f"buf: expected a uint8 buffer of at least {total} bytes for [{rows}, {cols}]")
     data = buf[: rows * cols // 2].view(rows, cols // 2)
-    scales = buf[so: so + _up(rows, 128) * _up(cols // 16, 4)].view(_up(rows, 128), _up(cols // 16, 4))
+    sr, sc = swizzled_shape(rows, cols // 16)
+    scales = buf[so: so + sr * sc].view(sr, sc)
     amax = buf[ao: ao + 4].view(torch.float32)
     return data, scales.view(torch.float8_e4m3fn), amax
 
@@ -153,7 +156,7 @@ lib.define("quantize(Tensor x, int block, int rounding, int rht, int sign_mask, 
 
 def _alloc_orientation(rows, cols, device):
     return (torch.empty((rows, cols // 2), dtype=torch.uint8, device=device),
-            torch.empty((_up(rows, 128), _up(cols // 16, 4)), dtype=torch.float8_e4m3fn, device=device),
+            torch.empty(swizzled_shape(rows, cols // 16), dtype=torch.float8_e4m3fn, device=device),
             torch.empty((1,), dtype=torch.float32, device=device))
 
 
@@ -166,7 +169,14 @@ def _empty3(device):
 _U64 = (1 << 64) - 1
 
 
+def _need_2d(name: str, t: torch.Tensor) -> None:
+    # the ops take 2D views; the C API checks the rest (dtype, device, sizes, alignment)
+    if t.dim() != 2:
+        raise ValueError(f"{name}: the nvfp4 ops take 2D tensors, got shape {tuple(t.shape)}")
+
+
 def _quantize_impl(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
+    _need_2d("x", x)
     x = x.contiguous()
     seed, offset = seed & _U64, offset & _U64  # the schema's int is int64: the same bits as the uint64
     rows, cols = x.shape
@@ -211,6 +221,8 @@ lib.define("gemm(Tensor a_data, Tensor a_scales, Tensor a_amax, Tensor b_data, T
 
 
 def _gemm_impl(a_data, a_scales, a_amax, b_data, b_scales, b_amax, backend, out_dtype, bias):
+    _need_2d("a_data", a_data)
+    _need_2d("b_data", b_data)
     m, n, k = a_data.shape[0], b_data.shape[0], a_data.shape[1] * 2
     d = torch.empty((m, n), dtype=out_dtype, device=a_data.device)
     if m == 0 or n == 0:
@@ -236,6 +248,52 @@ def gemm(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], backend: int = 0,
     """alpha * (Â @ B̂ᵀ) (+ bias) of two rowwise (data, scales, amax) triples: [rows_a, rows_b].
     backend: the C API code (0 auto, 1 reference, 2 cutlass, 3 cudnn)."""
     return torch.ops.nvfp4.gemm(a[0], a[1], a[2], b[0], b[1], b[2], backend, out_dtype, bias)
+
+
+# ------------------------------------------------------------------------------ dequantize and the scale swizzle
+# The library's decode and its 128x4 layout (core::swizzle_offset) as ops, so that layers
+# that need them inside a compiled graph (nvfp4.nn.FrozenLinear) call the one definition.
+lib.define("dequantize(Tensor data, Tensor scales, Tensor amax, ScalarType dtype) -> Tensor")
+lib.define("swizzle(Tensor src, int rows, int cols, bool to_swizzled) -> Tensor")
+
+
+def _dequantize_impl(data, scales, amax, dtype):
+    _need_2d("data", data)
+    rows, cols = data.shape[0], data.shape[1] * 2
+    out = torch.empty((rows, cols), dtype=dtype, device=data.device)
+    _C.dequantize(data.contiguous(), scales.contiguous().view(torch.uint8), amax.reshape(1).view(torch.float32),
+                  _LAYOUT_SWIZZLED, out, _device(data)[2])
+    return out
+
+
+def _swizzle_impl(src, rows, cols, to_swizzled):
+    _need_2d("src", src)
+    shape = swizzled_shape(rows, cols) if to_swizzled else (rows, cols)
+    dst = torch.empty(shape, dtype=torch.uint8, device=src.device)
+    _C.swizzle(src.contiguous().view(torch.uint8), dst, to_swizzled, _device(src)[2])
+    return dst
+
+
+for _k in ("CPU", "CUDA"):
+    lib.impl("dequantize", lambda *a: _dequantize_impl(*a), _k)
+    lib.impl("swizzle", lambda *a: _swizzle_impl(*a), _k)
+torch.library.register_fake(
+    "nvfp4::dequantize", lambda data, scales, amax, dtype: data.new_empty((data.shape[0], data.shape[1] * 2),
+                                                                          dtype=dtype), lib=lib)
+torch.library.register_fake(
+    "nvfp4::swizzle", lambda src, rows, cols, to_swizzled: src.new_empty(
+        swizzled_shape(rows, cols) if to_swizzled else (rows, cols), dtype=torch.uint8), lib=lib)
+
+
+def dequantize(data: torch.Tensor, scales: torch.Tensor, amax: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    """Decoded values [rows, cols] of one rowwise orientation (data uint8 [rows, cols/2],
+    swizzled scales as E4M3 or bytes, amax float32 [1] or its 4 bytes), rounded once to dtype."""
+    return torch.ops.nvfp4.dequantize(data, scales, amax, dtype)
+
+
+def swizzle(src: torch.Tensor, rows: int, cols: int, to_swizzled: bool = True) -> torch.Tensor:
+    """Scale bytes between the linear [rows, cols] and the 128x4-swizzled layout."""
+    return torch.ops.nvfp4.swizzle(src, rows, cols, to_swizzled)
 
 
 # ------------------------------------------------------------------------------ the Linear's two passes
@@ -437,7 +495,8 @@ def _frozen_fwd_check(x, w_data, w_scales, w_amax):
     if w_data.dim() != 2 or w_data.shape[1] * 2 != k:
         raise ValueError(f"w_data: expected [{n}, {k // 2}] packed codes for an input of {k} features, "
                          f"got {list(w_data.shape)}")
-    if w_scales.numel() < _up(n, 128) * _up(k // 16, 4) or w_amax.numel() * w_amax.element_size() < 4:
+    sr, sc = swizzled_shape(n, k // 16)
+    if w_scales.numel() < sr * sc or w_amax.numel() * w_amax.element_size() < 4:
         raise ValueError("w_scales/w_amax: too small for the weight")
     return m, k, n
 

@@ -10,7 +10,7 @@ import torch
 
 from . import _C, _ops
 from ._format import (BLOCKS, RHT_COLUMNWISE, RHT_ROWWISE, ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice,
-                      check_int, default_rht_mask, signs_to_mask, stream_of)
+                      check_int, default_rht_mask, signs_to_mask, stream_of, swizzled_shape)
 from ._tensor import NVFP4Tensor, _Direction
 
 __all__ = ["quantize", "swizzle_scales", "unswizzle_scales", "as_torch"]
@@ -79,7 +79,7 @@ def _alloc_direction(rows: int, cols: int, layout: str, device) -> tuple:
     sc = cols // 16
     data = torch.empty((rows, cols // 2), dtype=torch.uint8, device=device)
     if layout == "swizzled":
-        scales = torch.empty(((rows + 127) // 128 * 128, (sc + 3) // 4 * 4), dtype=torch.uint8, device=device)
+        scales = torch.empty(swizzled_shape(rows, sc), dtype=torch.uint8, device=device)
     else:
         scales = torch.empty((rows, sc), dtype=torch.uint8, device=device)
     amax = torch.empty((1,), dtype=torch.float32, device=device)
@@ -187,7 +187,7 @@ def swizzle_scales(scales) -> torch.Tensor:
     """Linear [R, C] E4M3 scales -> the 128x4 swizzled layout, shape [roundup(R,128), roundup(C,4)]."""
     src = _bytes(scales, "scales")
     r, c = src.shape
-    dst = torch.empty(((r + 127) // 128 * 128, (c + 3) // 4 * 4), dtype=torch.uint8, device=src.device)
+    dst = torch.empty(swizzled_shape(r, c), dtype=torch.uint8, device=src.device)
     _C.swizzle(src, dst, True, stream_of(src.device))
     return dst.view(torch.float8_e4m3fn) if as_torch(scales).dtype == torch.float8_e4m3fn else dst
 
@@ -197,7 +197,7 @@ def unswizzle_scales(scales, rows: int, cols: int) -> torch.Tensor:
     rows = check_int("rows", rows, 0, 2**62)
     cols = check_int("cols", cols, 0, 2**62)
     src = _bytes(scales, "scales")
-    want = ((rows + 127) // 128 * 128, (cols + 3) // 4 * 4)
+    want = swizzled_shape(rows, cols)
     if tuple(src.shape) != want:
         raise ValueError(f"scales: a swizzled [{rows}, {cols}] scale matrix has shape {list(want)}, "
                          f"got {list(src.shape)}")

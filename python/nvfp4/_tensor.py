@@ -30,8 +30,56 @@ class _Direction:
     rht: bool             # values are in the Hadamard domain
 
 
+class _TwoOrientations:
+    """Views shared by the quantized-tensor classes (NVFP4Tensor, MXFP4Tensor): a rowwise
+    orientation (blocks along the last dim of the 2D view), a columnwise one (the
+    transpose's), the original shape, and `.T` that swaps them."""
+
+    @property
+    def data(self):
+        return None if self.rowwise is None else self.rowwise.data
+
+    @property
+    def scales(self):
+        return None if self.rowwise is None else self.rowwise.scales
+
+    @property
+    def data_t(self):
+        return None if self.columnwise is None else self.columnwise.data
+
+    @property
+    def scales_t(self):
+        return None if self.columnwise is None else self.columnwise.scales
+
+    @property
+    def device(self) -> torch.device:
+        d = self.rowwise or self.columnwise
+        return d.data.device
+
+    def _view_2d(self) -> tuple:
+        r = 1
+        for s in self.shape[:-1]:
+            r *= s
+        return r, (self.shape[-1] if self.shape else 1)
+
+    @property
+    def rows(self) -> int:
+        """Rows of the 2D view this tensor represents (after .T, the original columns)."""
+        r, c = self._view_2d()
+        return c if self.transposed else r
+
+    @property
+    def cols(self) -> int:
+        r, c = self._view_2d()
+        return r if self.transposed else c
+
+    @property
+    def T(self):
+        return replace(self, rowwise=self.columnwise, columnwise=self.rowwise, transposed=not self.transposed)
+
+
 @dataclass(frozen=True)
-class NVFP4Tensor:
+class NVFP4Tensor(_TwoOrientations):
     """A tensor quantized to NVFP4.
 
     ``rowwise`` holds the quantization of the 2D view x[R, C] (leading dims flattened)
@@ -50,56 +98,13 @@ class NVFP4Tensor:
     rht_sign_mask: int = 0
     transposed: bool = False
 
-    # ---- convenient views ----
-    @property
-    def data(self):
-        return None if self.rowwise is None else self.rowwise.data
-
-    @property
-    def scales(self):
-        return None if self.rowwise is None else self.rowwise.scales
-
     @property
     def amax(self):
         return None if self.rowwise is None else self.rowwise.amax
 
     @property
-    def data_t(self):
-        return None if self.columnwise is None else self.columnwise.data
-
-    @property
-    def scales_t(self):
-        return None if self.columnwise is None else self.columnwise.scales
-
-    @property
     def amax_t(self):
         return None if self.columnwise is None else self.columnwise.amax
-
-    @property
-    def device(self) -> torch.device:
-        d = self.rowwise or self.columnwise
-        return d.data.device
-
-    @property
-    def rows(self) -> int:
-        """Rows of the 2D view this tensor represents (after .T, the original columns)."""
-        r = 1
-        for s in self.shape[:-1]:
-            r *= s
-        c = self.shape[-1] if self.shape else 1
-        return c if self.transposed else r
-
-    @property
-    def cols(self) -> int:
-        r = 1
-        for s in self.shape[:-1]:
-            r *= s
-        c = self.shape[-1] if self.shape else 1
-        return r if self.transposed else c
-
-    @property
-    def T(self) -> "NVFP4Tensor":
-        return replace(self, rowwise=self.columnwise, columnwise=self.rowwise, transposed=not self.transposed)
 
     def global_decode_scale(self, columnwise: bool = False) -> torch.Tensor:
         columnwise = check_bool("columnwise", columnwise)

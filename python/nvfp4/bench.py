@@ -34,6 +34,7 @@ from typing import Dict, List, Optional
 import torch
 
 import nvfp4
+from ._format import swizzled_shape
 from ._timing import Timer
 
 __all__ = ["load_shapes", "main"]
@@ -145,7 +146,8 @@ def _bench_quant(t: Timer, name: str, kwargs: dict, rows: int, cols: int, shape:
         x = _random(rows, cols, t.device)
 
         def layout_bytes(r: int, c: int) -> int:  # codes + swizzled scales + amax
-            return r * c // 2 + ((r + 127) // 128 * 128) * ((c // 16 + 3) // 4 * 4) + 4
+            sr, sc = swizzled_shape(r, c // 16)
+            return r * c // 2 + sr * sc + 4
 
         out = layout_bytes(rows, cols)
         if kwargs.get("columnwise"):

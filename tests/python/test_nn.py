@@ -893,3 +893,27 @@ def test_op_addresses_aligned(monkeypatch):
         nn4.set_weight_reuse(layer, "reuse")
         run_layer(layer, x, dy)
     assert seen["q"] > 0 and seen["g"] > 0
+
+
+def test_ops_refuse_bad_operands_by_name():
+    """The op layer (nvfp4.nn.ops, callable directly) names the operand it refuses."""
+    x = torch.randn(4, 32)
+    with pytest.raises(ValueError, match=r"^x: .*2D"):
+        ops.quantize(torch.randn(2, 4, 32))
+    q = ops.quantize(x)
+    with pytest.raises(ValueError, match=r"^a_data: .*2D"):
+        ops.gemm((q[0].reshape(-1), q[1], q[2]), q[:3], 1, torch.float32)
+    with pytest.raises(ValueError, match=r"^data: .*2D"):
+        ops.dequantize(q[0].reshape(-1), q[1], q[2])
+    with pytest.raises(ValueError, match=r"^src: .*2D"):
+        ops.swizzle(torch.zeros(8, dtype=torch.uint8), 2, 4)
+    with pytest.raises(ValueError, match=r"^buf: "):
+        ops.unpack(torch.zeros(16, dtype=torch.uint8), 4, 32)
+    with pytest.raises(ValueError, match=r"^w_cache: "):
+        cfg = nn4.Linear(32, 16, recipe=nn4.get_recipe("nvfp4", backend="reference"))._plan.cfg
+        ops.linear_fwd(x, torch.randn(16, 32), None, torch.zeros((), dtype=torch.int64), cfg, False, False,
+                       ops.W_REUSE, None)
+    # and what it accepts is the library's own result
+    assert torch.equal(ops.dequantize(q[0], q[1], q[2]), nvfp4.quantize(x).dequantize())
+    lin = torch.randint(0, 255, (5, 3), dtype=torch.uint8)
+    assert torch.equal(ops.swizzle(ops.swizzle(lin, 5, 3), 5, 3, False), lin)

@@ -50,7 +50,7 @@ from torch import nn
 from torch.utils._pytree import tree_map
 
 from .. import _ops
-from .._format import global_decode_scale, signs_to_mask
+from .._format import signs_to_mask, swizzled_shape
 from .linear import _FLOATS, Linear, _make_cfg, _Plan, _uses_sr
 from .recipe import QuantConfig, Recipe, get_recipe, layer_seed
 
@@ -59,42 +59,25 @@ __all__ = ["FrozenLinear", "FP4Weight", "dequantize_weight", "transpose_weight",
 
 aten = torch.ops.aten
 
-_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
-
-
-def _up(v: int, m: int) -> int:
-    return (v + m - 1) // m * m
-
-
-# ------------------------------------------------------------------------------ layout helpers (torch ops only,
-# so that they run on any device and inside compiled graphs)
+# ------------------------------------------------------------------------------ layout helpers: the library's
+# decode and swizzle (one definition, in src/core), through ops that run on any device and
+# inside compiled graphs
 def swizzle_bytes(lin: torch.Tensor) -> torch.Tensor:
     """Linear scale bytes [R, C] -> the 128x4 swizzled layout [roundup(R,128), roundup(C,4)],
-    padding zero. The same bytes as nvfp4.swizzle_scales, from reshapes alone."""
+    padding zero (nvfp4.swizzle_scales, as an op)."""
     r, c = lin.shape
-    rp, cp = _up(r, 128), _up(c, 4)
-    if (rp, cp) != (r, c):
-        lin = F.pad(lin, (0, cp - c, 0, rp - r))
-    # offset(r, c) = (r/128, c/4, r%32, (r%128)/32, c%4) in row-major order
-    return lin.reshape(rp // 128, 4, 32, cp // 4, 4).permute(0, 3, 2, 1, 4).reshape(rp, cp)
+    return _ops.swizzle(lin, r, c, True)
 
 
 def unswizzle_bytes(swz: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """The inverse of swizzle_bytes: [rows, cols] of a swizzled [roundup(rows,128), roundup(cols,4)]."""
-    rp, cp = swz.shape
-    return swz.reshape(rp // 128, cp // 4, 32, 4, 4).permute(0, 3, 2, 1, 4).reshape(rp, cp)[:rows, :cols]
+    return _ops.swizzle(swz, rows, cols, False)
 
 
 def dequantize_weight(data: torch.Tensor, scales: torch.Tensor, amax: torch.Tensor, dtype=torch.float32):
     """Decoded values [N, K] of a rowwise NVFP4 weight (data uint8 [N, K/2], swizzled scale
-    bytes, amax float32 [1]): e2m1 * e4m3 (exact in fp32) times the fp32 decode scale, then
-    rounded once to `dtype`. The same bits as nvfp4.dequantize."""
-    n, k = data.shape[0], data.shape[1] * 2
-    lut = torch.tensor(_E2M1, dtype=torch.float32, device=data.device)
-    codes = torch.stack((data & 15, data >> 4), dim=-1).reshape(n, k).long()
-    s = unswizzle_bytes(scales.view(torch.uint8), n, k // 16).contiguous().view(torch.float8_e4m3fn).float()
-    v = lut[codes] * s.repeat_interleave(16, dim=1)
-    return (v * global_decode_scale(amax.view(torch.float32))).to(dtype)
+    bytes, amax float32 [1]): nvfp4.dequantize, as an op."""
+    return _ops.dequantize(data, scales, amax.view(torch.float32), dtype)
 
 
 def transpose_weight(data: torch.Tensor, scales: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
@@ -267,7 +250,7 @@ class FrozenLinear(nn.Linear):
         dtype = dtype or torch.get_default_dtype()
         self.register_buffer("weight_data", torch.zeros((out_features, in_features // 2), dtype=torch.uint8,
                                                         device=device))
-        self.register_buffer("weight_scales", torch.zeros((_up(out_features, 128), _up(in_features // 16, 4)),
+        self.register_buffer("weight_scales", torch.zeros(swizzled_shape(out_features, in_features // 16),
                                                           dtype=torch.uint8, device=device))
         self.register_buffer("weight_amax", torch.zeros((1,), dtype=torch.float32, device=device))
         if bias:
