@@ -51,11 +51,17 @@ namespace nvfp4::detail::quant {
 
 NVFP4_QD uint32_t umax32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
-// __byte_perm, with the host form of its selector: nibble i picks byte (s >> 4i) & 7 of
-// {y, x}, and with bit 3 of the nibble set the byte's sign bit fills the whole byte.
+// PTX prmt.b32 in its generic mode, and its host form: nibble i of the selector picks
+// byte (s >> 4i) & 7 of {y, x}; with bit 3 of the nibble set, the picked byte's sign bit
+// fills the whole byte. The device form is the instruction itself, not __byte_perm: the
+// intrinsic is defined on bits 2..0 of each nibble only, and with it the sign-fill
+// selectors below copied the float's top byte unchanged (an exponent bit became the E2M1
+// sign). test_every_sign_pattern (tests/python/test_quant_cuda.py) covers every selector use here.
 NVFP4_QD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 #if defined(__CUDA_ARCH__)
-  return __byte_perm(x, y, s);
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(y), "r"(s));
+  return r;
 #else
   const uint64_t xy = (static_cast<uint64_t>(y) << 32) | x;
   uint32_t r = 0;
@@ -72,7 +78,8 @@ NVFP4_QD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 // Packs eight codes: byte k of `even` holds the magnitude code of element 2k, byte k of
 // `odd` that of element 2k+1 (bits 3..7 clear); the sign of x[i] goes to bit 3 of nibble i
 // (x * e has x's sign, e > 0; -0.0 keeps it). The signs are gathered with the byte
-// permute's sign-fill mode (0xff for a negative element's top byte, 0 otherwise).
+// permute's sign-fill mode (0xff for a negative element's top byte, 0 otherwise), which
+// only the prmt form above honours.
 NVFP4_QD uint32_t pack8(uint32_t even, uint32_t odd, const float* x) {
   const uint32_t u0 = core::float_bits(x[0]), u1 = core::float_bits(x[1]), u2 = core::float_bits(x[2]),
                  u3 = core::float_bits(x[3]), u4 = core::float_bits(x[4]), u5 = core::float_bits(x[5]),

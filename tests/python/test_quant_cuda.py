@@ -154,6 +154,23 @@ def test_every_option_combination(shape, dtype, gen):
         check(x, block="2d", rounding=rounding, rowwise=row, columnwise=col, layout=layout, seed=78, offset=6)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+def test_every_sign_pattern(dtype, gen):
+    # 256 rows of 16; row r's first 8 elements carry the sign pattern r, the last 8 its
+    # complement, with magnitudes whose exponent bits vary (the sign gathering must read bit 31
+    # alone) and -0.0 among them; RN and SR, both kernels, both orientations.
+    mags = torch.exp2(torch.randint(-12, 13, (256, 16), generator=gen).float()) * (1 + torch.rand(256, 16, generator=gen))
+    mags[:, 5] = 0.0
+    bits = (torch.arange(256)[:, None] >> torch.arange(8)[None, :]) & 1
+    neg = torch.cat([bits, 1 - bits], dim=1).bool()
+    x = torch.where(neg, -mags, mags).to(dtype)
+    for rounding in ("rtn", "sr"):
+        check(x, rounding=rounding, seed=3)
+        check(x, rounding=rounding, seed=3, columnwise=True, layout="linear")
+        check(x.t().contiguous(), rounding=rounding, seed=3, rowwise=False, columnwise=True, layout="linear")
+        check(x, block="2d", rounding=rounding, seed=3, columnwise=True)
+
+
 def test_custom_rht_signs(gen):
     x = randn((96, 160), torch.bfloat16, gen)
     for mask in (0x0000, 0xFFFF, 0x1234, int(torch.randint(0, 1 << 16, (1,), generator=gen))):

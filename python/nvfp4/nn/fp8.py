@@ -178,7 +178,7 @@ def delayed_scale_update(history: torch.Tensor, scale: torch.Tensor, role: int, 
     ok = torch.isfinite(amax) & (amax > 0)
     scale[role].copy_(torch.where(ok, s, scale[role]))
     rolled = torch.roll(h, -1, 0)
-    rolled[0] = 0.0
+    rolled.narrow(0, 0, 1).zero_()  # not `rolled[0] = 0.0`: that copies a host scalar (a sync)
     h.copy_(rolled)
 
 
@@ -187,20 +187,30 @@ def _cast_eager(t: torch.Tensor, scale: torch.Tensor, fmax: float, dtype: torch.
 
 
 _compiled_cast = None
+_compiled_keys: set = set()
 _compile_failed = False
 
 
 def quantize_fp8(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, compiled: bool = False) -> torch.Tensor:
     """fp8(clamp(t * scale, -max, max)), computed in FP32 (the product rounds once to FP32,
-    the cast rounds to nearest even; NaN stays NaN). compiled: one fused kernel on CUDA via
-    torch.compile (the same values: a multiply, a clamp and a cast, no reassociation)."""
+    the cast rounds to nearest even; NaN stays NaN, its sign bit unspecified: CPU and
+    GPU arithmetic propagate NaN signs differently, so a NaN code may be 0x7f or 0xff).
+    compiled: one fused kernel on CUDA via torch.compile (the same values: a multiply, a clamp and a cast, no reassociation)."""
     global _compiled_cast, _compile_failed
     fmax = fp8_max(dtype)
     if compiled and t.is_cuda and not _compile_failed:
         try:
             if _compiled_cast is None:
                 _compiled_cast = torch.compile(_cast_eager, dynamic=True, fullgraph=True)
-            return _compiled_cast(t, scale, fmax, dtype)
+            key = (t.dtype, dtype, t.dim(), scale.dim())
+            if key in _compiled_keys:
+                return _compiled_cast(t, scale, fmax, dtype)
+            # one graph per (input dtype, format, ranks): 3 x 2 x ... exceeds dynamo's default
+            # limit of 8 graphs per function, so a new combination compiles with a higher limit
+            with torch._dynamo.config.patch(recompile_limit=64):
+                out = _compiled_cast(t, scale, fmax, dtype)
+            _compiled_keys.add(key)
+            return out
         except Exception as e:  # no Triton, an unsupported GPU, ...: same values, unfused
             _compile_failed = True
             warnings.warn(f"nvfp4.nn.fp8: torch.compile of the FP8 cast failed ({type(e).__name__}: {e}); "
