@@ -8,6 +8,7 @@ no GPU, or when this build has no kernels for the GPU's architecture.
 from __future__ import annotations
 
 import ctypes
+import glob
 import itertools
 import math
 import os
@@ -386,7 +387,10 @@ def _desc(t: torch.Tensor) -> _Tensor:
 
 
 def _capi():
-    lib = ctypes.CDLL(os.path.join(os.path.dirname(nvfp4.__file__), "libnvfp4.so.0"))
+    # the package's own libnvfp4 (the wheel ships libnvfp4.so; a build tree may add .so.N)
+    libs = sorted(glob.glob(os.path.join(os.path.dirname(nvfp4.__file__), "libnvfp4.so*")), key=len)
+    assert libs, f"no libnvfp4.so* beside {nvfp4.__file__}"
+    lib = ctypes.CDLL(libs[0])
     lib.nvfp4_quantize.restype = ctypes.c_int
     lib.nvfp4_quantize.argtypes = [ctypes.POINTER(_Tensor), ctypes.POINTER(_Config), ctypes.POINTER(_Quantized),
                                    ctypes.POINTER(_Quantized), ctypes.c_void_p]
