@@ -50,7 +50,9 @@ def torch_fake_quant_rowwise(x: torch.Tensor, sr: bool = False, rht: torch.Tenso
     if rht is not None:
         v = v @ rht
     amax = v.abs().amax()
-    s_enc = torch.clamp((448.0 * 6.0) / amax, max=FLT_MAX)
+    # an FP32 tensor numerator: `python_float / tensor` is evaluated as a reciprocal times
+    # the float (2688 / 14 gave 192.00002, not 192)
+    s_enc = torch.clamp(torch.tensor(448.0 * 6.0, device=v.device) / amax, max=FLT_MAX)
     s_enc = torch.where(s_enc == 0, torch.ones_like(s_enc), s_enc)
     s_dec = 1.0 / s_enc
     bamax = v.abs().amax(dim=1)
