@@ -8,8 +8,9 @@
 #
 # jobs: base, nobuild (reuse /tmp/new from an earlier call on the same warm machine),
 #       tests (every test file with GPU tests), quick (QUICK_TESTS), sanitize, quant,
-#       quantlegacy, gemm, host, step85, step400, step85c (compile + reduce-overhead rows),
-#       step400c
+#       quantlegacy, gemm, host, step85, step400 (LEGACY_TOO=1: also with the previous
+#       quantization kernels), step85c (compile + reduce-overhead rows), step400c, lora (the
+#       LoRA example, FP4 vs BF16 base), dist (the distributed tests, NCCL)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -100,12 +101,27 @@ job_step() {  # 85 | 400, [c]
     --modes eager --profile --no-memory --steps 10 --warmup 3
   stepbench "${size}_new_eager" "$NEW" --size "$sz" --variants bf16,nvfp4,fakequant --modes eager --profile \
     --steps 10 --warmup 3 $([[ $size == 400 ]] && echo --no-memory)
+  if [[ -n ${LEGACY_TOO:-} ]]; then  # the same build with the previous quantization kernels
+    NVFP4_QUANT_LEGACY=1 stepbench "${size}_legacy_eager" "$NEW" --size "$sz" --variants bf16,nvfp4 --modes eager \
+      --profile --no-memory --steps 10 --warmup 3
+  fi
+}
+job_lora() {
+  step "LoRA fine-tune, FP4 base vs BF16 base"
+  PYTHONPATH=$NEW timeout ${LORA_TIMEOUT:-420} python3 examples/finetune_lora.py --base both --recompute \
+    --size 400m --steps ${LORA_STEPS:-200} --data /tmp/lora_data --out "$OUT/lora" ${LORA_ARGS:-} 2>&1 \
+    | grep -v -E "Warning|warn|it/s" | tee "$OUT/lora.log" | tail -30
+}
+job_dist() {
+  step "distributed tests (NCCL on the GPUs present)"
+  PYTHONPATH=$NEW NVFP4_SKIP_GLOO=1 timeout ${DIST_TIMEOUT:-300} python3 -m pytest tests/python/test_distributed.py \
+    -q -p no:cacheprovider -rfEs 2>&1 | tee "$OUT/dist.log" | tail -25
 }
 # the jobs, in the order given on the command line
 for a in "${ARGS[@]}"; do
   case $a in
     base|nobuild) ;;
-    tests|quick|quant|quantlegacy|gemm|host) "job_$a" ;;
+    tests|quick|quant|quantlegacy|gemm|host|lora|dist) "job_$a" ;;
     sanitize) [[ -f tests/cuda/sanitize_quant.py ]] && job_sanitize ;;
     step85) job_step 85 ;;
     step400) job_step 400 ;;

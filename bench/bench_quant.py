@@ -21,12 +21,15 @@ its input cached by the previous one). Output buffers are allocated once. Withou
 small sizes; those figures say nothing about GPU throughput.
 
   python bench/bench_quant.py [--quick] [--json out.json] [--sizes 4096 8192 16384] [--device cpu]
+  NVFP4_QUANT_LEGACY=1 python bench/bench_quant.py ...   (the kernels before the 8-bit SR
+  contract, same build, for a before/after table; their SR bits follow the old contract)
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import os
 import sys
 
 import torch
@@ -47,7 +50,9 @@ def torch_fake_quant_rowwise(x: torch.Tensor, sr: bool = False, rht: torch.Tenso
     if rht is not None:
         v = v @ rht
     amax = v.abs().amax()
-    s_enc = torch.clamp((448.0 * 6.0) / amax, max=FLT_MAX)
+    # an FP32 tensor numerator: `python_float / tensor` is evaluated as a reciprocal times
+    # the float (2688 / 14 gave 192.00002, not 192)
+    s_enc = torch.clamp(torch.tensor(448.0 * 6.0, device=v.device) / amax, max=FLT_MAX)
     s_enc = torch.where(s_enc == 0, torch.ones_like(s_enc), s_enc)
     s_dec = 1.0 / s_enc
     bamax = v.abs().amax(dim=1)
@@ -153,6 +158,8 @@ def main() -> int:
     print(f"device: {dev_name} ({sms} SMs, L2 {l2 >> 20} MiB), "
           f"torch {torch.__version__}, nvfp4 {nvfp4.__version__}, {datetime.datetime.now().isoformat(timespec='seconds')}")
     print(f"plain-PyTorch RTN baseline bit-exact with nvfp4: {baseline_exact}")
+    legacy = os.environ.get("NVFP4_QUANT_LEGACY", "0") not in ("", "0")
+    print(f"quantize kernels: {'legacy (NVFP4_QUANT_LEGACY)' if legacy else 'current'}")
     hdr = f"{'kernel':28s} {'shape':>13s} {'us':>9s} {'GB/s':>8s} {'x copy':>7s} {'1-pass GB/s':>11s} {'torch us':>10s} {'speedup':>8s}"
     print(hdr)
     print("-" * len(hdr))
@@ -226,6 +233,7 @@ def main() -> int:
             json.dump(dict(device=dev_name, sms=sms, l2_bytes=l2,
                            date=datetime.datetime.now().isoformat(timespec="seconds"), torch=torch.__version__,
                            nvfp4=nvfp4.__version__, baseline_rtn_bit_exact=baseline_exact, iters=iters,
+                           legacy_quant_kernels=legacy,
                            results=results), f, indent=2)
         print(f"wrote {args.json}")
     return 0

@@ -17,9 +17,8 @@ _WS_CACHE: dict = {}
 
 
 def clear_workspace_cache() -> None:
-    """Forget the cached workspace sizes. Only needed after changing the NVFP4_SM90_*
-    tuning environment variables inside a running process (benchmarks do), since they
-    can change which kernel, and so which workspace, a problem gets."""
+    """Forget the cached workspace sizes (frees the cache's memory; the sizes are keyed by
+    problem and by the GEMM environment variables, so they never go stale)."""
     _WS_CACHE.clear()
     _ops.clear_workspace_cache()
 
@@ -111,10 +110,10 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
     c2 = d2 if (out is not None and beta != 0.0) else None
     args = (a.data, a.scales.view(torch.uint8), a.amax, b.data, b.scales.view(torch.uint8), b.amax,
             SCALE_LAYOUTS[a.scale_layout], c2, bias, float(beta), d2, BACKENDS[backend])
-    # The workspace size depends only on the problem's shape, dtypes, layout, backend and
-    # device; asked once per problem.
+    # The workspace size depends only on the problem's shape, dtypes, layout, backend,
+    # device and the GEMM environment variables (_ops.GEMM_ENV); asked once per key.
     key = (m, n, ka, a.scale_layout, backend, d.dtype, c2 is not None, None if bias is None else bias.dtype,
-           a.device)
+           a.device, _ops.gemm_env_key())
     ws_bytes = _WS_CACHE.get(key)
     if ws_bytes is None:
         ws_bytes = _C.gemm_workspace_size(*args)

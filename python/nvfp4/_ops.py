@@ -23,6 +23,8 @@ starting on a 256-byte boundary (`packed_layout`). One allocation instead of thr
 """
 from __future__ import annotations
 
+import os
+
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -98,13 +100,25 @@ def _addresses(base: int, rows: int, cols: int) -> Tuple[int, int, int]:
 # ------------------------------------------------------------------------------ GEMM workspace sizes
 _WS: dict = {}
 
+# The environment variables the library reads on each GEMM call that can change which
+# kernel or graph runs, and so the workspace it needs (tests/python/test_ops.py checks this
+# list against the getenv calls of src/gemm). They are part of every workspace-size key, so
+# a cached size cannot outlive a change of them.
+GEMM_ENV = ("NVFP4_CUDNN_PATH", "NVFP4_CUDNN_EPILOGUE", "NVFP4_SM90_SMALL_M", "NVFP4_SM90_SMALL_M_KERNEL",
+            "NVFP4_SM90_SWIZZLE", "NVFP4_SM90_RASTER", "NVFP4_SM90_TILE", "NVFP4_SM90_STREAM_SPLIT",
+            "NVFP4_SM90_STREAM_PREFETCH", "NVFP4_SM90_STREAM_AFIRST")
+
+
+def gemm_env_key() -> tuple:
+    env = os.environ
+    return tuple(env.get(n) for n in GEMM_ENV)
+
 
 def gemm_workspace_bytes(m, n, k, backend: int, out_dtype: torch.dtype, bias_dtype, has_c: bool,
                          device: torch.device, dev: Tuple[int, int, int]) -> int:
-    """The workspace the library asks for this problem, asked once per problem. It depends
-    on the shapes, dtypes, backend and device only (and on NVFP4_SM90_* tuning variables:
-    clear_workspace_cache() after changing them in a running process)."""
-    key = (m, n, k, backend, out_dtype, bias_dtype, has_c, device)
+    """The workspace the library asks for this problem, asked once per problem and GEMM
+    environment (GEMM_ENV): shapes, dtypes, backend, device and those variables."""
+    key = (m, n, k, backend, out_dtype, bias_dtype, has_c, device, gemm_env_key())
     v = _WS.get(key)
     if v is None:
         dt, di, _ = dev
@@ -121,7 +135,8 @@ def gemm_workspace_bytes(m, n, k, backend: int, out_dtype: torch.dtype, bias_dty
 
 
 def clear_workspace_cache() -> None:
-    """Forget the cached workspace sizes (after changing NVFP4_SM90_* tuning variables)."""
+    """Forget the cached workspace sizes (frees the memory of the cache; never needed for
+    correctness)."""
     _WS.clear()
 
 

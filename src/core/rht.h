@@ -15,10 +15,8 @@ namespace nvfp4::core {
 // [1,1,1,-1,1,-1,-1,-1,-1,-1,-1,1,-1,1,-1,-1]
 constexpr uint32_t kDefaultRhtSignMask = 0xD7E8u;
 
-NVFP4_HD void rht16(float (&v)[16], uint32_t sign_mask) {
-#pragma unroll
-  for (int i = 0; i < 16; ++i)
-    if ((sign_mask >> i) & 1u) v[i] = -v[i];
+// The butterfly and the scaling, without the signs.
+NVFP4_HD void fwht16_scaled(float (&v)[16]) {
 #pragma unroll
   for (int h = 1; h < 16; h <<= 1) {
 #pragma unroll
@@ -32,6 +30,49 @@ NVFP4_HD void rht16(float (&v)[16], uint32_t sign_mask) {
   }
 #pragma unroll
   for (int i = 0; i < 16; ++i) v[i] *= 0.25f;
+}
+
+// rht16 with the signs given as factors s[i] = +-1 and applied inside the first butterfly
+// stage: s[i] * v[i] +- s[i+1] * v[i+1] as fma(s[i], v[i], +-t) with t = s[i+1] * v[i+1].
+// Every product by +-1 is exact (a sign flip, as in rht16), so each sum is rounded once,
+// from the same operands: the results are rht16's, bit for bit, NaN and signed zeros
+// included. (The kernels use it: a multiply-add is cheaper there than flipping signs.)
+NVFP4_HD float fma_f(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return a * b + c;  // a = +-1: the product is exact, so this is the fused result
+#endif
+}
+
+NVFP4_HD void rht16_fma(float (&v)[16], const float (&s)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; i += 2) {
+    const float t = s[i + 1] * v[i + 1];
+    const float a = v[i];
+    v[i] = fma_f(s[i], a, t);
+    v[i + 1] = fma_f(s[i], a, -t);
+  }
+#pragma unroll
+  for (int h = 2; h < 16; h <<= 1) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      if ((i & h) == 0) {
+        float a = v[i], b = v[i + h];
+        v[i] = a + b;
+        v[i + h] = a - b;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] *= 0.25f;
+}
+
+NVFP4_HD void rht16(float (&v)[16], uint32_t sign_mask) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    if ((sign_mask >> i) & 1u) v[i] = -v[i];
+  fwht16_scaled(v);
 }
 
 }  // namespace nvfp4::core

@@ -34,6 +34,9 @@ __global__ void __launch_bounds__(kThreads) amax_flat_kernel(const AmaxArgs a) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   constexpr int64_t kUnitBytes = kBlock * T::kBytes;
   uint32_t m_plain = 0u, m_rht = 0u;
+  float rht_sign[kBlock];  // core::rht16's signs as +-1 factors (core::rht16_fma)
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) rht_sign[i] = ((a.sign_mask >> i) & 1u) ? -1.0f : 1.0f;
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; u < n; u += 2 * stride) {
     RawBlock<T> b[2];
     load_block<T>(b[0], x + u * kUnitBytes);
@@ -47,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) amax_flat_kernel(const AmaxArgs a) {
       if constexpr (kRowRht) {
         float v[kBlock];
         to_float<T>(b[k], v);
-        core::rht16(v, a.sign_mask);
+        core::rht16_fma(v, rht_sign);
         m_rht = max(m_rht, absmax_bits(v));
       }
     }
@@ -70,6 +73,9 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
   int64_t g = u / nq, q = u % nq;
   const int64_t dg = stride / nq, dq = stride % nq;
   uint32_t m_plain = 0u, m_rht = 0u;
+  float rht_sign[kBlock];  // core::rht16's signs as +-1 factors (core::rht16_fma)
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) rht_sign[i] = ((a.sign_mask >> i) & 1u) ? -1.0f : 1.0f;
   for (; u < n; u += stride) {
     uint4 c[16];
     const char* p = x + (g * 16) * row_bytes + q * 16;
@@ -88,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
         else
           v[i] = (k & 1) ? hi_f<T>(w) : lo_f<T>(w);
       }
-      core::rht16(v, a.sign_mask);
+      core::rht16_fma(v, rht_sign);
       m_rht = max(m_rht, absmax_bits(v));
     }
     if (a.plain0) {

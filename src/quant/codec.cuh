@@ -1,42 +1,38 @@
 // E2M1 rounding of scaled values, eight at a time, for the kernels.
 //
-// The reference (core::e2m1_encode_rn / _sr on core::clamp_sym(x * e, 6)) is a chain of
-// seven comparisons per element; in SASS that is ~35 instructions per element, about three
-// times the budget of a kernel that must run at memory speed. The forms below compute
-// the same codes with ~9 (RN) and ~19 (SR) instructions. They are exact, not approximate:
+// The per-element rules are core::e2m1_encode_rn / _sr on core::clamp_sym(x * e, 6), whose
+// arithmetic (core::e2m1_rn_word, core::e2m1_fixed) is written to be cheap on the GPU; the
+// forms below apply it eight elements at a time and pack the codes with byte permutes
+// (~7 instructions per element for either rounding, about half of them on the FP/FMA pipes):
 //
-//  RN. Let a = min(|y|, 6) and c = 2^floor(log2(max(a, 1))), so c is 1, 2 or 4 and the
-//      E2M1 spacing around a is c/2. M = c * 2^22 is a power of two whose fp32 ulp is
-//      exactly c/2 and M / (c/2) = 2^23 is even, so fl(a + M) = M + n * c/2 where n is a / (c/2)
-//      rounded to nearest, ties to even: the E2M1 rounding inside that binade (a < 2M,
-//      so the sum stays in M's binade). Reading the bits, n = bits(a + M) - bits(M), and
-//      the code is n + 2 * log2(c). The thresholds of the reference (0.25, 0.75, ..., 5)
-//      are exactly the midpoints this rounding uses, with ties going to the even code.
-//  SR. z = a / (c/2) (exact: a power-of-two scaling), fl = floor(z) via the round-toward-zero
-//      add z + 2^23, frac = z - fl (exact); the reference rounds up iff u < frac with
-//      u = (r >> 8) * 2^-24. u needs 24 fraction bits, one more than 1 + u can hold, so it is
-//      split as V + b * 2^-24 with V = (r >> 9) * 2^-23 and b = bit 8 of r, and the test is
-//      fl(frac - V) > b * 2^-24, which is exact: frac - V is exact whenever it lies near
-//      2^-24 (both operands are multiples of frac's ulp there), and round-to-nearest keeps
-//      its sign and its order with respect to 2^-24 elsewhere.
+//  RN. core::e2m1_rn_word (the minimum of three rounded sums: three FP32 operations and
+//      one integer min per element), eight at a time, the codes gathered from the low bytes
+//      with byte permutes.
+//  SR. core::e2m1_encode_sr's own form, eight at a time: with F = core::e2m1_fixed(a) (the
+//      code in bits 22..24, floor(256 f) in bits 14..21) and r the element's random byte,
+//      the reference's result is (F + r * 2^14) >> 22, i.e. the top byte of the 16-bit
+//      value (F * 4) >> 16 plus r. Two such values share a 32-bit add (see encode8_sr).
 //  Sign: the sign of x * e is the sign of x (e > 0); x = -0.0 keeps it, as the reference does.
 //  NaN:  the caller replaces the whole block by 0x7 codes when e is NaN, which is the only
 //        way x * e can be NaN (a NaN x makes its block amax, hence e, NaN).
 //
-// Both forms were checked against core::e2m1_encode_rn/_sr on every fp32 value (RN) and on
-// every fp32 value in [0, 6] with the random words at and around each decision boundary
-// (SR); tests/python/test_quant_cuda.py sweeps the same boundaries on the GPU.
+// tests/cuda/e2m1_exhaustive.cpp checks the core rules against the comparison chain (RN)
+// and the floor(256 f) definition (SR) on every fp32 in [0, 6]; tests/python/
+// test_quant_cuda.py sweeps the decision boundaries of both forms on the GPU.
 //
 // On family-specific Blackwell targets (sm_100a, sm_120a, ...) RN uses the hardware
 // cvt.rn.satfinite.e2m1x2.f32: round-to-nearest-even with saturation to +-6 that keeps the
 // sign of zero, i.e. the reference rule on every non-NaN input (NaN blocks are replaced as
-// above). SR has no hardware equivalent of the contract's rule and stays in software.
+// above). SR stays in software everywhere: Blackwell's cvt.rs.satfinite.e2m1x4.f32 also
+// takes 8 random bits per element and rounds by the carry of an add, but whether its
+// results (and its byte-to-element assignment) equal the contract's is unverified.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "core/common.h"
+#include "core/e2m1.h"
 
 // -DNVFP4_QUANT_SOFTWARE_E2M1 keeps the software form on every target.
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && !defined(NVFP4_QUANT_SOFTWARE_E2M1)
@@ -55,59 +51,42 @@ namespace nvfp4::detail::quant {
 
 NVFP4_QD uint32_t umax32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
+// PTX prmt.b32 in its generic mode, and its host form: nibble i of the selector picks
+// byte (s >> 4i) & 7 of {y, x}; with bit 3 of the nibble set, the picked byte's sign bit
+// fills the whole byte. The device form is the instruction itself, not __byte_perm: the
+// intrinsic is defined on bits 2..0 of each nibble only, and with it the sign-fill
+// selectors below copied the float's top byte unchanged (an exponent bit became the E2M1
+// sign). test_every_sign_pattern (tests/python/test_quant_cuda.py) covers every selector use here.
 NVFP4_QD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 #if defined(__CUDA_ARCH__)
-  return __byte_perm(x, y, s);
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(y), "r"(s));
+  return r;
 #else
   const uint64_t xy = (static_cast<uint64_t>(y) << 32) | x;
   uint32_t r = 0;
-  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((xy >> (8 * ((s >> (4 * i)) & 7))) & 0xffu) << (8 * i);
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t sel = (s >> (4 * i)) & 0xfu;
+    uint32_t b = static_cast<uint32_t>((xy >> (8 * (sel & 7u))) & 0xffu);
+    if (sel & 8u) b = (b & 0x80u) ? 0xffu : 0u;
+    r |= b << (8 * i);
+  }
   return r;
 #endif
 }
 
-// 2^23 + floor(z) for 0 <= z < 2^23: the round-toward-zero sum on the device.
-NVFP4_QD float floor_plus_2p23(float z) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rz(z, 8388608.0f);
-#else
-  return 8388608.0f + std::floor(z);
-#endif
-}
-
-// Sign bits of x[0..7] moved to bit 3 of their nibbles. The top byte of each float holds
-// its sign in bit 7; bytes of the odd elements land on bits 7, 15, 23, 31 (nibbles 1, 3, 5,
-// 7 already), those of the even elements four bits too high.
-NVFP4_QD uint32_t signs8(const float* x) {
+// Packs eight codes: byte k of `even` holds the magnitude code of element 2k, byte k of
+// `odd` that of element 2k+1 (bits 3..7 clear); the sign of x[i] goes to bit 3 of nibble i
+// (x * e has x's sign, e > 0; -0.0 keeps it). The signs are gathered with the byte
+// permute's sign-fill mode (0xff for a negative element's top byte, 0 otherwise), which
+// only the prmt form above honours.
+NVFP4_QD uint32_t pack8(uint32_t even, uint32_t odd, const float* x) {
   const uint32_t u0 = core::float_bits(x[0]), u1 = core::float_bits(x[1]), u2 = core::float_bits(x[2]),
                  u3 = core::float_bits(x[3]), u4 = core::float_bits(x[4]), u5 = core::float_bits(x[5]),
                  u6 = core::float_bits(x[6]), u7 = core::float_bits(x[7]);
-  const uint32_t odd = byte_perm(byte_perm(u1, u3, 0x73u), byte_perm(u5, u7, 0x73u), 0x5410u);
-  const uint32_t even = byte_perm(byte_perm(u0, u2, 0x73u), byte_perm(u4, u6, 0x73u), 0x5410u);
-  return (odd & 0x80808080u) | ((even >> 4) & 0x08080808u);
-}
-
-// Magnitude code of y (see the RN note above), plus kRnBias.
-constexpr uint32_t kRnBias = 0x0B0000FEu;
-NVFP4_QD uint32_t rn_code_biased(float y) {
-  const float a = fminf(fabsf(y), 6.0f);
-  const uint32_t c = umax32(core::float_bits(a), 0x3F800000u) & 0xFF800000u;
-  const float t = a + core::bits_float(c + 0x0B000000u);
-  return core::float_bits(t) - c + (c >> 22);
-}
-
-// Magnitude code of y rounded stochastically with the Philox word r, plus kSrBias.
-constexpr uint32_t kSrBias = 0x4B0000FEu;
-NVFP4_QD uint32_t sr_code_biased(float y, uint32_t r) {
-  const float a = fminf(fabsf(y), 6.0f);
-  const uint32_t c = umax32(core::float_bits(a), 0x3F800000u) & 0xFF800000u;
-  const float z = a * core::bits_float(0x7F800000u - c);  // a * 2, a, a / 2
-  const float t = floor_plus_2p23(z);
-  const float frac = z - (t - 8388608.0f);
-  const float v = core::bits_float(0x3F800000u + (r >> 9)) - 1.0f;
-  const float thr = core::bits_float((r & 0x100u) * 0x338000u);  // 2^-24 when bit 8 is set
-  const uint32_t up = (frac - v) > thr ? 1u : 0u;
-  return core::float_bits(t) + (c >> 22) + up;
+  const uint32_t se = byte_perm(byte_perm(u0, u2, 0xFBu), byte_perm(u4, u6, 0xFBu), 0x5410u);
+  const uint32_t so = byte_perm(byte_perm(u1, u3, 0xFBu), byte_perm(u5, u7, 0xFBu), 0x5410u);
+  return (even | (se & 0x08080808u)) + ((odd | (so & 0x08080808u)) << 4);
 }
 
 // Codes of x[0..7] * e, packed (element 0 in the low nibble). e > 0, not NaN.
@@ -125,18 +104,31 @@ NVFP4_QD uint32_t encode8_rn(const float* x, float e) {
         "f"(x[6] * e), "f"(x[7] * e));
   return r;
 #else
-  uint32_t acc = 0u;
+  uint32_t w[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) acc += rn_code_biased(x[i] * e) << (4 * i);
-  return (acc - kRnBias * 0x11111111u) | signs8(x);
+  for (int i = 0; i < 8; ++i) w[i] = core::e2m1_rn_word(fminf(fabsf(x[i] * e), 6.0f));
+  const uint32_t even = byte_perm(byte_perm(w[0], w[2], 0x40u), byte_perm(w[4], w[6], 0x40u), 0x5410u);
+  const uint32_t odd = byte_perm(byte_perm(w[1], w[3], 0x40u), byte_perm(w[5], w[7], 0x40u), 0x5410u);
+  return pack8(even, odd, x);
 #endif
 }
 
-NVFP4_QD uint32_t encode8_sr(const float* x, float e, const uint32_t* rnd) {
-  uint32_t acc = 0u;
+// Codes of x[0..7] * e rounded stochastically (e > 0, not NaN): element i takes random
+// byte i % 4 of w[i / 4] (w0 serves elements 0..3, w1 elements 4..7), each as
+// core::e2m1_encode_sr(clamp(x[i] * e, 6), byte) would. Two elements share a word: bytes
+// 2..3 of e2m1_fixed(a) * 4 (the code above floor(256 f)) make one 16-bit lane each, the
+// two random bytes are added below the codes in one add (a lane sum is < 2^11, so nothing
+// crosses into the other lane), and the carries leave each code in the lane's top byte.
+NVFP4_QD uint32_t encode8_sr(const float* x, float e, uint32_t w0, uint32_t w1) {
+  uint32_t f[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) acc += sr_code_biased(x[i] * e, rnd[i]) << (4 * i);
-  return (acc - kSrBias * 0x11111111u) | signs8(x);
+  for (int i = 0; i < 8; ++i) f[i] = core::e2m1_fixed(fminf(fabsf(x[i] * e), 6.0f)) * 4u;
+  // lanes (0, 2), (4, 6), (1, 3), (5, 7); random bytes 0 and 2, or 1 and 3, of a word
+  const uint32_t p02 = byte_perm(f[0], f[2], 0x7632u) + byte_perm(w0, 0u, 0x4240u);
+  const uint32_t p46 = byte_perm(f[4], f[6], 0x7632u) + byte_perm(w1, 0u, 0x4240u);
+  const uint32_t p13 = byte_perm(f[1], f[3], 0x7632u) + byte_perm(w0, 0u, 0x4341u);
+  const uint32_t p57 = byte_perm(f[5], f[7], 0x7632u) + byte_perm(w1, 0u, 0x4341u);
+  return pack8(byte_perm(p02, p46, 0x7531u), byte_perm(p13, p57, 0x7531u), x);
 }
 
 }  // namespace nvfp4::detail::quant

@@ -223,18 +223,18 @@ struct Encoded {
 };
 
 // Quantizes v[0..15] with the scale byte `scale`. `idx0` is the Philox index of v[0]
-// (stochastic rounding only).
+// and `keys` the round keys of the seed (stochastic rounding only).
 template <bool kSR>
 __device__ __forceinline__ Encoded encode_with_scale(const float (&v)[kBlock], uint32_t scale, const EncodeTable& tab,
-                                                     uint64_t seed, uint64_t offset, uint64_t idx0) {
+                                                     const core::PhiloxKeys& keys, uint64_t offset, uint64_t idx0) {
   Encoded o;
   o.scale = scale;
   const float e = tab.e[scale];
   if constexpr (kSR) {
-    uint32_t rnd[kBlock];
-    core::philox_block16(seed, offset, idx0, rnd);
-    o.lo = encode8_sr(v, e, rnd);
-    o.hi = encode8_sr(v + 8, e, rnd + 8);
+    // the random bytes of core::philox_block16, still packed in their four words
+    const core::Philox4 p = core::philox_words16(keys, offset, idx0);
+    o.lo = encode8_sr(v, e, p.v[0], p.v[1]);
+    o.hi = encode8_sr(v + 8, e, p.v[2], p.v[3]);
   } else {
     o.lo = encode8_rn(v, e);
     o.hi = encode8_rn(v + 8, e);
@@ -248,8 +248,9 @@ __device__ __forceinline__ Encoded encode_with_scale(const float (&v)[kBlock], u
 // Quantizes v[0..15] whose block amax is `bamax_bits`.
 template <bool kSR>
 __device__ __forceinline__ Encoded encode_block(const float (&v)[kBlock], uint32_t bamax_bits, const TensorScale& ts,
-                                                const EncodeTable& tab, uint64_t seed, uint64_t offset, uint64_t idx0) {
-  return encode_with_scale<kSR>(v, block_scale_byte(bamax_bits, ts), tab, seed, offset, idx0);
+                                                const EncodeTable& tab, const core::PhiloxKeys& keys, uint64_t offset,
+                                                uint64_t idx0) {
+  return encode_with_scale<kSR>(v, block_scale_byte(bamax_bits, ts), tab, keys, offset, idx0);
 }
 
 // ---- host helpers --------------------------------------------------------------------

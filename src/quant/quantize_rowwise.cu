@@ -27,7 +27,8 @@ struct RowwiseArgs {
   const float* amax;    // [1], filled by the amax pass
   int swizzled;
   uint32_t sign_mask;
-  uint64_t seed, offset;
+  core::PhiloxKeys keys;  // round keys of the seed (in the constant bank, like every argument)
+  uint64_t offset;
   const uint64_t* offset_device;  // optional: added to offset, read when the kernel runs
   int tiles_r, tiles_c;  // ceil(rows/128), ceil(cols/64)
 };
@@ -66,6 +67,9 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
   }
   const int nb = static_cast<int>(a.cols / kBlock);
   const char* x = static_cast<const char*>(a.x);
+  float rht_sign[kBlock];  // core::rht16's signs as +-1 factors (core::rht16_fma)
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) rht_sign[i] = ((a.sign_mask >> i) & 1u) ? -1.0f : 1.0f;
 
   // Tiles in descending order, G = gridDim.x apart; all steps are additions.
   const int step_r = static_cast<int>(gridDim.x / a.tiles_c), step_c = static_cast<int>(gridDim.x % a.tiles_c);
@@ -110,12 +114,12 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
       to_float<T>(b[k], v);
       uint32_t bamax;
       if constexpr (kRht) {
-        core::rht16(v, a.sign_mask);
+        core::rht16_fma(v, rht_sign);
         bamax = absmax_bits(v);
       } else {
         bamax = raw_absmax_bits<T>(b[k]);
       }
-      const Encoded o = encode_block<kSR>(v, bamax, ts, tab, a.seed, sr_offset, e0);
+      const Encoded o = encode_block<kSR>(v, bamax, ts, tab, a.keys, sr_offset, e0);
       if (ok) *reinterpret_cast<uint2*>(a.data + e0 / 2) = make_uint2(o.lo, o.hi);
       if (a.swizzled)  // every byte of the tile's 512, padding included (as 0)
         a.scales[c.tile * 512 + soff[k]] = ok ? static_cast<uint8_t>(o.scale) : uint8_t{0};
@@ -160,7 +164,7 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   a.amax = job.row.amax;
   a.swizzled = job.cfg.scale_layout == NVFP4_SCALES_SWIZZLED;
   a.sign_mask = job.cfg.rht_sign_mask;
-  a.seed = job.cfg.seed;
+  a.keys = core::philox_keys(job.cfg.seed);
   a.offset = job.cfg.offset;
   a.offset_device = job.cfg.offset_device;
   const int64_t tiles_r = (job.rows + 127) / 128, tiles_c = (job.cols / kBlock + 3) / 4;

@@ -42,9 +42,10 @@ struct TileArgs {
   int csc;               // rp / 16
   int ccp;               // roundup(csc, 4)
   int64_t crows_sw;      // roundup(cols, 128)
-  int swizzled, row_rht, col_rht;
+  int swizzled;
   uint32_t sign_mask;
-  uint64_t seed, offset;
+  core::PhiloxKeys keys;  // round keys of the seed (in the constant bank, like every argument)
+  uint64_t offset;
   const uint64_t* offset_device;  // optional: added to offset, read when the kernel runs
   int tiles_r, tiles_c;  // tiles_c covers the widest padded output
 };
@@ -66,21 +67,28 @@ __device__ __forceinline__ int chunk_offset(int r, int j) {
   return r * Smem<T>::kRowBytes + ((j ^ (((r >> 4) ^ r) & 7)) << 4);
 }
 
-template <class T, bool kSR, bool k2D>
+// Which outputs and transforms a launch has are template parameters, so that each variant's
+// loop holds only its own work (kRowRht: RHT along rows for the rowwise output, kColRht:
+// along columns for the columnwise one; 1D only).
+template <class T, bool kSR, bool k2D, bool kRow, bool kCol, bool kRowRht, bool kColRht>
 __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
+  static_assert(kRow || kCol, "nothing to write");
+  static_assert(!k2D || (!kRowRht && !kColRht), "the RHT is 1D only");
+  static_assert(kRow || !kRowRht, "row RHT without rowwise output");
+  static_assert(kCol || !kColRht, "column RHT without columnwise output");
   __shared__ __align__(16) Smem<T> sm;
   __shared__ EncodeTable tab_r, tab_c;
   __shared__ uint32_t tam[2][8][4];  // 2D: amax bits of the tile's 8 x 4 16x16 tiles, double-buffered
 
-  const bool do_row = a.rdata != nullptr, do_col = a.cdata != nullptr;
+  constexpr bool do_row = kRow, do_col = kCol;
   const uint64_t sr_offset = kSR ? a.offset + (a.offset_device ? *a.offset_device : 0) : 0;
   TensorScale ts_r{}, ts_c{};
-  if (do_row) {
+  if constexpr (do_row) {
     const core::GlobalScale g = core::make_global_scale(*a.ramax);
     ts_r = make_tensor_scale(g);
     fill_encode_table(tab_r, g.dec);
   }
-  if (do_col) {
+  if constexpr (do_col) {
     const core::GlobalScale g = core::make_global_scale(*a.camax);
     ts_c = make_tensor_scale(g);
     fill_encode_table(tab_c, g.dec);
@@ -129,54 +137,74 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     return n;
   };
   auto valid = [&](const Cursor& c, int k) { return rt[k] < a.rows - c.tr * 128 && bq < a.nb - c.tc * 4; };
+  // A block outside x keeps whatever its registers held: nothing computed from it is
+  // stored, shared memory gets zeros in its place (the zero rows of x^T's padding), and
+  // the 2D tile amax skips it.
   auto load = [&](RawBlock<T> (&b)[2], const Cursor& c) {
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      if (valid(c, k))
-        load_block<T>(b[k], x + (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes);
-      else
-        zero_block<T>(b[k]);
-    }
+    for (int k = 0; k < 2; ++k)
+      if (valid(c, k)) load_block<T>(b[k], x + (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes);
   };
 
-  // Rowwise outputs of one block (scale byte s, codes o).
+  // RHT signs as +-1 factors, folded into the butterfly's first stage (core::rht16_fma)
+  float rht_sign[kBlock];
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) rht_sign[i] = ((a.sign_mask >> i) & 1u) ? -1.0f : 1.0f;
+
+  // Rowwise outputs of one block (scale byte s, codes o). A tile's 128 rows x 4 blocks are
+  // exactly one 512-byte tile of the swizzled rowwise scales: that tile's offset is
+  // uniform, the byte inside it a per-thread constant (soff_r).
+  const int rcp4 = (a.nb + 3) / 4;  // swizzled scale tiles per 128-row band
+  int soff_r[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) soff_r[k] = (rt[k] & 31) * 16 + (rt[k] >> 5) * 4 + bq;
+  // Both layouts store one byte per block at a per-tile base + a per-thread offset; the
+  // swizzled one also writes 0 for blocks outside x that fall in the padding. Written as
+  // one predicated store each (no branches).
+  int64_t soff_lin[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) soff_lin[k] = static_cast<int64_t>(rt[k]) * a.nb + bq;
   auto store_row = [&](const Cursor& c, int k, const Encoded& o) {
     const bool ok = valid(c, k);
-    const int64_t r = static_cast<int64_t>(c.tr) * 128 + rt[k];
-    const int blk = c.tc * 4 + bq;
     if (ok) {
       const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
       *reinterpret_cast<uint2*>(a.rdata + e0 / 2) = make_uint2(o.lo, o.hi);
     }
-    if (a.swizzled) {
-      if (blk < (a.nb + 3) / 4 * 4) a.rscales[core::swizzle_offset(r, blk, a.nb)] = ok ? o.scale : 0u;
-    } else if (ok) {
-      a.rscales[r * a.nb + blk] = static_cast<uint8_t>(o.scale);
-    }
+    // swizzled: tiles past the padded scale columns exist only for the columnwise padding
+    const bool store = a.swizzled ? c.tc < rcp4 : ok;
+    uint8_t* base = a.swizzled ? a.rscales + (static_cast<int64_t>(c.tr) * rcp4 + c.tc) * 512
+                               : a.rscales + static_cast<int64_t>(c.tr) * 128 * a.nb + c.tc * 4;
+    if (store) base[a.swizzled ? soff_r[k] : soff_lin[k]] = ok ? static_cast<uint8_t>(o.scale) : uint8_t{0};
   };
 
   auto phase_a = [&](const RawBlock<T> (&b)[2], const Cursor& c, int pb) {
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      if (do_col) {
+      const bool ok = valid(c, k);
+      if constexpr (do_col) {
 #pragma unroll
-        for (int i = 0; i < Layout<T>::kChunks; ++i)
-          *reinterpret_cast<uint4*>(sm.buf + chunk_offset<T>(rt[k], bq * Layout<T>::kChunks + i)) = b[k].c[i];
+        for (int i = 0; i < Layout<T>::kChunks; ++i) {
+          uint4* p = reinterpret_cast<uint4*>(sm.buf + chunk_offset<T>(rt[k], bq * Layout<T>::kChunks + i));
+          if (ok)
+            *p = b[k].c[i];
+          else
+            *p = make_uint4(0u, 0u, 0u, 0u);
+        }
       }
       if constexpr (k2D) {
-        atomicMax(&tam[pb][rt[k] >> 4][bq], raw_absmax_bits<T>(b[k]));
-      } else if (do_row) {
+        if (ok) atomicMax(&tam[pb][rt[k] >> 4][bq], raw_absmax_bits<T>(b[k]));
+      } else if constexpr (do_row) {
         float v[kBlock];
         to_float<T>(b[k], v);
         uint32_t bamax;
-        if (a.row_rht) {
-          core::rht16(v, a.sign_mask);
+        if constexpr (kRowRht) {
+          core::rht16_fma(v, rht_sign);
           bamax = absmax_bits(v);
         } else {
           bamax = raw_absmax_bits<T>(b[k]);
         }
         const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
-        store_row(c, k, encode_block<kSR>(v, bamax, ts_r, tab_r, a.seed, sr_offset, e0));
+        store_row(c, k, encode_block<kSR>(v, bamax, ts_r, tab_r, a.keys, sr_offset, e0));
       }
     }
     if (k2D && threadIdx.x < 32) (&tam[pb ^ 1][0][0])[threadIdx.x] = 0u;  // for the next tile
@@ -189,56 +217,89 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
       to_float<T>(b[k], v);
       const uint32_t s = block_scale_byte(tam[pb][rt[k] >> 4][bq], ts_r);
       const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
-      store_row(c, k, encode_with_scale<kSR>(v, s, tab_r, a.seed, sr_offset, e0));
+      store_row(c, k, encode_with_scale<kSR>(v, s, tab_r, a.keys, sr_offset, e0));
     }
   };
 
-  // One column block: column cl of the tile, row block rb.
-  auto col_block = [&](float (&v)[kBlock], const Cursor& c, int cl, int pb) {
-    const int64_t col = static_cast<int64_t>(c.tc) * 64 + cl;
-    const int64_t r0 = static_cast<int64_t>(c.tr) * 128 + 16 * rb;
+  // One column block: column cl of the tile, row block rb. Its element index in x^T is
+  // col * rp + r0 = (tc * 64 * rp + tr * 128) + (cl * rp + 16 * rb): a per-tile uniform
+  // part (ColTile) plus a per-thread constant, and likewise for its scale byte.
+  constexpr int kColsPerThread = T::kBytes == 4 ? 1 : 2;  // columns in a 4-byte word
+  constexpr int kUnitsB = T::kBytes == 4 ? 2 : 1;         // 16-byte chunk columns per thread
+  auto col_of = [&](int u, int h) { return kColsPerThread * (4 * (warp + 8 * u) + wq) + h; };
+  uint64_t coff[kUnitsB][kColsPerThread];  // cl * rp + 16 * rb
+  int64_t csoff[kUnitsB][kColsPerThread];  // scale byte: swizzled, inside the tile's band; linear, cl * csc + rb
+#pragma unroll
+  for (int u = 0; u < kUnitsB; ++u)
+#pragma unroll
+    for (int h = 0; h < kColsPerThread; ++h) {
+      const int cl = col_of(u, h);
+      coff[u][h] = static_cast<uint64_t>(cl) * static_cast<uint64_t>(a.rp) + 16u * rb;
+      csoff[u][h] = a.swizzled ? (rb >> 2) * 512 + (cl & 31) * 16 + (cl >> 5) * 4 + (rb & 3)
+                               : static_cast<int64_t>(cl) * a.csc + rb;
+    }
+
+  struct ColTile {
+    uint64_t idx;         // element index of the tile's origin in x^T
+    uint8_t* data;        // a.cdata + idx / 2
+    uint8_t* scales;      // the tile's scale bytes, less csoff
+    int cols_left, rows_left;  // columns of x, rows of x^T (padded to 16) from the tile's origin
+    int scols_left, srows_left;  // swizzled: columns/rows of the padded scale layout left
+  };
+  auto col_tile = [&](const Cursor& c) {
+    ColTile t;
+    t.idx = static_cast<uint64_t>(c.tc) * 64u * static_cast<uint64_t>(a.rp) + static_cast<uint64_t>(c.tr) * 128u;
+    t.data = a.cdata + t.idx / 2;
+    t.scales = a.swizzled ? a.cscales + (c.tc >> 1) * static_cast<int64_t>(a.ccp) * 128 + static_cast<int64_t>(c.tr) * 1024 +
+                                (c.tc & 1) * 8
+                          : a.cscales + static_cast<int64_t>(c.tc) * 64 * a.csc + c.tr * 8;
+    t.cols_left = static_cast<int>(a.cols) - c.tc * 64;  // cols < 2^31 (checked by the launcher)
+    t.rows_left = static_cast<int>(a.rp - static_cast<int64_t>(c.tr) * 128);
+    t.scols_left = static_cast<int>(a.crows_sw) - c.tc * 64;
+    t.srows_left = a.ccp - c.tr * 8;
+    return t;
+  };
+
+  auto col_block = [&](float (&v)[kBlock], const Cursor& c, const ColTile& t, int u, int h, int pb) {
+    const int cl = col_of(u, h);
     uint32_t s;
     if constexpr (k2D) {
       s = block_scale_byte(tam[pb][rb][cl >> 4], ts_c);
     } else {
-      if (a.col_rht) core::rht16(v, a.sign_mask);
+      if constexpr (kColRht) core::rht16_fma(v, rht_sign);
       s = block_scale_byte(absmax_bits(v), ts_c);
     }
-    const uint64_t idx0 = static_cast<uint64_t>(col) * static_cast<uint64_t>(a.rp) + static_cast<uint64_t>(r0);
-    const Encoded o = encode_with_scale<kSR>(v, s, tab_c, a.seed, sr_offset, idx0);
-    const bool ok = col < a.cols && r0 < a.rp;
-    if (ok) *reinterpret_cast<uint2*>(a.cdata + idx0 / 2) = make_uint2(o.lo, o.hi);
-    const int sci = c.tr * 8 + rb;  // scale column of x^T
-    if (a.swizzled) {
-      if (col < a.crows_sw && sci < a.ccp) a.cscales[core::swizzle_offset(col, sci, a.csc)] = ok ? o.scale : 0u;
-    } else if (ok) {
-      a.cscales[col * a.csc + sci] = static_cast<uint8_t>(o.scale);
-    }
+    const uint64_t idx0 = t.idx + coff[u][h];
+    const Encoded o = encode_with_scale<kSR>(v, s, tab_c, a.keys, sr_offset, idx0);
+    const bool ok = cl < t.cols_left && 16 * rb < t.rows_left;
+    if (ok) *reinterpret_cast<uint2*>(t.data + coff[u][h] / 2) = make_uint2(o.lo, o.hi);
+    // swizzled: every byte inside the padded layout (0 outside x); linear: only x's
+    const bool store = a.swizzled ? (cl < t.scols_left && rb < t.srows_left) : ok;
+    if (store) t.scales[csoff[u][h]] = ok ? static_cast<uint8_t>(o.scale) : uint8_t{0};
   };
 
   auto phase_b = [&](const Cursor& c, int pb) {
-    constexpr int kUnits = T::kBytes == 4 ? 2 : 1;  // 16-byte chunk columns per thread
+    const ColTile t = col_tile(c);
 #pragma unroll
-    for (int u = 0; u < kUnits; ++u) {
+    for (int u = 0; u < kUnitsB; ++u) {
       const int q = warp + 8 * u;
       uint32_t w[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i)
         w[i] = *reinterpret_cast<const uint32_t*>(sm.buf + chunk_offset<T>(16 * rb + i, q) + 4 * wq);
-      const int word = 4 * q + wq;
       if constexpr (T::kBytes == 4) {
         float v[kBlock];
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = __uint_as_float(w[i]);
-        col_block(v, c, word, pb);
+        col_block(v, c, t, u, 0, pb);
       } else {
         float v[kBlock];
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = lo_f<T>(w[i]);
-        col_block(v, c, 2 * word, pb);
+        col_block(v, c, t, u, 0, pb);
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = hi_f<T>(w[i]);
-        col_block(v, c, 2 * word + 1, pb);
+        col_block(v, c, t, u, 1, pb);
       }
     }
   };
@@ -250,13 +311,18 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     if (!k2D && more) load(nb_, n);
     phase_a(b, c, pb);
     __syncthreads();
-    if (k2D && do_row) phase_a2(b, c, pb);
+    if constexpr (k2D && do_row) phase_a2(b, c, pb);
     if (k2D && more) load(nb_, n);
-    if (do_col) phase_b(c, pb);
+    if constexpr (do_col) phase_b(c, pb);
     __syncthreads();
   };
 
   RawBlock<T> ping[2], pong[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    zero_block<T>(ping[k]);
+    zero_block<T>(pong[k]);
+  }
   load(ping, cur);
   int pb = 0;
   while (true) {
@@ -275,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   }
 }
 
-template <class T, bool kSR, bool k2D>
+template <class T, bool kSR, bool k2D, bool kRow, bool kCol, bool kRowRht, bool kColRht>
 nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   TileArgs a{};
   a.x = job.x;
@@ -293,10 +359,8 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   a.ccp = (a.csc + 3) / 4 * 4;
   a.crows_sw = (job.cols + 127) / 128 * 128;
   a.swizzled = job.cfg.scale_layout == NVFP4_SCALES_SWIZZLED;
-  a.row_rht = (job.cfg.rht & NVFP4_RHT_ROWWISE) != 0;
-  a.col_rht = (job.cfg.rht & NVFP4_RHT_COLUMNWISE) != 0;
   a.sign_mask = job.cfg.rht_sign_mask;
-  a.seed = job.cfg.seed;
+  a.keys = core::philox_keys(job.cfg.seed);
   a.offset = job.cfg.offset;
   a.offset_device = job.cfg.offset_device;
   // Columns to cover: x itself, the rowwise swizzled padding (to 64) and the columnwise
@@ -305,21 +369,38 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   if (a.swizzled && a.rdata) cols_ext = std::max<int64_t>(cols_ext, (job.cols + 63) / 64 * 64);
   if (a.swizzled && a.cdata) cols_ext = std::max<int64_t>(cols_ext, a.crows_sw);
   const int64_t tiles_r = (job.rows + 127) / 128, tiles_c = (cols_ext + 63) / 64;
-  if (tiles_r * tiles_c > INT32_MAX || a.nb > INT32_MAX / 2)
+  if (tiles_r * tiles_c > INT32_MAX || cols_ext > INT32_MAX - 128)
     return fail(NVFP4_ERROR_NOT_SUPPORTED, "nvfp4 quantize: tensor too large for the CUDA kernels");
   a.tiles_r = static_cast<int>(tiles_r);
   a.tiles_c = static_cast<int>(tiles_c);
-  auto kernel = tile_kernel<T, kSR, k2D>;
+  auto kernel = tile_kernel<T, kSR, k2D, kRow, kCol, kRowRht, kColRht>;
   const unsigned grid = persistent_grid(kernel, kThreads, 0, tiles_r * tiles_c);
   kernel<<<grid, kThreads, 0, stream>>>(a);
   return check_launch("nvfp4 tile quantize kernel");
 }
 
+template <class T, bool kSR>
+nvfp4_status_t dispatch_variant(const QuantJob& job, cudaStream_t stream) {
+  const bool row = job.row.data != nullptr, col = job.col.data != nullptr;
+  if (job.cfg.block == NVFP4_BLOCK_2D) {
+    if (row && col) return run<T, kSR, true, true, true, false, false>(job, stream);
+    if (row) return run<T, kSR, true, true, false, false, false>(job, stream);
+    return run<T, kSR, true, false, true, false, false>(job, stream);
+  }
+  // 1D: this kernel always has the columnwise output (rowwise-only takes the rowwise kernel)
+  const bool rrht = row && (job.cfg.rht & NVFP4_RHT_ROWWISE), crht = (job.cfg.rht & NVFP4_RHT_COLUMNWISE) != 0;
+  if (!row) return crht ? run<T, kSR, false, false, true, false, true>(job, stream)
+                        : run<T, kSR, false, false, true, false, false>(job, stream);
+  if (rrht) return crht ? run<T, kSR, false, true, true, true, true>(job, stream)
+                        : run<T, kSR, false, true, true, true, false>(job, stream);
+  return crht ? run<T, kSR, false, true, true, false, true>(job, stream)
+              : run<T, kSR, false, true, true, false, false>(job, stream);
+}
+
 template <class T>
 nvfp4_status_t dispatch(const QuantJob& job, cudaStream_t stream) {
-  const bool sr = job.cfg.rounding == NVFP4_ROUND_STOCHASTIC;
-  if (job.cfg.block == NVFP4_BLOCK_2D) return sr ? run<T, true, true>(job, stream) : run<T, false, true>(job, stream);
-  return sr ? run<T, true, false>(job, stream) : run<T, false, false>(job, stream);
+  return job.cfg.rounding == NVFP4_ROUND_STOCHASTIC ? dispatch_variant<T, true>(job, stream)
+                                                    : dispatch_variant<T, false>(job, stream);
 }
 
 }  // namespace

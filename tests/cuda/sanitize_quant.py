@@ -6,9 +6,11 @@
     (add --full for every dtype x variant x shape, uncapped too: several times longer)
 
 Covers: both amax kernels (flat, RHT along rows, RHT along columns), the rowwise kernel
-(RTN/SR x RHT x layouts), the tile kernel (1D both/columnwise-only with every RHT
-choice, 2D), dequantize (3 output dtypes x 2 layouts), swizzle and unswizzle; each for
-bf16 (every variant) and fp32/fp16 (one of each family), on odd shapes, with the grid
+(RTN/SR x RHT x layouts), every instantiation of the tile kernel (1D both/columnwise-only
+with every RHT choice, 2D rowwise/columnwise/both), dequantize (3 output dtypes x 2
+layouts), swizzle and unswizzle; each for bf16 (every variant, two shapes: rows not a
+multiple of 16 or 128, columns not a multiple of 64) and fp32/fp16 (one of each family),
+on odd shapes, with the grid
 capped to 2 CTAs so that every CTA loops over several tiles (shared-memory reuse across
 tiles is what racecheck must see). Results are also compared with the CPU reference, so the
 script doubles as a smoke test. Exit status 0 when everything matched.
@@ -67,7 +69,8 @@ def variants_all():
 
 # one of each kernel instantiation family, for the dtypes other than bf16
 VARIANTS_SHORT = [(0, 0, 1, 0, True, False), (0, 1, 0, 1, True, False), (0, 0, 1, 3, True, True),
-                  (0, 1, 0, 2, False, True), (1, 1, 1, 0, True, True), (1, 0, 0, 0, True, False)]
+                  (0, 1, 0, 2, False, True), (0, 1, 1, 2, True, True), (1, 1, 1, 0, True, True),
+                  (1, 0, 0, 0, True, False), (1, 1, 0, 0, False, True)]
 
 
 def main() -> int:
@@ -90,7 +93,7 @@ def main() -> int:
             if full:
                 shapes, variants = [(130, 80), (7, 48), (33, 144)], variants_all()
             elif dtype == torch.bfloat16:
-                shapes, variants = [(130, 80)], variants_all()
+                shapes, variants = [(130, 80), (17, 112)], variants_all()
             else:
                 shapes, variants = [(33, 144)], VARIANTS_SHORT
             for shape in shapes:

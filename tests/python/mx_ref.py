@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from nvfp4_ref import e2m1_decode, e2m1_rn, e2m1_sr, philox_words, swizzle  # noqa: F401 (re-exported)
+from nvfp4_ref import e2m1_decode, e2m1_rn, e2m1_sr, philox_bytes, swizzle  # noqa: F401 (re-exported)
 
 BLOCK = 32
 RULES = ("ocp", "ceil", "tetrajet")
@@ -84,7 +84,7 @@ def quantize_orientation(v: torch.Tensor, rounding: str = "rtn", rule: str = "oc
         r = np.arange(rows, dtype=np.uint64)[:, None]
         c = np.arange(cols, dtype=np.uint64)[None, :]
         idx = (r * np.uint64(cols) + c).reshape(-1)
-        rnd = philox_words(idx, seed, offset) if idx.size else np.zeros(0, np.uint32)
+        rnd = philox_bytes(idx, seed, offset) if idx.size else np.zeros(0, np.uint8)
         codes = e2m1_sr(y, rnd)
     codes = codes.reshape(rows, cols)
     return codes[:, 0::2] | (codes[:, 1::2] << 4), sb

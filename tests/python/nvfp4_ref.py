@@ -4,10 +4,12 @@ match it bit for bit.
 
 Definitions it shares with the library by contract (not by code):
 - E2M1 RN thresholds on |v|, sign kept, NaN -> 0x7.
-- SR: for |v| in [lo, hi) between two E2M1 neighbours, round up iff u < (|v|-lo)/(hi-lo),
-  u = (r >> 8) * 2^-24 with r the element's Philox4x32-10 word: key = seed (lo, hi words),
-  counter = (idx//4 lo, idx//4 hi, offset lo, offset hi), word idx % 4, where
-  idx = row * roundup(cols, 16) + col in the orientation being quantized.
+- SR: for a = min(|v|, 6) in [lo, hi) between two E2M1 neighbours and f = (a-lo)/(hi-lo),
+  round to hi iff floor(256 * f) + r >= 256, r the element's random byte: Philox4x32-10 with
+  key = seed (lo, hi words), counter = (idx//16 lo, idx//16 hi, offset lo, offset hi); the
+  four output words read as 16 little-endian bytes, byte idx % 16 (= byte idx % 4 of word
+  (idx % 16) // 4), where idx = row * roundup(cols, 16) + col in the orientation being
+  quantized.
 - RHT: signs, then the butterfly (a, b) -> (a + b, a - b) with strides 1, 2, 4, 8, then
   * 0.25, all in fp32.
 - amax and block amax propagate NaN.
@@ -42,17 +44,19 @@ def e2m1_rn(v: torch.Tensor) -> torch.Tensor:
 
 
 def e2m1_sr(v: torch.Tensor, rnd: np.ndarray) -> torch.Tensor:
+    """Codes of float32 v rounded stochastically with the random bytes rnd (uint8 values)."""
     grid = torch.tensor(E2M1_VALUES, dtype=torch.float32)
     a = v.abs()
     nan = torch.isnan(v)
     a_c = torch.where(nan, torch.zeros_like(a), torch.clamp(a, max=6.0))
     lo = (torch.searchsorted(grid, a_c, right=True) - 1).clamp(0, 7)
     hi = (lo + 1).clamp(max=7)
-    gap = grid[hi] - grid[lo]
-    frac = torch.where(gap > 0, (a_c - grid[lo]) / torch.where(gap > 0, gap, torch.ones_like(gap)),
-                       torch.zeros_like(a_c))
-    u = torch.from_numpy((rnd >> np.uint32(8)).astype(np.float64) * 2.0**-24).to(torch.float32).reshape(v.shape)
-    code = torch.where((u < frac) & (a_c < 6.0), hi, lo).to(torch.uint8)
+    gap = torch.where(hi > lo, grid[hi] - grid[lo], torch.ones_like(a_c))
+    # a - lo is exact (Sterbenz) and gap a power of two: f and 256 * f are exact in fp32
+    f = (a_c - grid[lo]) / gap
+    f256 = torch.floor(f * 256.0).to(torch.int64)
+    r = torch.from_numpy(rnd.astype(np.int64)).reshape(v.shape)
+    code = torch.where((f256 + r >= 256) & (hi > lo), hi, lo).to(torch.uint8)
     code = torch.where(nan, torch.tensor(7, dtype=torch.uint8), code)
     sign = torch.signbit(v) & ~nan
     return code | (sign.to(torch.uint8) << 3)
@@ -116,13 +120,16 @@ def philox(counters: np.ndarray, seed: int, ) -> np.ndarray:
     return np.stack(c, axis=1).astype(np.uint32)
 
 
-def philox_words(idx: np.ndarray, seed: int, offset: int) -> np.ndarray:
+def philox_bytes(idx: np.ndarray, seed: int, offset: int) -> np.ndarray:
+    """The random byte of each element index: Philox call idx // 16, byte idx % 16."""
     idx = idx.astype(np.uint64)
-    g = idx >> np.uint64(2)
+    g = idx >> np.uint64(4)
     ctr = np.stack([g & MASK, g >> np.uint64(32), np.full_like(g, offset & 0xFFFFFFFF),
                     np.full_like(g, (offset >> 32) & 0xFFFFFFFF)], axis=1).astype(np.uint32)
     out = philox(ctr, seed)
-    return out[np.arange(len(idx)), (idx & np.uint64(3)).astype(np.int64)]
+    k = (idx & np.uint64(15)).astype(np.int64)
+    words = out[np.arange(len(idx)), k >> 2]
+    return ((words >> (8 * (k & 3)).astype(np.uint32)) & np.uint32(0xFF)).astype(np.uint8)
 
 
 # ---------------------------------------------------------------- RHT
@@ -185,7 +192,7 @@ def quantize_orientation(v: torch.Tensor, block="1d", rounding="rtn", seed=0, of
         r = np.arange(rows, dtype=np.uint64)[:, None]
         c = np.arange(cols, dtype=np.uint64)[None, :]
         idx = (r * np.uint64((cols + 15) // 16 * 16) + c).reshape(-1)
-        rnd = philox_words(idx, seed, offset) if idx.size else np.zeros(0, np.uint32)
+        rnd = philox_bytes(idx, seed, offset) if idx.size else np.zeros(0, np.uint8)
         codes = e2m1_sr(y, rnd)
     codes = codes.reshape(rows, cols)
     packed = codes[:, 0::2] | (codes[:, 1::2] << 4)

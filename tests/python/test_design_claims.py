@@ -179,3 +179,31 @@ def test_dequantize_formula():
     assert (o != t).mean() > 0.99 and rel.max() > 0.9
     o, t = _decode_both(sample(7.7e35, 3.4e38))
     assert np.isfinite(o).all() and 0.1 < (~np.isfinite(t)).mean() < 0.5
+
+
+# ----------------------------------------------------------------------- workspace cache
+
+def test_workspace_keys_cover_every_gemm_environment_variable(monkeypatch):
+    """The Python layer caches GEMM workspace sizes; every environment variable the GEMM
+    code reads on a call (which can pick another kernel or cuDNN graph, hence another
+    workspace) is in the cache key, so a size cannot go stale when one changes. Debug,
+    trace and cache-size knobs change no workspace."""
+    import pathlib
+    import re
+
+    from nvfp4 import _ops
+    src = pathlib.Path(__file__).resolve().parents[2] / "src" / "gemm"
+    if not src.is_dir():
+        pytest.skip("needs the source tree")
+    read = set()
+    for f in src.rglob("*"):
+        if f.suffix in (".cpp", ".cu", ".cuh", ".h"):
+            text = f.read_text()
+            read |= set(re.findall(r'"(NVFP4_[A-Z0-9_]+)"', text))
+    read = {n for n in read if not n.endswith(("_DEBUG", "_TRACE", "_CACHE_SIZE"))}
+    assert read, "no environment variables found: the pattern is out of date"
+    assert read <= set(_ops.GEMM_ENV), f"missing from nvfp4._ops.GEMM_ENV: {sorted(read - set(_ops.GEMM_ENV))}"
+    monkeypatch.delenv("NVFP4_CUDNN_EPILOGUE", raising=False)
+    key = _ops.gemm_env_key()
+    monkeypatch.setenv("NVFP4_CUDNN_EPILOGUE", "separate")
+    assert _ops.gemm_env_key() != key

@@ -1,6 +1,6 @@
 """The FP8 baseline layer on a CUDA GPU: the torch._scaled_mm path against the FP32 emulation
-of the same quantized operands, within a stated bound; the casts and the delayed-scaling state
-bit for bit against the CPU; no host synchronization. Skipped without a GPU; on a GPU without
+of the same quantized operands, within a stated bound; the casts (NaN signs aside) and the delayed-scaling
+state bit for bit against the CPU; no host synchronization. Skipped without a GPU; on a GPU without
 FP8 (compute capability < 8.9) only the error is checked.
 
 Bound, per output element, with A and B the two dequantized operands of the GEMM:
@@ -105,8 +105,14 @@ def test_cast_bit_exact_with_cpu(dtype, fmt):
     s = F8.current_scale(F8.tensor_amax(x[2:]), F8.fp8_max(fmt))
     want = F8.quantize_fp8(x, s, fmt)
     for compiled in (False, True):
-        got = F8.quantize_fp8(x.to(DEV), s.to(DEV), fmt, compiled=compiled)
-        assert torch.equal(got.cpu().view(torch.uint8), want.view(torch.uint8)), f"compiled={compiled}"
+        got = F8.quantize_fp8(x.to(DEV), s.to(DEV), fmt, compiled=compiled).cpu()
+        # NaN in, NaN out, at the same places; the NaN's sign bit is unspecified (the CPU's
+        # BF16 arithmetic and the GPU's propagate it differently); every other byte equal
+        nan_g, nan_w = torch.isnan(got.float()), torch.isnan(want.float())
+        assert torch.equal(nan_g, nan_w) and bool(nan_w[0, 0]), f"compiled={compiled}: NaN positions"
+        gb, wb = got.view(torch.uint8), want.view(torch.uint8)
+        assert torch.equal(gb[~nan_w], wb[~nan_w]), f"compiled={compiled}"
+    assert not F8._compile_failed, "the compiled cast fell back to unfused ops (see the RuntimeWarning)"
     assert torch.equal(F8.tensor_amax(x[2:].to(DEV)).cpu(), F8.tensor_amax(x[2:]))
     assert torch.isnan(F8.tensor_amax(x.to(DEV))).item()
 

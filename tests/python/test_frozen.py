@@ -359,7 +359,11 @@ def test_builtin_lora_trains_merges_and_unmerges():
         for k in ("weight_data", "weight_scales", "weight_amax"):
             assert_bytes_equal(getattr(base, k), getattr(want, k), f"merged {k}")
         y_merged = model(x)
-        assert (y_merged - y_adapter).abs().max() < 0.1 * y_adapter.abs().max()
+        # merging re-quantizes Ŵ + ΔW: a fresh FP4 rounding of every weight of the merged
+        # layer, so the outputs agree to about NVFP4's relative error (0.096 measured with
+        # these seeds), not bit for bit (the merged bytes are checked exactly above)
+        rel = ((y_merged - y_adapter).norm() / y_adapter.norm()).item()
+        assert rel < 0.2, rel
         lora.unmerge()
         for t, o in zip((base.weight_data, base.weight_scales, base.weight_amax), orig):
             assert_bytes_equal(t, o, "unmerged")

@@ -7,6 +7,8 @@ no GPU, or when this build has no kernels for the GPU's architecture.
 """
 from __future__ import annotations
 
+import ctypes
+import glob
 import itertools
 import math
 import os
@@ -142,13 +144,32 @@ OPTS_2D = list(itertools.product(["rtn", "sr"], [(True, False), (False, True), (
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
-@pytest.mark.parametrize("shape", [(129, 80), (200, 272), (5, 16)], ids=lambda s: f"{s[0]}x{s[1]}")
+# rows below/above multiples of 16 and 128, one row, columns not a multiple of 64
+@pytest.mark.parametrize("shape", [(129, 80), (200, 272), (5, 16), (1, 48), (17, 112), (255, 208)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
 def test_every_option_combination(shape, dtype, gen):
     x = randn(shape, dtype, gen)
     for rounding, rht, (row, col), layout in OPTS_1D:
         check(x, block="1d", rounding=rounding, rht=rht, rowwise=row, columnwise=col, layout=layout, seed=77, offset=5)
     for rounding, (row, col), layout in OPTS_2D:
         check(x, block="2d", rounding=rounding, rowwise=row, columnwise=col, layout=layout, seed=78, offset=6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+def test_every_sign_pattern(dtype, gen):
+    # 256 rows of 16; row r's first 8 elements carry the sign pattern r, the last 8 its
+    # complement, with magnitudes whose exponent bits vary (the sign gathering must read bit 31
+    # alone) and -0.0 among them; RN and SR, both kernels, both orientations.
+    mags = torch.exp2(torch.randint(-12, 13, (256, 16), generator=gen).float()) * (1 + torch.rand(256, 16, generator=gen))
+    mags[:, 5] = 0.0
+    bits = (torch.arange(256)[:, None] >> torch.arange(8)[None, :]) & 1
+    neg = torch.cat([bits, 1 - bits], dim=1).bool()
+    x = torch.where(neg, -mags, mags).to(dtype)
+    for rounding in ("rtn", "sr"):
+        check(x, rounding=rounding, seed=3)
+        check(x, rounding=rounding, seed=3, columnwise=True, layout="linear")
+        check(x.t().contiguous(), rounding=rounding, seed=3, rowwise=False, columnwise=True, layout="linear")
+        check(x, block="2d", rounding=rounding, seed=3, columnwise=True)
 
 
 def test_custom_rht_signs(gen):
@@ -270,26 +291,182 @@ def test_codec_boundaries_exhaustively_near_decisions(gen):
 
 
 # ----------------------------------------------------------------------------- stochastic rounding
-def test_sr_reproducible_and_launch_independent(gen, monkeypatch):
+# one configuration per SR kernel variant: rowwise kernel (with and without RHT), tile kernel
+# (both outputs with each RHT choice, columnwise only), 2D tile kernel
+SR_VARIANTS = [
+    dict(),
+    dict(rht="rowwise"),
+    dict(columnwise=True),
+    dict(columnwise=True, rht="columnwise"),
+    dict(columnwise=True, rht="both"),
+    dict(rowwise=False, columnwise=True, rht="columnwise"),
+    dict(block="2d", columnwise=True),
+    dict(block="2d", rowwise=False, columnwise=True),
+]
+
+
+@pytest.mark.parametrize("variant", SR_VARIANTS, ids=lambda v: ",".join(f"{k}={w}" for k, w in v.items()) or "rowwise")
+def test_sr_reproducible_and_launch_independent(variant, gen, monkeypatch):
+    """SR bits depend on data, seed and offset only: the same with the grid capped to 1, 3
+    or 17 CTAs (each CTA then walks many tiles), run to run, and equal to the CPU's."""
     x = randn((777, 272), torch.bfloat16, gen).to(DEV)
-    kw = dict(rounding="sr", seed=2024, offset=7, columnwise=True, rht="columnwise")
+    kw = dict(rounding="sr", seed=2024, offset=7, **variant)
     ref = quantize_raw(x, **kw)
     same = quantize_raw(x, **kw)
+    outs = [d for d in ("row", "col") if ref[d] is not None]
     for cap in ("1", "3", "17"):
         monkeypatch.setenv("NVFP4_QUANT_GRID_CAP", cap)
         capped = quantize_raw(x, **kw)
-        for d in ("row", "col"):
+        for d in outs:
             assert torch.equal(capped[d][0], ref[d][0]) and torch.equal(capped[d][1], ref[d][1]), f"grid cap {cap}"
     monkeypatch.delenv("NVFP4_QUANT_GRID_CAP")
     other = quantize_raw(x, **{**kw, "seed": 2025})
     other_off = quantize_raw(x, **{**kw, "offset": 8})
-    for d in ("row", "col"):
+    for d in outs:
         assert torch.equal(same[d][0], ref[d][0])
         assert not torch.equal(other[d][0], ref[d][0])
         assert not torch.equal(other_off[d][0], ref[d][0])
     want = quantize_raw(x.cpu(), **kw)
-    for d in ("row", "col"):
+    for d in outs:
         assert_same(ref[d], want[d], f"sr {d}")
+
+
+def test_sr_carry_boundaries_of_the_8_bit_rule(gen):
+    """The SR rule rounds up iff floor(256 f) + r >= 256: sweep values at and within a few
+    ulps of every f = k/256 in every E2M1 gap (where floor(256 f) changes), both signs, at
+    unit scales (S_enc = 1, block scale 1, as in the codec test), several seeds and offsets,
+    both directions; every byte against the CPU."""
+    vals = []
+    for lo, hi in ((0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (1.5, 2.0), (2.0, 3.0), (3.0, 4.0), (4.0, 6.0)):
+        k = torch.arange(0, 257, dtype=torch.float64)
+        vals.append((lo + (hi - lo) * k / 256).float())
+    v = _around(torch.cat(vals).tolist(), 3)
+    v = v[torch.randperm(len(v), generator=gen)]
+    n = (len(v) + 14) // 15 * 15
+    v = torch.cat([v, torch.zeros(n - len(v))]).reshape(-1, 15)
+    x = torch.cat([torch.full((v.shape[0], 1), 6.0), v], 1)
+    x = torch.cat([x, torch.full((1, 16), 2688.0)], 0)
+    for seed, offset in ((0, 0), (1, 2**40 + 3), (2**64 - 1, 2**64 - 1), (0x9E3779B97F4A7C15, 12345)):
+        check(x, rounding="sr", seed=seed, offset=offset)
+        check(x, rounding="sr", seed=seed, offset=offset, columnwise=True, layout="linear")
+    check(x.to(torch.bfloat16), rounding="sr", seed=7, columnwise=True)
+
+
+# ----------------------------------------------------------------------------- offset_device
+# cfg.offset_device is reachable only through the C API: call nvfp4_quantize with ctypes.
+class _Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * 8), ("strides", ctypes.c_int64 * 8), ("device_type", ctypes.c_int),
+                ("device_id", ctypes.c_int32)]
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [("block", ctypes.c_int), ("rounding", ctypes.c_int), ("scale_layout", ctypes.c_int),
+                ("rht", ctypes.c_uint32), ("rht_sign_mask", ctypes.c_uint32), ("seed", ctypes.c_uint64),
+                ("offset", ctypes.c_uint64), ("offset_device", ctypes.c_void_p)]
+
+
+class _Quantized(ctypes.Structure):
+    _fields_ = [("data", _Tensor), ("scales", _Tensor), ("amax", _Tensor)]
+
+
+_DT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.uint8: 3}
+
+
+def _desc(t: torch.Tensor) -> _Tensor:
+    d = _Tensor()
+    d.data = t.data_ptr()
+    d.dtype = _DT[t.dtype]
+    d.ndim = t.dim()
+    for i in range(t.dim()):
+        d.shape[i] = t.shape[i]
+        d.strides[i] = t.stride(i)
+    d.device_type = 1 if t.is_cuda else 0
+    d.device_id = (t.device.index or 0) if t.is_cuda else 0
+    return d
+
+
+def _capi():
+    # the package's own libnvfp4 (the wheel ships libnvfp4.so; a build tree may add .so.N)
+    libs = sorted(glob.glob(os.path.join(os.path.dirname(nvfp4.__file__), "libnvfp4.so*")), key=len)
+    assert libs, f"no libnvfp4.so* beside {nvfp4.__file__}"
+    lib = ctypes.CDLL(libs[0])
+    lib.nvfp4_quantize.restype = ctypes.c_int
+    lib.nvfp4_quantize.argtypes = [ctypes.POINTER(_Tensor), ctypes.POINTER(_Config), ctypes.POINTER(_Quantized),
+                                   ctypes.POINTER(_Quantized), ctypes.c_void_p]
+    lib.nvfp4_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+def _quantize_capi(lib, x, counter, block="1d", rht="none", offset=0, seed=5, rowwise=True, columnwise=False):
+    """nvfp4_quantize with cfg.offset_device = counter (a 1-element uint64 tensor on x's device)."""
+    rows, cols = x.shape
+    row = _alloc(rows, cols, "swizzled", x.device) if rowwise else None
+    col = _alloc(cols, (rows + 15) // 16 * 16, "swizzled", x.device) if columnwise else None
+    cfg = _Config(BLOCK[block], ROUND["sr"], LAYOUT["swizzled"], RHT[rht], DEFAULT_MASK, seed, offset,
+                  counter.data_ptr() if counter is not None else None)
+    qs = [_Quantized(_desc(o[0]), _desc(o[1]), _desc(o[2])) if o is not None else None for o in (row, col)]
+    st = lib.nvfp4_quantize(ctypes.byref(_desc(x)), ctypes.byref(cfg), *(ctypes.byref(q) if q else None for q in qs),
+                            torch.cuda.current_stream().cuda_stream if x.is_cuda else None)
+    assert st == 0, lib.nvfp4_last_error()
+    return {"row": row, "col": col}
+
+
+@pytest.mark.parametrize("variant", [dict(), dict(columnwise=True, rht="columnwise"),
+                                     dict(rowwise=False, columnwise=True, rht="columnwise"),
+                                     dict(block="2d", columnwise=True)],
+                         ids=["rowwise", "row+col rht(col)", "col rht(col)", "2d"])
+def test_offset_device_is_added_when_the_kernel_runs(variant, gen):
+    """cfg.offset_device: the counter's value at run time is added to cfg.offset (mod 2^64),
+    in every SR kernel; changing the counter on the device between two launches changes the
+    bits, and they equal the CPU's quantization at offset + counter."""
+    lib = _capi()
+    x = randn((300, 208), torch.bfloat16, gen)
+    xg = x.to(DEV)
+    counter = torch.zeros(1, dtype=torch.int64, device=DEV)
+    outs = ["row", "col"] if variant.get("columnwise") else ["row"]
+    if variant.get("rowwise") is False:
+        outs = ["col"]
+    for base, value in ((3, 0), (3, 41), (2**64 - 2, 5), (0, 2**63 + 1)):
+        counter.fill_(value - (1 << 64) if value >= 1 << 63 else value)
+        got = _quantize_capi(lib, xg, counter, offset=base, **variant)
+        torch.cuda.synchronize()
+        want = quantize_raw(x, rounding="sr", seed=5, offset=(base + value) % (1 << 64), **variant)
+        for d in outs:
+            assert_same(got[d], want[d], f"offset {base} + counter {value} [{d}]")
+    # the counter is read when the kernel runs: queue both launches, then the update between them
+    counter.fill_(1)
+    a = _quantize_capi(lib, xg, counter, offset=10, **variant)
+    counter.add_(1)
+    b = _quantize_capi(lib, xg, counter, offset=10, **variant)
+    torch.cuda.synchronize()
+    want_a = quantize_raw(x, rounding="sr", seed=5, offset=11, **variant)
+    want_b = quantize_raw(x, rounding="sr", seed=5, offset=12, **variant)
+    for d in outs:
+        assert_same(a[d], want_a[d], f"first launch [{d}]")
+        assert_same(b[d], want_b[d], f"second launch [{d}]")
+
+
+# ----------------------------------------------------------------------------- legacy kernels
+def test_legacy_kernels_selectable(gen, monkeypatch):
+    """NVFP4_QUANT_LEGACY=1 runs the kernels of the previous SR contract (kept for timing
+    comparisons): their RTN outputs are the CPU's; their SR outputs follow the old 24-bit
+    rule, so they differ from the current ones but are still launch-independent."""
+    x = randn((300, 208), torch.bfloat16, gen)
+    xg = x.to(DEV)
+    monkeypatch.setenv("NVFP4_QUANT_LEGACY", "1")
+    for kw in (dict(), dict(columnwise=True, rht="columnwise"), dict(block="2d", columnwise=True)):
+        check(x, **kw)
+    kw = dict(rounding="sr", seed=3, columnwise=True, rht="columnwise")
+    old = quantize_raw(xg, **kw)
+    monkeypatch.setenv("NVFP4_QUANT_GRID_CAP", "3")
+    old_capped = quantize_raw(xg, **kw)
+    monkeypatch.delenv("NVFP4_QUANT_LEGACY")
+    monkeypatch.delenv("NVFP4_QUANT_GRID_CAP")
+    new = quantize_raw(xg, **kw)
+    for d in ("row", "col"):
+        assert torch.equal(old[d][0], old_capped[d][0])
+        assert not torch.equal(old[d][0], new[d][0])
 
 
 def test_grid_cap_rtn_all_kernels(gen, monkeypatch):

@@ -32,6 +32,85 @@ def test_sr_unbiased_and_neighbours():
                 assert vals[0] <= x[i, j] <= vals[1]
 
 
+def _sr_unit_scale(values: torch.Tensor, seed: int, offset: int = 0) -> torch.Tensor:
+    """Decoded SR results of `values` (each in [0, 6]) at S_enc = 1 and block scale 1, so
+    each value is rounded as is: block 0 carries the tensor amax 2688, every other block
+    a 6 that pins its scale at 1.0."""
+    n = values.numel()
+    nblk = (n + 14) // 15
+    x = torch.zeros(nblk + 1, 16)
+    x[0, 0] = 2688.0
+    flat = torch.zeros(nblk * 15)
+    flat[:n] = values
+    x[1:, :15] = flat.reshape(nblk, 15)
+    x[1:, 15] = 6.0
+    q = nvfp4.quantize(x.reshape(1, -1), rounding="sr", seed=seed, offset=offset, scale_layout="linear")
+    assert (q.scales.view(torch.uint8).reshape(-1)[1:] == 0x38).all()
+    return q.dequantize().reshape(nblk + 1, 16)[1:, :15].reshape(-1)[:n]
+
+
+# (lo, hi) gaps of the E2M1 grid, one in each binade
+GAPS = [(0.0, 0.5), (1.0, 1.5), (2.0, 3.0), (4.0, 6.0)]
+
+
+def test_sr_probability_is_floor_256f_over_256():
+    """The contract: a value at fraction f of its gap [lo, hi) rounds to hi with probability
+    floor(256 f) / 256 (8 random bits per element). Checked on 30000 draws per value (each
+    element has its own random byte) to within 5 binomial standard deviations; the bias of the
+    mean is therefore in (-gap/256, 0] (toward zero) up to that noise."""
+    n = 30000
+    for lo, hi in GAPS:
+        gap = hi - lo
+        for f in (0.5, 0.25, 1 / 3, 0.999, 200.5 / 256, 1 / 256, 3 / 256 - 1e-6):
+            v = lo + f * gap
+            got = _sr_unit_scale(torch.full((n,), v), seed=int(f * 1e6) + int(lo))
+            assert set(torch.unique(got).tolist()) <= {lo, hi}, (v, torch.unique(got))
+            p_up = (got == hi).double().mean().item()
+            fv = (torch.tensor(v, dtype=torch.float32).double().item() - lo) / gap  # f of the fp32 value
+            p = np.floor(256 * fv) / 256
+            sigma = max(np.sqrt(p * (1 - p) / n), 1 / n)
+            assert abs(p_up - p) <= 5 * sigma, f"v={v}: P(up)={p_up:.5f}, contract {p:.5f} (sigma {sigma:.5f})"
+            bias = got.double().mean().item() - torch.tensor(v).double().item()
+            assert -gap / 256 - 5 * sigma * gap <= bias <= 5 * sigma * gap, (v, bias)
+
+
+def test_sr_below_resolution_never_rounds_up_and_grid_points_stay():
+    """floor(256 f) = 0 (f < 1/256 of the gap) never rounds up, whatever the random bits; a
+    value on the grid is never moved; f just below 1 rounds up with probability 255/256 < 1."""
+    for lo, hi in GAPS:
+        gap = hi - lo
+        tiny = torch.tensor([lo + gap * 0.999 / 256, lo + gap * 1e-5, lo + gap / 512]).repeat(4000)
+        assert (_sr_unit_scale(tiny, seed=3) == lo).all()
+        assert (_sr_unit_scale(torch.full((4000,), lo), seed=4) == lo).all()
+    assert (_sr_unit_scale(torch.full((4000,), 6.0), seed=5) == 6.0).all()
+    below = torch.nextafter(torch.tensor(0.5), torch.tensor(0.0)).repeat(60000)  # f = 1 - 2^-24
+    got = _sr_unit_scale(below, seed=6)
+    p_up = (got == 0.5).double().mean().item()
+    assert abs(p_up - 255 / 256) < 5 * np.sqrt(255 / 256 / 256 / 60000)
+
+
+def test_sr_random_bytes_follow_the_contract():
+    """Which random byte serves which element: element idx of the orientation uses byte
+    idx % 16 of Philox4x32-10 call idx // 16 (counter (idx//16, offset), key seed), bytes
+    numbered little-endian across the four output words. The reference reads it the same
+    way; here the rule is checked against a value whose rounding exposes the byte: at
+    f = k/256 an element rounds up iff its byte r >= 256 - k."""
+    seed, offset = 0x1234_5678_9ABC, 77
+    k = 128
+    v = torch.full((15 * 40,), 1.0 + 0.5 * k / 256)  # gap [1, 1.5), f = k / 256
+    got = _sr_unit_scale(v, seed=seed, offset=offset)
+    # element j of the tensor row sits at index 16 + 16 * (j // 15) + j % 15 (block 0 is the amax block)
+    j = np.arange(v.numel())
+    idx = 16 + 16 * (j // 15) + j % 15
+    r = ref.philox_bytes(idx.astype(np.uint64), seed, offset).astype(np.int64)
+    want_up = torch.from_numpy(r >= 256 - k)
+    assert torch.equal(got == 1.5, want_up)
+    # and byte i of the call is byte i % 4 of word i // 4 (little-endian)
+    words = ref.philox(np.array([[1, 0, offset, 0]], dtype=np.uint32), seed)[0]
+    b = ref.philox_bytes(np.arange(16, 32, dtype=np.uint64), seed, offset)
+    assert b.tolist() == [(int(words[i // 4]) >> (8 * (i % 4))) & 0xFF for i in range(16)]
+
+
 def test_sr_reproducible_and_seeded():
     x = torch.randn(16, 64)
     a = nvfp4.quantize(x, rounding="sr", seed=42, offset=3)

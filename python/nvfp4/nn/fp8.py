@@ -29,6 +29,7 @@ GPU without FP8 raises an error that says so.
 from __future__ import annotations
 
 import math
+import types
 import warnings
 from dataclasses import dataclass
 from typing import Optional, Tuple, Union
@@ -178,7 +179,7 @@ def delayed_scale_update(history: torch.Tensor, scale: torch.Tensor, role: int, 
     ok = torch.isfinite(amax) & (amax > 0)
     scale[role].copy_(torch.where(ok, s, scale[role]))
     rolled = torch.roll(h, -1, 0)
-    rolled[0] = 0.0
+    rolled.narrow(0, 0, 1).zero_()  # not `rolled[0] = 0.0`: that copies a host scalar (a sync)
     h.copy_(rolled)
 
 
@@ -186,21 +187,32 @@ def _cast_eager(t: torch.Tensor, scale: torch.Tensor, fmax: float, dtype: torch.
     return (t.float() * scale).clamp(-fmax, fmax).to(dtype)
 
 
-_compiled_cast = None
+_compiled_casts: dict = {}  # (input dtype, format, rank, scale rank) -> compiled cast, or None
 _compile_failed = False
+
+
+def _compiled_cast_for(key):
+    """One compiled copy of _cast_eager per key, each its own code object: dynamo keeps at
+    most 8 graphs per code object, and 3 input dtypes x 2 formats x ranks would exceed it
+    in one; within a key only size-1 dimensions can add graphs."""
+    if key not in _compiled_casts:
+        code = _cast_eager.__code__.replace(co_name=f"_cast_fp8_{len(_compiled_casts)}")
+        fn = types.FunctionType(code, _cast_eager.__globals__, code.co_name)
+        _compiled_casts[key] = torch.compile(fn, dynamic=True, fullgraph=True)
+    return _compiled_casts[key]
 
 
 def quantize_fp8(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, compiled: bool = False) -> torch.Tensor:
     """fp8(clamp(t * scale, -max, max)), computed in FP32 (the product rounds once to FP32,
-    the cast rounds to nearest even; NaN stays NaN). compiled: one fused kernel on CUDA via
-    torch.compile (the same values: a multiply, a clamp and a cast, no reassociation)."""
-    global _compiled_cast, _compile_failed
+    the cast rounds to nearest even; NaN stays NaN, its sign bit unspecified: CPU and
+    GPU arithmetic propagate NaN signs differently, so a NaN code may be 0x7f or 0xff).
+    compiled: one fused kernel on CUDA via torch.compile (the same values: a multiply, a
+    clamp and a cast, no reassociation)."""
+    global _compile_failed
     fmax = fp8_max(dtype)
     if compiled and t.is_cuda and not _compile_failed:
         try:
-            if _compiled_cast is None:
-                _compiled_cast = torch.compile(_cast_eager, dynamic=True, fullgraph=True)
-            return _compiled_cast(t, scale, fmax, dtype)
+            return _compiled_cast_for((t.dtype, dtype, t.dim(), scale.dim()))(t, scale, fmax, dtype)
         except Exception as e:  # no Triton, an unsupported GPU, ...: same values, unfused
             _compile_failed = True
             warnings.warn(f"nvfp4.nn.fp8: torch.compile of the FP8 cast failed ({type(e).__name__}: {e}); "

@@ -1,0 +1,188 @@
+// The quantize kernels as they were before the 8-bit stochastic-rounding contract, kept
+// only so that one benchmark run can time both (NVFP4_QUANT_LEGACY=1 selects them; see
+// quantize.cu). Their RTN outputs equal the current kernels'; their SR outputs follow the
+// previous contract (24 random bits per element, one Philox call per 4 elements) and so
+// differ from the CPU reference. To be deleted once the new kernels are measured.
+#include "quant/common.cuh"
+#include "quant/launch.cuh"
+#include "quant/legacy.cuh"
+
+namespace nvfp4::detail::quant::legacy {
+namespace {
+
+struct RowwiseArgs {
+  const void* x;        // [rows, cols]
+  int rows;             // < 2^31 (checked by the launcher)
+  int64_t cols;         // % 16 == 0
+  uint8_t* data;        // [rows, cols/2]
+  uint8_t* scales;      // linear [rows, cols/16] or swizzled [roundup(rows,128), roundup(cols/16,4)]
+  const float* amax;    // [1], filled by the amax pass
+  int swizzled;
+  uint32_t sign_mask;
+  uint64_t seed, offset;
+  const uint64_t* offset_device;  // optional: added to offset, read when the kernel runs
+  int tiles_r, tiles_c;  // ceil(rows/128), ceil(cols/64)
+};
+
+// Where a CTA is: tile (tr, tc) and the element offset of the tile's origin in x.
+struct Cursor {
+  int tr, tc;
+  int64_t base;   // tr * 128 * cols + tc * 64
+  int64_t tile;   // tr * tiles_c + tc
+};
+
+template <class T, bool kSR, bool kRht>
+__global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) {
+  __shared__ EncodeTable tab;
+  const core::GlobalScale gs = core::make_global_scale(*a.amax);
+  const TensorScale ts = make_tensor_scale(gs);
+  const uint64_t sr_offset = kSR ? a.offset + (a.offset_device ? *a.offset_device : 0) : 0;
+  fill_encode_table(tab, gs.dec);
+  __syncthreads();
+
+  const int64_t total = static_cast<int64_t>(a.tiles_r) * a.tiles_c;
+  if (static_cast<int64_t>(blockIdx.x) >= total) return;
+
+  // This thread's two blocks in every tile: rows rt[k] of the tile, block bq of its 4.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int bq = lane & 3, ri = lane >> 2;
+  int rt[2];
+  rt[0] = 2 * warp + (ri & 1) + 32 * (ri >> 1);
+  rt[1] = rt[0] + 16;
+  uint64_t off[2];  // element offset inside the tile
+  int soff[2];     // byte offset inside the tile's 512 swizzled scale bytes
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    off[k] = static_cast<uint64_t>(rt[k]) * a.cols + bq * kBlock;
+    soff[k] = (rt[k] & 31) * 16 + (rt[k] >> 5) * 4 + bq;
+  }
+  const int nb = static_cast<int>(a.cols / kBlock);
+  const char* x = static_cast<const char*>(a.x);
+
+  // Tiles in descending order, G = gridDim.x apart; all steps are additions.
+  const int step_r = static_cast<int>(gridDim.x / a.tiles_c), step_c = static_cast<int>(gridDim.x % a.tiles_c);
+  const int64_t row_elems = 128 * a.cols;
+  const int64_t d_base = step_r * row_elems + static_cast<int64_t>(step_c) * 64;
+  const int64_t wrap_base = static_cast<int64_t>(a.tiles_c) * 64 - row_elems;
+  Cursor cur;
+  cur.tile = total - 1 - blockIdx.x;
+  cur.tr = static_cast<int>(cur.tile / a.tiles_c);
+  cur.tc = static_cast<int>(cur.tile % a.tiles_c);
+  cur.base = cur.tr * row_elems + static_cast<int64_t>(cur.tc) * 64;
+  auto next = [&](const Cursor& c) {
+    Cursor n;
+    n.tile = c.tile - gridDim.x;
+    n.tr = c.tr - step_r;
+    n.tc = c.tc - step_c;
+    n.base = c.base - d_base;
+    if (n.tc < 0) {
+      n.tc += a.tiles_c;
+      n.tr -= 1;
+      n.base += wrap_base;
+    }
+    return n;
+  };
+  // rows_left / blocks_left are uniform per tile, so each test is one compare.
+  auto valid = [&](const Cursor& c, int k) { return rt[k] < a.rows - c.tr * 128 && bq < nb - c.tc * 4; };
+
+  // A block outside x keeps whatever its registers held: nothing computed from it is
+  // stored (its codes are skipped and its swizzled scale byte is written as 0).
+  auto load = [&](RawBlock<T> (&b)[2], const Cursor& c) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+      if (valid(c, k)) load_block<T>(b[k], x + (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes);
+  };
+
+  auto process = [&](const RawBlock<T> (&b)[2], const Cursor& c) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const bool ok = valid(c, k);
+      const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];  // element offset of the block in x
+      float v[kBlock];
+      to_float<T>(b[k], v);
+      uint32_t bamax;
+      if constexpr (kRht) {
+        core::rht16(v, a.sign_mask);
+        bamax = absmax_bits(v);
+      } else {
+        bamax = raw_absmax_bits<T>(b[k]);
+      }
+      const Encoded o = legacy_encode_block<kSR>(v, bamax, ts, tab, a.seed, sr_offset, e0);
+      if (ok) *reinterpret_cast<uint2*>(a.data + e0 / 2) = make_uint2(o.lo, o.hi);
+      if (a.swizzled)  // every byte of the tile's 512, padding included (as 0)
+        a.scales[c.tile * 512 + soff[k]] = ok ? static_cast<uint8_t>(o.scale) : uint8_t{0};
+      else if (ok)
+        a.scales[e0 / kBlock] = static_cast<uint8_t>(o.scale);
+    }
+  };
+
+  // Two register sets, alternating: the next tile's loads are in flight while the
+  // current one is encoded, with no copies between the sets.
+  RawBlock<T> ping[2], pong[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    zero_block<T>(ping[k]);
+    zero_block<T>(pong[k]);
+  }
+  load(ping, cur);
+  while (true) {
+    Cursor n = next(cur);
+    bool more = n.tr >= 0;
+    if (more) load(pong, n);
+    process(ping, cur);
+    if (!more) break;
+    cur = n;
+    n = next(cur);
+    more = n.tr >= 0;
+    if (more) load(ping, n);
+    process(pong, cur);
+    if (!more) break;
+    cur = n;
+  }
+}
+
+template <class T, bool kSR, bool kRht>
+nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
+  RowwiseArgs a;
+  a.x = job.x;
+  a.rows = static_cast<int>(job.rows);
+  a.cols = job.cols;
+  a.data = job.row.data;
+  a.scales = job.row.scales;
+  a.amax = job.row.amax;
+  a.swizzled = job.cfg.scale_layout == NVFP4_SCALES_SWIZZLED;
+  a.sign_mask = job.cfg.rht_sign_mask;
+  a.seed = job.cfg.seed;
+  a.offset = job.cfg.offset;
+  a.offset_device = job.cfg.offset_device;
+  const int64_t tiles_r = (job.rows + 127) / 128, tiles_c = (job.cols / kBlock + 3) / 4;
+  if (job.rows > INT32_MAX - 128 || tiles_r * tiles_c > INT32_MAX || job.cols / kBlock > INT32_MAX)
+    return fail(NVFP4_ERROR_NOT_SUPPORTED, "nvfp4 quantize: tensor too large for the CUDA kernels");
+  a.tiles_r = static_cast<int>(tiles_r);
+  a.tiles_c = static_cast<int>(tiles_c);
+  auto kernel = rowwise_kernel<T, kSR, kRht>;
+  const unsigned grid = persistent_grid(kernel, kThreads, 0, tiles_r * tiles_c);
+  kernel<<<grid, kThreads, 0, stream>>>(a);
+  return check_launch("nvfp4 rowwise quantize kernel");
+}
+
+template <class T>
+nvfp4_status_t dispatch(const QuantJob& job, cudaStream_t stream) {
+  const bool sr = job.cfg.rounding == NVFP4_ROUND_STOCHASTIC;
+  const bool rht = (job.cfg.rht & NVFP4_RHT_ROWWISE) != 0;
+  if (sr) return rht ? run<T, true, true>(job, stream) : run<T, true, false>(job, stream);
+  return rht ? run<T, false, true>(job, stream) : run<T, false, false>(job, stream);
+}
+
+}  // namespace
+
+nvfp4_status_t launch_rowwise_legacy(const QuantJob& job, cudaStream_t stream) {
+  switch (job.dtype) {
+    case NVFP4_DTYPE_FLOAT32: return dispatch<F32>(job, stream);
+    case NVFP4_DTYPE_FLOAT16: return dispatch<F16>(job, stream);
+    case NVFP4_DTYPE_BFLOAT16: return dispatch<BF16>(job, stream);
+    default: return fail(NVFP4_ERROR_INVALID_ARGUMENT, "nvfp4 quantize: unsupported input dtype");
+  }
+}
+
+}  // namespace nvfp4::detail::quant::legacy
