@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Training runs on the device, inside a bounded time: BF16, NVFP4 and the ablations on the
-# same model, data and steps, then the loss table and PNG.
+# Training runs on the device, inside a bounded time: the formats users compare (BF16, the
+# FP8 baseline, NVFP4, MXFP4) on the same model, data and steps, then the loss table and PNG.
 #
 #   bash examples/run_device_training.sh OUTDIR
 #
 # Environment (defaults in brackets):
-#   RECIPES       runs, in order ["bf16 nvfp4 no_rht no_sr no_2d fwd_only"]; "nvfp4-cooldown"
-#                 is nvfp4 with the last 10% of steps in BF16
+#   RECIPES       runs, in order ["bf16 fp8 nvfp4 mx_baseline"]; any --recipe of train.py
+#                 (the NVFP4 ablations no_rht no_sr no_2d fwd_only, fp4_all_the_way, tetrajet,
+#                 nvidia_round_to_infinity, fp8_delayed); "nvfp4-cooldown" is nvfp4 with the
+#                 last 10% of steps in BF16
 #   STEPS         optimizer steps per run [600]
 #   SIZE          model size: full (~85M parameters), small, smoke [full]
 #   BATCH         sequences of 1024 bytes per step [16]
@@ -21,7 +23,7 @@ set -uo pipefail
 OUT=${1:?usage: run_device_training.sh OUTDIR}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
-RECIPES=${RECIPES:-"bf16 nvfp4 no_rht no_sr no_2d fwd_only"}
+RECIPES=${RECIPES:-"bf16 fp8 nvfp4 mx_baseline"}
 STEPS=${STEPS:-600}
 SIZE=${SIZE:-full}
 BATCH=${BATCH:-16}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import json
 import math
@@ -36,6 +37,7 @@ import prepare_data  # noqa: E402
 
 import nvfp4  # noqa: E402
 import nvfp4.nn as nn4  # noqa: E402
+from nvfp4.nn.fp8 import FP8_RECIPES, FP8Linear  # noqa: E402
 
 # d_model, layers, heads, context, batch (sequences per micro-batch)
 SIZES = {
@@ -119,6 +121,10 @@ def make_recipe(args):
     """The recipe named by --recipe, with the flag overrides."""
     if args.recipe == "bf16":
         return nn4.get_recipe("bf16")
+    if args.recipe in FP8_RECIPES:  # the FP8 baseline: FP8Linear layers
+        if args.no_fp4_hadamard or args.no_fp4_stochastic_rounding:
+            raise SystemExit("--no-fp4-*: these flags change FP4 recipes, not the FP8 ones")
+        return FP8_RECIPES[args.recipe]
     r = nn4.get_recipe(args.recipe, backend=args.backend, seed=args.seed)
     if args.no_fp4_hadamard:
         r = r.replace(wgrad_dy={"rht": False}, wgrad_x={"rht": False})
@@ -129,13 +135,13 @@ def make_recipe(args):
 
 def convert_model(model, args, recipe):
     """Quantize the blocks' linear layers, except the first/last N blocks (kept in BF16)."""
-    if not recipe.quantized:
+    if not getattr(recipe, "quantized", True):
         return []
     n = args.n_layers
     keep = [i for i in range(n) if i < args.skip_quant_first_layers or i >= n - args.skip_quant_last_layers]
     exclude = list(nn4.DEFAULT_EXCLUDE) + [f"blocks.{i}.*" for i in keep]
     nn4.convert(model, recipe, include="blocks.*", exclude=exclude)
-    return nn4.converted_layers(model)
+    return [n for n, m in model.named_modules() if isinstance(m, (nn4.Linear, FP8Linear))]
 
 
 # ------------------------------------------------------------------------------ data
@@ -224,7 +230,7 @@ def peak_memory(device):
 # ------------------------------------------------------------------------------ main
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--recipe", default="nvfp4", choices=sorted(nn4.RECIPES))
+    ap.add_argument("--recipe", default="nvfp4", choices=sorted(nn4.RECIPES) + sorted(FP8_RECIPES))
     ap.add_argument("--backend", default="auto", choices=["auto", "cutlass", "cudnn", "reference"])
     ap.add_argument("--no-fp4-hadamard", action="store_true", help="no RHT on the wgrad operands")
     ap.add_argument("--no-fp4-stochastic-rounding", action="store_true", help="round dY to nearest")
@@ -389,7 +395,7 @@ def main(argv=None):
     step_time = float(np.median(step_times)) if step_times else float("nan")
     report = {
         "name": args.name,
-        "recipe": recipe.to_dict(),
+        "recipe": dataclasses.asdict(recipe),
         "converted_layers": converted,
         "model": {"d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads,
                   "seq_len": args.seq_len, "params": n_params, "vocab": VOCAB},

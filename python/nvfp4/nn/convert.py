@@ -26,6 +26,7 @@ from torch import nn
 
 from .frozen import FrozenLinear
 from .linear import Linear
+from .fp8 import FP8Linear
 from .recipe import Recipe, get_recipe
 
 __all__ = ["convert", "unconvert", "freeze_fp4", "plan_conversion", "ConversionPlan", "find_blocks",
@@ -331,6 +332,9 @@ def convert(model: nn.Module, recipe: Union[str, Recipe] = "nvfp4", skip_first: 
             skip_last_blocks: int = 0, blocks=None, verbose: bool = False) -> nn.Module:
     """Replace matching linear layers of `model` by nvfp4.nn.Linear, in place.
 
+    recipe: a Recipe or a name in nvfp4.nn.RECIPES; or an FP8 recipe ("fp8", "fp8_delayed" or
+    an nvfp4.nn.fp8.FP8Recipe), which converts to nvfp4.nn.fp8.FP8Linear instead.
+
     Layers are taken in module registration order. include/exclude: patterns on qualified
     names (fnmatch strings such as "layers.*.mlp.*", "re:"-prefixed or compiled regexes, or
     callables (name, module) -> bool). exclude=None means the default exclusion: the names in
@@ -349,7 +353,9 @@ def convert(model: nn.Module, recipe: Union[str, Recipe] = "nvfp4", skip_first: 
     layout). Layers get layer_index 0, 1, ... in order (their stochastic-rounding seeds).
     verbose: print plan_conversion's summary. Returns the model.
     """
-    recipe = get_recipe(recipe)
+    from .fp8 import FP8_RECIPES, FP8Recipe, get_fp8_recipe
+    fp8 = isinstance(recipe, FP8Recipe) or (isinstance(recipe, str) and recipe in FP8_RECIPES)
+    recipe = get_fp8_recipe(recipe) if fp8 else get_recipe(recipe)
     plan = plan_conversion(model, skip_first, skip_last, include, exclude, convert_tied,
                            skip_first_blocks=skip_first_blocks, skip_last_blocks=skip_last_blocks, blocks=blocks)
     modules = dict(model.named_modules())
@@ -358,7 +364,15 @@ def convert(model: nn.Module, recipe: Union[str, Recipe] = "nvfp4", skip_first: 
         if action != "convert":
             continue
         m = modules[name]
-        if isinstance(m, Linear):
+        if fp8:
+            if isinstance(m, FP8Linear):
+                m.fp8_recipe = recipe
+            elif type(m) is nn.Linear:
+                FP8Linear.from_linear(m, recipe)
+            else:
+                raise TypeError(f"model: {name} is a {type(m).__name__}; the FP8 recipes convert torch.nn.Linear "
+                                "layers only (unconvert it first)")
+        elif isinstance(m, Linear):
             m.layer_index = i
             m.recipe = recipe
         elif is_conv1d(m):
@@ -414,11 +428,11 @@ def freeze_fp4(model: nn.Module, recipe: Union[str, Recipe] = "nvfp4", skip_firs
 
 
 def unconvert(model: nn.Module) -> nn.Module:
-    """Turn every nvfp4.nn.Linear in `model` back into a plain nn.Linear (a Conv1DLinear back
+    """Turn every nvfp4.nn.Linear (and FP8Linear) in `model` back into a plain nn.Linear (a Conv1DLinear back
     into its Conv1D), in place. Frozen layers stay frozen: their full-precision weight no
     longer exists (FrozenLinear.to_linear() builds an nn.Linear from the decoded one)."""
     for m in list(model.modules()):
-        if isinstance(m, Linear):
+        if isinstance(m, (Linear, FP8Linear)):
             m.to_linear()
     return model
 

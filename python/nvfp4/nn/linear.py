@@ -32,6 +32,7 @@ from torch import nn
 from .. import _ops
 from .._format import signs_to_mask
 from ..backends import BACKENDS
+from .emulated import EmulatedLinearFn, check_shapes
 from .recipe import RECIPES, Recipe, get_recipe, layer_seed
 
 __all__ = ["Linear", "TOKEN_ALIGN", "WEIGHT_REUSE_MODES"]
@@ -162,9 +163,13 @@ class Linear(nn.Linear):
     """A drop-in ``nn.Linear`` (same parameters, plus an ``sr_step`` buffer) whose GEMMs run
     in NVFP4.
 
-    recipe: a Recipe or a canned recipe name ("nvfp4", "no_rht", "no_sr", "no_2d",
-    "fwd_only", "bf16"). layer_index: this layer's place in the model; it selects the
-    layer's stochastic-rounding seeds (convert() numbers layers in registration order).
+    recipe: a Recipe or a canned recipe name (nvfp4.nn.RECIPES: "nvfp4" and its ablations
+    "no_rht", "no_sr", "no_2d", "fwd_only", "bf16"; "fp4_all_the_way"; the MXFP4 recipes
+    "mx_baseline", "nvidia_round_to_infinity", "tetrajet"). Recipes with an MXFP4 operand or
+    double quantization run through nvfp4.nn.emulated (exact decode + FP32-accumulated
+    GEMMs; one host read of the SR counter per pass, no CUDA-graph capture). layer_index:
+    this layer's place in the model; it selects the layer's stochastic-rounding seeds
+    (convert() numbers layers in registration order).
 
     The output dtype is the input's, or the autocast dtype when autocast is on (the layer
     casts its input). Features must be multiples of 16 (NVFP4 blocks).
@@ -239,7 +244,10 @@ class Linear(nn.Linear):
 
     @recipe.setter
     def recipe(self, recipe: Union[str, Recipe]) -> None:
-        self._recipe = get_recipe(recipe)
+        r = get_recipe(recipe)
+        if r.quantized:
+            check_shapes(r, self.in_features, self.out_features)
+        self._recipe = r
         self._plan = self._make_plan(self._recipe)
 
     @property
@@ -302,6 +310,13 @@ class Linear(nn.Linear):
                             f"{x.dtype} and {self.weight.dtype}")
         mode = _W_MODE[self.weight_reuse]
         counter = self.sr_step
+        if not self._recipe.fused:
+            if mode != _ops.W_FRESH:
+                raise RuntimeError(f"weight_reuse: {self.weight_reuse!r} is implemented for the fused NVFP4 recipes; "
+                                   f"recipe {self._recipe.name!r} quantizes the weight on every forward")
+            if counter.is_inference() and not torch.is_inference_mode_enabled():
+                counter = self.sr_step = counter.clone()
+            return EmulatedLinearFn.apply(x, self.weight, self.bias, counter, self._recipe, self._layer_index)
         if not torch.compiler.is_compiling():
             if mode == _ops.W_STORE:
                 self._w_cache_stored = True

@@ -1,57 +1,99 @@
 """Training recipes: how each operand of a Linear's three GEMMs is quantized.
 
 A Linear runs three GEMMs: fprop Y = X·Wᵀ, dgrad dX = dY·W and wgrad dW = dYᵀ·X.
-Each GEMM runs either in NVFP4 (both operands quantized as configured here) or in the
-compute dtype (BF16 under autocast). The canned recipes are NVIDIA's default (docs/design.md §1)
-and the ablations that each remove one of its ingredients.
+Each GEMM runs either in FP4 (both operands quantized as configured here) or in the
+compute dtype (BF16 under autocast). Each operand has its own format (NVFP4 or MXFP4),
+block shape, rounding, scale rule (MXFP4), Hadamard transform (wgrad operands) and double
+quantization. The canned recipes: NVIDIA's NVFP4 recipe (docs/design.md §1) and the
+ablations that each remove one of its ingredients; the MXFP4 and NVFP4 recipes of the
+literature that users compare against (see RECIPES).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Tuple, Union
+from typing import Optional, Tuple, Union
 
 from .._format import DEFAULT_RHT_SIGNS
+from .._mx import MX_SCALE_RULES
 from ..backends import BACKENDS
 
-__all__ = ["QuantConfig", "Recipe", "RECIPES", "get_recipe", "layer_seed"]
+__all__ = ["QuantConfig", "Recipe", "RECIPES", "FORMATS", "OPERANDS", "get_recipe", "layer_seed"]
 
 _MASK64 = (1 << 64) - 1
+
+#: Operand formats.
+FORMATS = ("nvfp4", "mxfp4")
+#: The operand fields of a Recipe.
+OPERANDS = ("x", "w", "dy", "wgrad_dy", "wgrad_x")
 
 
 @dataclass(frozen=True)
 class QuantConfig:
-    """How one operand is quantized: 16-element 1D blocks or 16x16 2D tiles, round to nearest
-    (``"rtn"``) or stochastic (``"sr"``), with or without the 16-point Hadamard transform."""
+    """How one operand is quantized.
+
+    format: "nvfp4" (E4M3 scale per 16 values and an FP32 per-tensor scale) or "mxfp4" (E8M0
+        scale per 32 values, no per-tensor scale).
+    block: "1d" (blocks along the GEMM's K axis) or "2d" (16x16 tiles; NVFP4 weights only).
+    rounding: "rtn" (nearest-even) or "sr" (stochastic).
+    rht: the 16-point Hadamard transform before quantizing (NVFP4 wgrad operands).
+    scale_rule: MXFP4 only: "ocp", "ceil" or "tetrajet" (nvfp4.quantize_mxfp4); None means
+        "ocp" for MXFP4 and must stay None for NVFP4.
+    double_quant: quantize this operand from the dequantized values of the tensor's previous
+        quantization, along the other axis (TetraJet's double quantization): for ``w``, the
+        dgrad weight comes from the forward's dequantized weight; for ``wgrad_x`` / ``wgrad_dy``,
+        from the dequantized X of fprop / dY of dgrad.
+    """
 
     block: str = "1d"
     rounding: str = "rtn"
     rht: bool = False
+    format: str = "nvfp4"
+    scale_rule: Optional[str] = None
+    double_quant: bool = False
 
     def _check(self, name: str) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"{name}.format: must be one of {FORMATS}, got {self.format!r}")
         if self.block not in ("1d", "2d"):
             raise ValueError(f"{name}.block: must be '1d' or '2d', got {self.block!r}")
         if self.rounding not in ("rtn", "sr"):
             raise ValueError(f"{name}.rounding: must be 'rtn' or 'sr', got {self.rounding!r}")
         if not isinstance(self.rht, bool):
             raise ValueError(f"{name}.rht: must be a bool, got {self.rht!r}")
+        if not isinstance(self.double_quant, bool):
+            raise ValueError(f"{name}.double_quant: must be a bool, got {self.double_quant!r}")
         if self.rht and self.block == "2d":
             raise ValueError(f"{name}.rht: the Hadamard transform applies to 1d blocks only")
+        if self.format == "mxfp4":
+            if self.block != "1d":
+                raise ValueError(f"{name}.block: MXFP4 blocks are 1d (32 values along K)")
+            if self.rht:
+                raise ValueError(f"{name}.rht: the Hadamard transform is implemented for NVFP4 operands only")
+            if self.scale_rule is not None and self.scale_rule not in MX_SCALE_RULES:
+                raise ValueError(f"{name}.scale_rule: must be one of {sorted(MX_SCALE_RULES)}, got {self.scale_rule!r}")
+        elif self.scale_rule is not None:
+            raise ValueError(f"{name}.scale_rule: applies to MXFP4 operands only (NVFP4 scales follow the "
+                             f"contract), got {self.scale_rule!r}")
+
+    @property
+    def mx_rule(self) -> str:
+        return self.scale_rule or "ocp"
 
 
-def _qc(block="1d", rounding="rtn", rht=False) -> QuantConfig:
-    return QuantConfig(block, rounding, rht)
+def _qc(block="1d", rounding="rtn", rht=False, **kw) -> QuantConfig:
+    return QuantConfig(block, rounding, rht, **kw)
 
 
 @dataclass(frozen=True)
 class Recipe:
     """Per-operand quantization of a Linear's GEMMs.
 
-    fprop/dgrad/wgrad: run that GEMM in NVFP4 (True) or in the compute dtype (False).
-    x, w: forward operands; w's codes are reused, transposed, by dgrad (so with 2D tiles the
-    dgrad weight is exactly the forward weight). dy: dgrad's dY. wgrad_dy, wgrad_x: wgrad's
-    dYᵀ and Xᵀ, quantized along the token axis; the Hadamard transform, when used, must be on
-    both (it cancels in their product). backend: the GEMM backend ("auto", "cutlass", "cudnn",
+    fprop/dgrad/wgrad: run that GEMM in FP4 (True) or in the compute dtype (False).
+    x, w: forward operands; w's configuration also quantizes dgrad's weight, along N (with
+    2D tiles the dgrad weight is exactly the forward weight). dy: dgrad's dY. wgrad_dy,
+    wgrad_x: wgrad's dYᵀ and Xᵀ, quantized along the token axis; the Hadamard transform, when
+    used, must be on both (it cancels in their product). backend: the GEMM backend ("auto", "cutlass", "cudnn",
     "reference"). rht_signs: the transform's 16 signs. seed: the base of the per-layer
     stochastic-rounding seeds.
     """
@@ -81,14 +123,21 @@ class Recipe:
 
     @property
     def quantized(self) -> bool:
-        """True if any GEMM runs in NVFP4."""
+        """True if any GEMM runs in FP4."""
         return self.fprop or self.dgrad or self.wgrad
+
+    @property
+    def fused(self) -> bool:
+        """True if the fused NVFP4 ops run this recipe (every operand NVFP4, no double
+        quantization); otherwise nvfp4.nn.Linear runs it through the per-operand path
+        (nvfp4.nn.emulated: quantize, decode exactly, GEMM with FP32 accumulation)."""
+        return all(getattr(self, f).format == "nvfp4" and not getattr(self, f).double_quant for f in OPERANDS)
 
     def validate(self) -> "Recipe":
         for f in ("fprop", "dgrad", "wgrad"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"{f}: must be a bool, got {getattr(self, f)!r}")
-        for f in ("x", "w", "dy", "wgrad_dy", "wgrad_x"):
+        for f in OPERANDS:
             v = getattr(self, f)
             if not isinstance(v, QuantConfig):
                 raise ValueError(f"{f}: must be a QuantConfig, got {type(v).__name__}")
@@ -101,6 +150,16 @@ class Recipe:
         if self.wgrad_dy.rht != self.wgrad_x.rht:
             raise ValueError("wgrad_x.rht: must equal wgrad_dy.rht (the transform cancels only when both "
                              "wgrad operands use it)")
+        for f in ("x", "dy"):
+            if getattr(self, f).double_quant:
+                raise ValueError(f"{f}.double_quant: applies to w, wgrad_x and wgrad_dy (the operands quantized "
+                                 "a second time, along the other axis)")
+        if self.wgrad_dy.double_quant and not self.dgrad:
+            raise ValueError("wgrad_dy.double_quant: needs dgrad=True (it requantizes dgrad's quantized dY)")
+        if self.wgrad_x.double_quant and not self.fprop:
+            raise ValueError("wgrad_x.double_quant: needs fprop=True (it requantizes fprop's quantized X)")
+        if self.w.double_quant and not self.fprop:
+            raise ValueError("w.double_quant: needs fprop=True (it requantizes fprop's quantized W)")
         if self.w.rounding != "rtn":
             raise ValueError("w.rounding: a weight's quantization may be reused across micro-batches, so only "
                              "'rtn' is supported")
@@ -117,7 +176,7 @@ class Recipe:
     def replace(self, **changes) -> "Recipe":
         """A copy with some fields changed (validated). Operand configs accept dicts:
         ``r.replace(w={"block": "1d"})``."""
-        for f in ("x", "w", "dy", "wgrad_dy", "wgrad_x"):
+        for f in OPERANDS:
             if isinstance(changes.get(f), dict):
                 changes[f] = dataclasses.replace(getattr(self, f), **changes[f])
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
@@ -131,6 +190,10 @@ class Recipe:
 
 def _make_recipes() -> dict:
     base = Recipe(name="nvfp4")
+
+    def mx(rounding="rtn", **kw):
+        return QuantConfig("1d", rounding, False, "mxfp4", **kw)
+
     return {
         "nvfp4": base,
         "no_rht": base.replace(name="no_rht", wgrad_dy={"rht": False}, wgrad_x={"rht": False}),
@@ -138,6 +201,23 @@ def _make_recipes() -> dict:
         "no_2d": base.replace(name="no_2d", w={"block": "1d"}),
         "fwd_only": base.replace(name="fwd_only", dgrad=False, wgrad=False),
         "bf16": base.replace(name="bf16", fprop=False, dgrad=False, wgrad=False),
+        # NVFP4 with 1x16 blocks everywhere, round-to-nearest forward, stochastic rounding
+        # on every backward operand, no Hadamard transform ("FP4 all the way")
+        "fp4_all_the_way": base.replace(name="fp4_all_the_way", w={"block": "1d"},
+                                        wgrad_dy={"rht": False}, wgrad_x={"rht": False, "rounding": "rtn"}),
+        # MXFP4 on every operand, the OCP scale rule, round-to-nearest: the plain MX baseline
+        "mx_baseline": Recipe(name="mx_baseline", x=mx(), w=mx(), dy=mx(), wgrad_dy=mx(), wgrad_x=mx()),
+        # MXFP4 with round-to-infinity scales (ceil(log2(amax/6)): nothing saturates) and
+        # stochastic rounding on the gradient operands
+        "nvidia_round_to_infinity": Recipe(name="nvidia_round_to_infinity", x=mx(scale_rule="ceil"),
+                                           w=mx(scale_rule="ceil"), dy=mx("sr", scale_rule="ceil"),
+                                           wgrad_dy=mx("sr", scale_rule="ceil"), wgrad_x=mx(scale_rule="ceil")),
+        # TetraJet: MXFP4, truncation-free scales, stochastic rounding on the gradient
+        # operands, and double quantization of every operand used a second time
+        "tetrajet": Recipe(name="tetrajet", x=mx(scale_rule="tetrajet"), w=mx(scale_rule="tetrajet", double_quant=True),
+                           dy=mx("sr", scale_rule="tetrajet"),
+                           wgrad_dy=mx("sr", scale_rule="tetrajet", double_quant=True),
+                           wgrad_x=mx(scale_rule="tetrajet", double_quant=True)),
     }
 
 
