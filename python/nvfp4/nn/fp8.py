@@ -187,14 +187,15 @@ def _cast_eager(t: torch.Tensor, scale: torch.Tensor, fmax: float, dtype: torch.
     return (t.float() * scale).clamp(-fmax, fmax).to(dtype)
 
 
-_compiled_casts: dict = {}  # (input dtype, format, rank, scale rank) -> compiled cast, or None
+_compiled_casts: dict = {}  # (input dtype, format, rank, scale rank, grad mode, autocast) -> compiled cast
 _compile_failed = False
 
 
 def _compiled_cast_for(key):
     """One compiled copy of _cast_eager per key, each its own code object: dynamo keeps at
-    most 8 graphs per code object, and 3 input dtypes x 2 formats x ranks would exceed it
-    in one; within a key only size-1 dimensions can add graphs."""
+    most 8 graphs per code object, and input dtypes x formats x ranks x grad mode x
+    autocast would exceed it in one (a training step calls the cast in all of them); within
+    a key only size-1 dimensions can add graphs."""
     if key not in _compiled_casts:
         code = _cast_eager.__code__.replace(co_name=f"_cast_fp8_{len(_compiled_casts)}")
         fn = types.FunctionType(code, _cast_eager.__globals__, code.co_name)
@@ -212,7 +213,10 @@ def quantize_fp8(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, compi
     fmax = fp8_max(dtype)
     if compiled and t.is_cuda and not _compile_failed:
         try:
-            return _compiled_cast_for((t.dtype, dtype, t.dim(), scale.dim()))(t, scale, fmax, dtype)
+            # detached (no autograd state, no view base to guard on); grad mode and autocast
+            # are part of dynamo's guards, so they are part of the key too
+            key = (t.dtype, dtype, t.dim(), scale.dim(), torch.is_grad_enabled(), torch.is_autocast_enabled("cuda"))
+            return _compiled_cast_for(key)(t.detach(), scale.detach(), fmax, dtype)
         except Exception as e:  # no Triton, an unsupported GPU, ...: same values, unfused
             _compile_failed = True
             warnings.warn(f"nvfp4.nn.fp8: torch.compile of the FP8 cast failed ({type(e).__name__}: {e}); "
