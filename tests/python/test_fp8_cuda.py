@@ -171,4 +171,4 @@ def test_autocast_training_step_runs_and_learns():
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0], losses[::10]
-    assert not F8._compile_failed, "the compiled FP8 cast fell back to unfused ops during training
+    assert not F8._compile_failed, "the compiled FP8 cast fell back to unfused ops during training"
