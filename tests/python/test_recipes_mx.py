@@ -62,6 +62,14 @@ def test_canned_recipes():
     assert f.dy.rounding == f.wgrad_dy.rounding == "sr" and f.x.rounding == f.w.rounding == "rtn"
 
 
+def test_frozen_layers_refuse_per_operand_recipes():
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    mixed = nn4.get_recipe("nvfp4", dy={"format": "mxfp4"})
+    for r in ("mx_baseline", mixed):
+        with pytest.raises(ValueError, match="recipe"):
+            nn4.freeze_fp4(m, r, exclude=[])
+
+
 def test_weight_reuse_refused_on_the_per_operand_path():
     layer = nn4.Linear(64, 64, recipe="mx_baseline")
     layer.set_weight_reuse("store")
@@ -102,7 +110,7 @@ def reference(layer, x, dy):
     off = int(layer.sr_step)
     seeds = {f: layer_seed(r.seed, i, 2 + j) for j, f in enumerate(RECIPE_OPERANDS)}
     s = r.rht_signs
-    w = layer.weight.detach().to(x.dtype)
+    w = layer.weight.detach()  # quantized from the master weight
     m = x.shape[0]
     A, xf = _q_dequant(x, r.x, False, seeds["x"], off, s)
     B, wf = _q_dequant(w, r.w, False, seeds["w"], off, s)

@@ -14,7 +14,8 @@ two decoded values is exact, so the result matches a float64 product of the deco
 to within FP32 accumulation, as the fused Hopper path does. MXFP4 values of magnitude
 >= 2^128 decode to infinity (outside BF16's range).
 
-Orientations: fprop quantizes X and W along K; dgrad quantizes dY along N and W along N
+The weight is quantized from the master weight (not from an autocast copy), as the fused
+path does. Orientations: fprop quantizes X and W along K; dgrad quantizes dY along N and W along N
 (its columnwise orientation); wgrad quantizes dYᵀ and Xᵀ along the token axis, which is
 zero-padded to a multiple of 32 first (nvfp4.nn.linear.TOKEN_ALIGN; zero rows change no scale
 and no product). The Hadamard transform on the wgrad operands is applied by the quantizer
@@ -143,7 +144,7 @@ class EmulatedLinearFn(torch.autograd.Function):
         qx_full = qw_full = None
         if r.fprop:
             ax, alx, qx = _operand(x2, r.x, False, seeds["x"], offset, signs, ddt)
-            aw, alw, qw = _operand(w, r.w, False, seeds["w"], offset, signs, ddt)
+            aw, alw, qw = _operand(weight, r.w, False, seeds["w"], offset, signs, ddt)
             y = _mm(ax, aw, alx * alw)
             if b is not None:
                 y = y + b.float()
@@ -157,7 +158,7 @@ class EmulatedLinearFn(torch.autograd.Function):
 
         wt = alwt = None
         if fp4_dgrad:  # W quantized along N: the columnwise orientation of W [n, k]
-            src = qw_full if r.w.double_quant else w
+            src = qw_full if r.w.double_quant else weight
             wt, alwt, _ = _operand(src, r.w, True, seeds["w"], offset, signs, ddt)
         xt = alxt = None
         pad = (-m) % TOKEN_ALIGN if fp4_wgrad else 0

@@ -117,6 +117,9 @@ def recipe_from_dict(d: dict) -> Recipe:
 
 
 def _check_frozen_recipe(r: Recipe) -> Recipe:
+    if not r.fused:
+        raise ValueError(f"recipe: frozen layers run nvfp4's fused NVFP4 ops; recipe {r.name!r} has MXFP4 operands "
+                         "or double quantization")
     if not r.fprop:
         raise ValueError(f"recipe: a frozen NVFP4 layer runs its forward GEMM in NVFP4; recipe {r.name!r} has "
                          "fprop=False")
