@@ -15,7 +15,7 @@ from ._format import DEFAULT_RHT_SIGNS, rht_matrix
 from ._tensor import NVFP4Tensor, dequantize
 from ._quantize import quantize, swizzle_scales, unswizzle_scales
 from ._gemm import gemm
-from ._mx import MXFP4Tensor, quantize_mxfp4
+from ._mx import MXFP4Tensor, gemm_mxfp4, quantize_mxfp4
 from .backends import device_info, is_supported, supported_backends
 from . import nn
 from .nn import convert, freeze_fp4, unconvert
@@ -25,5 +25,5 @@ __version__ = _C.version()
 __all__ = [
     "NVFP4Tensor", "quantize", "dequantize", "gemm", "swizzle_scales", "unswizzle_scales",
     "device_info", "is_supported", "supported_backends", "nn", "convert", "freeze_fp4", "unconvert",
-    "DEFAULT_RHT_SIGNS", "rht_matrix", "__version__", "MXFP4Tensor", "quantize_mxfp4",
+    "DEFAULT_RHT_SIGNS", "rht_matrix", "__version__", "MXFP4Tensor", "quantize_mxfp4", "gemm_mxfp4",
 ]

@@ -7,6 +7,7 @@ import torch
 
 from . import _C, _ops
 from ._format import SCALE_LAYOUTS, check_choice, check_dtype, check_real, stream_of
+from ._mx import MXFP4Tensor, gemm_mxfp4
 from ._tensor import NVFP4Tensor
 from .backends import BACKENDS, check_backend
 
@@ -33,7 +34,8 @@ def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
 
 def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: torch.dtype = torch.bfloat16,
          bias: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None, beta: float = 0.0) -> torch.Tensor:
-    """FP4 GEMM of two NVFP4 tensors quantized along K (their rowwise data).
+    """FP4 GEMM of two NVFP4 tensors quantized along K (their rowwise data). Two
+    MXFP4Tensor operands go to nvfp4.gemm_mxfp4 (same options).
 
     a represents [..., K] (leading dims flattened into M), b represents [N, K]; the result
     is [..., N] = alpha * (Â @ B̂ᵀ) + beta * out + bias with alpha = S_dec(a) * S_dec(b),
@@ -44,9 +46,11 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
     read as C when beta != 0. The operands must carry the same Hadamard transform along K
     (both without, or both with the same signs), or the product would be meaningless.
     """
+    if isinstance(a, MXFP4Tensor) and isinstance(b, MXFP4Tensor):
+        return gemm_mxfp4(a, b, backend=backend, out_dtype=out_dtype, bias=bias, out=out, beta=beta)
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, NVFP4Tensor):
-            raise TypeError(f"{name}: expected an NVFP4Tensor, got {type(t).__name__}")
+            raise TypeError(f"{name}: expected an NVFP4Tensor (or both operands MXFP4Tensor), got {type(t).__name__}")
         if t.rowwise is None:
             raise ValueError(f"{name}: has no rowwise (K-major) data; quantize with rowwise=True or pass .T")
     check_choice("backend", backend, BACKENDS)

@@ -12,12 +12,12 @@ from typing import Optional, Tuple, Union
 import torch
 
 from . import _C
-from ._format import (ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype, check_int, stream_of,
-                      swizzled_shape)
+from ._format import (ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype, check_int, check_real,
+                      stream_of, swizzled_shape)
 from ._quantize import as_torch
 from ._tensor import _TwoOrientations
 
-__all__ = ["MXFP4Tensor", "quantize_mxfp4", "MX_SCALE_RULES", "MX_BLOCK", "E8M0_DTYPE"]
+__all__ = ["MXFP4Tensor", "quantize_mxfp4", "gemm_mxfp4", "MX_SCALE_RULES", "MX_BLOCK", "E8M0_DTYPE"]
 
 #: Elements per E8M0 scale.
 MX_BLOCK = 32
@@ -180,3 +180,93 @@ def quantize_mxfp4(x, rounding: Union[str, Tuple[str, str]] = "rtn", scale_rule:
         return None if t is None else _MXDirection(t[0], t[1].view(E8M0_DTYPE), rnd[i], rule[i])
 
     return MXFP4Tensor(tuple(x.shape), x.dtype, scale_layout, direction(row, 0), direction(col, 1))
+
+
+# ------------------------------------------------------------------------------ GEMM
+_GEMM_OUT = (torch.bfloat16, torch.float16, torch.float32)
+_mm_out_dtype_ok: Optional[bool] = None
+
+
+def _decode_rowwise(t: MXFP4Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The rowwise (K-major) orientation decoded as stored: [rows, K] of e2m1 * 2^scale."""
+    d = t.rowwise
+    out = torch.empty((d.data.shape[0], d.data.shape[1] * 2), dtype=dtype, device=d.data.device)
+    _C.mx_dequantize(d.data, d.scales.view(torch.uint8), SCALE_LAYOUTS[t.scale_layout], out, stream_of(out.device))
+    return out
+
+
+def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dtype: torch.dtype = torch.bfloat16,
+               bias: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None,
+               beta: float = 0.0) -> torch.Tensor:
+    """GEMM of two MXFP4 tensors quantized along K (their rowwise data): [..., N] =
+    Â @ B̂ᵀ + beta * out + bias, with FP32 accumulation.
+
+    Every product of two MXFP4 values is exact (E2M1 x a power of two; magnitudes >= 2^128
+    decode to inf), so the result equals the float64 product of the decoded operands within
+    FP32 accumulation. backend: "reference" (decoded operands multiplied in float64; the CPU
+    default) or "auto" (on CUDA: the operands decoded to BF16 — exact — and multiplied on
+    the BF16 tensor cores with FP32 output; on the CPU the reference). nvfp4 has no MXFP4 GEMM
+    kernel of its own: "cutlass" and "cudnn" are refused. out_dtype / bias / out / beta as
+    in nvfp4.gemm.
+    """
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, MXFP4Tensor):
+            raise TypeError(f"{name}: expected an MXFP4Tensor, got {type(t).__name__}")
+        if t.rowwise is None:
+            raise ValueError(f"{name}: has no rowwise (K-major) data; quantize with rowwise=True or pass .T")
+    if backend in ("cutlass", "cudnn"):
+        raise ValueError(f"backend: {backend!r} has no MXFP4 GEMM in this build; MXFP4 GEMMs run with backend='auto' "
+                         "(exact emulation on CUDA) or 'reference'")
+    check_choice("backend", backend, {"auto": 0, "reference": 1})
+    out_dtype = check_dtype("out_dtype", out_dtype, _GEMM_OUT)
+    beta = check_real("beta", beta)
+    if a.device != b.device:
+        raise ValueError(f"b: on {b.device}, but a is on {a.device}")
+    ka, kb = a.data.shape[1] * 2, b.data.shape[1] * 2
+    if ka != kb:
+        raise ValueError(f"b: K mismatch: a has K={ka}, b has K={kb}")
+    m, n = a.data.shape[0], b.data.shape[0]
+    lead = tuple(a.shape[:-1]) if not a.transposed else (m,)
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise TypeError(f"bias: must be a torch.Tensor or None, got {type(bias).__name__}")
+        if bias.shape != (n,):
+            raise ValueError(f"bias: expected shape ({n},), got {tuple(bias.shape)}")
+        if bias.device != a.device:
+            raise ValueError(f"bias: on {bias.device}, but a is on {a.device}")
+        if bias.dtype not in _GEMM_OUT:
+            raise TypeError(f"bias: dtype must be bfloat16, float16 or float32, got {bias.dtype}")
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"out: must be a torch.Tensor or None, got {type(out).__name__}")
+        if out.dtype not in _GEMM_OUT:
+            raise TypeError(f"out: dtype must be bfloat16, float16 or float32, got {out.dtype}")
+        if out.device != a.device:
+            raise ValueError(f"out: on {out.device}, but a is on {a.device}")
+        if out.numel() != m * n or out.shape[-1] != n or not out.is_contiguous():
+            raise ValueError(f"out: expected a contiguous tensor of {m * n} elements shaped [..., {n}], "
+                             f"got {tuple(out.shape)}")
+    elif beta != 0.0:
+        raise ValueError("beta: nonzero beta needs out= (it is read as C)")
+
+    if backend == "reference" or not a.device.type == "cuda":
+        acc = (_decode_rowwise(a, torch.float32).double() @ _decode_rowwise(b, torch.float32).double().t())
+    else:
+        global _mm_out_dtype_ok
+        da, db = _decode_rowwise(a, torch.bfloat16), _decode_rowwise(b, torch.bfloat16)
+        if _mm_out_dtype_ok is not False:
+            try:
+                acc = torch.mm(da, db.t(), out_dtype=torch.float32)
+                _mm_out_dtype_ok = True
+            except (TypeError, RuntimeError, NotImplementedError):
+                _mm_out_dtype_ok = False
+        if not _mm_out_dtype_ok:
+            acc = da.float() @ db.float().t()  # exact products in FP32 (and in TF32: <= 2 significant bits)
+    if out is not None and beta != 0.0:
+        acc = acc + beta * out.reshape(m, n).to(acc.dtype)
+    if bias is not None:
+        acc = acc + bias.to(acc.dtype)
+    if out is not None:
+        out.view(m, n).copy_(acc.to(out.dtype))
+        return out
+    return acc.to(out_dtype).reshape(lead + (n,))
