@@ -25,7 +25,8 @@ padding included).
 Stochastic rounding: Philox keyed per layer and per operand (layer_seed(seed, layer, 2 + i)
 for operand i of RECIPE_OPERANDS), with the layer's sr_step as offset. This path reads
 sr_step on the host (one synchronization per forward and per backward that use SR), so
-it cannot be captured in a CUDA graph; torch.compile runs it with graph breaks.
+it cannot be captured in a CUDA graph; torch.compile runs it eagerly between compiled
+regions (emulated_linear is excluded from tracing).
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ from .._quantize import quantize
 from .._tensor import _stream
 from .recipe import QuantConfig, Recipe, layer_seed
 
-__all__ = ["EmulatedLinearFn", "check_shapes"]
+__all__ = ["EmulatedLinearFn", "emulated_linear", "check_shapes"]
 
 TOKEN_ALIGN = 32
 _LINEAR = SCALE_LAYOUTS["linear"]
@@ -212,3 +213,10 @@ class EmulatedLinearFn(torch.autograd.Function):
         if need_db:
             db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
         return dx, dw, db, None, None, None
+
+
+@torch.compiler.disable
+def emulated_linear(x, weight, bias, counter, recipe: Recipe, layer_index: int) -> torch.Tensor:
+    """EmulatedLinearFn.apply, kept out of torch.compile's graphs (it reads the SR counter
+    on the host): a compiled model runs it eagerly between its compiled regions."""
+    return EmulatedLinearFn.apply(x, weight, bias, counter, recipe, layer_index)

@@ -32,7 +32,7 @@ from torch import nn
 from .. import _ops
 from .._format import signs_to_mask
 from ..backends import BACKENDS
-from .emulated import EmulatedLinearFn, check_shapes
+from .emulated import check_shapes, emulated_linear
 from .recipe import RECIPES, Recipe, get_recipe, layer_seed
 
 __all__ = ["Linear", "TOKEN_ALIGN", "WEIGHT_REUSE_MODES"]
@@ -316,7 +316,7 @@ class Linear(nn.Linear):
                                    f"recipe {self._recipe.name!r} quantizes the weight on every forward")
             if counter.is_inference() and not torch.is_inference_mode_enabled():
                 counter = self.sr_step = counter.clone()
-            return EmulatedLinearFn.apply(x, self.weight, self.bias, counter, self._recipe, self._layer_index)
+            return emulated_linear(x, self.weight, self.bias, counter, self._recipe, self._layer_index)
         if not torch.compiler.is_compiling():
             if mode == _ops.W_STORE:
                 self._w_cache_stored = True
