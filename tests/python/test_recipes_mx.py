@@ -225,3 +225,13 @@ def test_compiled_and_autocast_equal_eager():
         runs.append((y.float(), [p.grad for p in m.parameters()], [int(m[i].sr_step) for i in (0, 2)]))
     (y0, g0, s0), (y1, g1, s1) = runs
     assert torch.equal(y0, y1) and all(torch.equal(a, b) for a, b in zip(g0, g1)) and s0 == s1 == [1, 1]
+
+
+def test_non_contiguous_and_batched_inputs():
+    torch.manual_seed(0)
+    layer = nn4.Linear(64, 96, recipe="mx_baseline")
+    x = torch.randn(3, 64, 32).transpose(1, 2)  # [3, 32, 64], not contiguous
+    y = layer(x)
+    assert y.shape == (3, 32, 96)
+    assert torch.equal(y, layer(x.contiguous()))
+    y.sum().backward()

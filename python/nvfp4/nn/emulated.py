@@ -130,8 +130,9 @@ class EmulatedLinearFn(torch.autograd.Function):
         ddt = torch.bfloat16 if x.is_cuda else torch.float32
         k = x.shape[-1]
         n = weight.shape[0]
-        x2 = x.reshape(-1, k)
+        x2 = x.reshape(-1, k).contiguous()
         m = x2.shape[0]
+        weight_c = weight.contiguous()
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         fp4_dgrad = r.dgrad and need_dx
         fp4_wgrad = r.wgrad and need_dw
@@ -145,7 +146,7 @@ class EmulatedLinearFn(torch.autograd.Function):
         qx_full = qw_full = None
         if r.fprop:
             ax, alx, qx = _operand(x2, r.x, False, seeds["x"], offset, signs, ddt)
-            aw, alw, qw = _operand(weight, r.w, False, seeds["w"], offset, signs, ddt)
+            aw, alw, qw = _operand(weight_c, r.w, False, seeds["w"], offset, signs, ddt)
             y = _mm(ax, aw, alx * alw)
             if b is not None:
                 y = y + b.float()
@@ -159,7 +160,7 @@ class EmulatedLinearFn(torch.autograd.Function):
 
         wt = alwt = None
         if fp4_dgrad:  # W quantized along N: the columnwise orientation of W [n, k]
-            src = qw_full if r.w.double_quant else weight
+            src = qw_full if r.w.double_quant else weight_c
             wt, alwt, _ = _operand(src, r.w, True, seeds["w"], offset, signs, ddt)
         xt = alxt = None
         pad = (-m) % TOKEN_ALIGN if fp4_wgrad else 0
