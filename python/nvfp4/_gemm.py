@@ -50,7 +50,8 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
         return gemm_mxfp4(a, b, backend=backend, out_dtype=out_dtype, bias=bias, out=out, beta=beta)
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, NVFP4Tensor):
-            raise TypeError(f"{name}: expected an NVFP4Tensor (or both operands MXFP4Tensor), got {type(t).__name__}")
+            raise TypeError(f"{name}: expected an NVFP4Tensor, got {type(t).__name__} (two MXFP4Tensor operands are "
+                            "accepted too)")
         if t.rowwise is None:
             raise ValueError(f"{name}: has no rowwise (K-major) data; quantize with rowwise=True or pass .T")
     check_choice("backend", backend, BACKENDS)
