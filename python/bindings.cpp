@@ -265,6 +265,7 @@ NB_MODULE(_C, m) {
   m.def("cuda_device_count", []() { return nvfp4_cuda_device_count(); });
   m.def("cuda_device_cc", [](int device) { return nvfp4_cuda_device_cc(device); });
   m.def("build_cuda_archs", []() { return std::string(nvfp4_build_cuda_archs()); });
+  m.def("gemm_env_key", []() { return std::string(nvfp4_gemm_env_key()); });
   m.def("version", []() { return std::string(nvfp4_version_string()); });
   m.def("default_rht_sign_mask", []() { return nvfp4_default_rht_sign_mask(); });
 

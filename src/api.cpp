@@ -1,6 +1,7 @@
 // extern "C" entry points: validate every descriptor, dispatch to the CPU reference or
 // the CUDA kernels, turn any failure into a status plus a thread-local message.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -410,6 +411,28 @@ NVFP4_API int nvfp4_cuda_device_cc(int device) {
 }
 
 NVFP4_API const char* nvfp4_build_cuda_archs(void) { return NVFP4_CUDA_ARCHS_STRING; }
+
+// Every environment variable src/gemm reads on a call that can change the kernel, and so
+// the workspace (tests/python/test_design_claims.py checks this list against the getenv
+// calls there; debug, trace and cache-size knobs are left out).
+NVFP4_API const char* nvfp4_gemm_env_key(void) {
+  static const char* const kNames[] = {
+      "NVFP4_CUDNN_PATH",          "NVFP4_CUDNN_EPILOGUE",      "NVFP4_SM90_SMALL_M",
+      "NVFP4_SM90_SMALL_M_KERNEL", "NVFP4_SM90_SWIZZLE",        "NVFP4_SM90_RASTER",
+      "NVFP4_SM90_TILE",           "NVFP4_SM90_STREAM_SPLIT",   "NVFP4_SM90_STREAM_PREFETCH",
+      "NVFP4_SM90_STREAM_AFIRST"};
+  thread_local std::string key;
+  key.clear();
+  for (const char* name : kNames) {
+    if (const char* v = std::getenv(name)) {
+      key += name;
+      key += '=';
+      key += v;
+      key += ';';
+    }
+  }
+  return key.c_str();
+}
 
 #define NVFP4_STR2(x) #x
 #define NVFP4_STR(x) NVFP4_STR2(x)

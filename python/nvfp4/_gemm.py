@@ -116,7 +116,7 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
     args = (a.data, a.scales.view(torch.uint8), a.amax, b.data, b.scales.view(torch.uint8), b.amax,
             SCALE_LAYOUTS[a.scale_layout], c2, bias, float(beta), d2, BACKENDS[backend])
     # The workspace size depends only on the problem's shape, dtypes, layout, backend,
-    # device and the GEMM environment variables (_ops.GEMM_ENV); asked once per key.
+    # device and the GEMM environment variables (_ops.gemm_env_key); asked once per key.
     key = (m, n, ka, a.scale_layout, backend, d.dtype, c2 is not None, None if bias is None else bias.dtype,
            a.device, _ops.gemm_env_key())
     ws_bytes = _WS_CACHE.get(key)

@@ -187,12 +187,26 @@ _GEMM_OUT = (torch.bfloat16, torch.float16, torch.float32)
 _mm_out_dtype_ok: Optional[bool] = None
 
 
-def _decode_rowwise(t: MXFP4Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The rowwise (K-major) orientation decoded as stored: [rows, K] of e2m1 * 2^scale."""
-    d = t.rowwise
+def decode_stored(d: "_MXDirection", layout: int, dtype: torch.dtype) -> torch.Tensor:
+    """One orientation decoded as stored: [rows, width] of e2m1 * 2^scale, padding included."""
     out = torch.empty((d.data.shape[0], d.data.shape[1] * 2), dtype=dtype, device=d.data.device)
-    _C.mx_dequantize(d.data, d.scales.view(torch.uint8), SCALE_LAYOUTS[t.scale_layout], out, stream_of(out.device))
+    _C.mx_dequantize(d.data, d.scales.view(torch.uint8), layout, out, stream_of(out.device))
     return out
+
+
+def mm_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a · bᵀ with FP32 output, for operands of decoded FP4 values (exact in BF16, at most 6
+    significant bits): on CUDA, BF16 tensor cores with FP32 output (torch.mm(...,
+    out_dtype=float32)) where this torch has it; else FP32 (TF32 too is exact on them)."""
+    global _mm_out_dtype_ok
+    if a.is_cuda and a.dtype == torch.bfloat16 and b.dtype == torch.bfloat16 and _mm_out_dtype_ok is not False:
+        try:
+            out = torch.mm(a, b.t(), out_dtype=torch.float32)
+            _mm_out_dtype_ok = True
+            return out
+        except (TypeError, RuntimeError, NotImplementedError):
+            _mm_out_dtype_ok = False
+    return a.float() @ b.float().t()
 
 
 def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dtype: torch.dtype = torch.bfloat16,
@@ -249,19 +263,12 @@ def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dty
     elif beta != 0.0:
         raise ValueError("beta: nonzero beta needs out= (it is read as C)")
 
+    la, lb = SCALE_LAYOUTS[a.scale_layout], SCALE_LAYOUTS[b.scale_layout]
     if backend == "reference" or not a.device.type == "cuda":
-        acc = (_decode_rowwise(a, torch.float32).double() @ _decode_rowwise(b, torch.float32).double().t())
+        acc = (decode_stored(a.rowwise, la, torch.float32).double()
+               @ decode_stored(b.rowwise, lb, torch.float32).double().t())
     else:
-        global _mm_out_dtype_ok
-        da, db = _decode_rowwise(a, torch.bfloat16), _decode_rowwise(b, torch.bfloat16)
-        if _mm_out_dtype_ok is not False:
-            try:
-                acc = torch.mm(da, db.t(), out_dtype=torch.float32)
-                _mm_out_dtype_ok = True
-            except (TypeError, RuntimeError, NotImplementedError):
-                _mm_out_dtype_ok = False
-        if not _mm_out_dtype_ok:
-            acc = da.float() @ db.float().t()  # exact products in FP32 (and in TF32: <= 2 significant bits)
+        acc = mm_fp32(decode_stored(a.rowwise, la, torch.bfloat16), decode_stored(b.rowwise, lb, torch.bfloat16))
     if out is not None and beta != 0.0:
         acc = acc + beta * out.reshape(m, n).to(acc.dtype)
     if bias is not None:

@@ -23,8 +23,6 @@ starting on a 256-byte boundary (`packed_layout`). One allocation instead of thr
 """
 from __future__ import annotations
 
-import os
-
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -33,7 +31,15 @@ from . import _C
 from ._format import swizzled_shape
 
 __all__ = ["DTYPE_CODE", "packed_layout", "packed_nbytes", "unpack", "dequantize", "swizzle", "quantize", "gemm", "linear_fwd", "linear_bwd",
-           "LinearConfig", "gemm_workspace_bytes"]
+           "LinearConfig", "gemm_workspace_bytes", "gemm_env_key", "TOKEN_ALIGN"]
+
+# Rows of the token axis are padded to this before a columnwise quantization: the token axis
+# is the K of the wgrad GEMM, and native FP4 GEMMs need K % 32 == 0 (so does an MXFP4 block).
+# Zero rows change no amax, no block scale and no product. Padding to the same multiple on
+# every backend keeps the stochastic-rounding bits (counted by element index in the padded
+# transpose) the same on every GPU. Token counts that are multiples of 32 (the usual case)
+# are not copied. (nvfp4.nn.Linear and nvfp4.nn.emulated.)
+TOKEN_ALIGN = 32
 
 #: nvfp4_dtype_t codes of the C API.
 DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
@@ -100,24 +106,16 @@ def _addresses(base: int, rows: int, cols: int) -> Tuple[int, int, int]:
 # ------------------------------------------------------------------------------ GEMM workspace sizes
 _WS: dict = {}
 
-# The environment variables the library reads on each GEMM call that can change which
-# kernel or graph runs, and so the workspace it needs (tests/python/test_ops.py checks this
-# list against the getenv calls of src/gemm). They are part of every workspace-size key, so
-# a cached size cannot outlive a change of them.
-GEMM_ENV = ("NVFP4_CUDNN_PATH", "NVFP4_CUDNN_EPILOGUE", "NVFP4_SM90_SMALL_M", "NVFP4_SM90_SMALL_M_KERNEL",
-            "NVFP4_SM90_SWIZZLE", "NVFP4_SM90_RASTER", "NVFP4_SM90_TILE", "NVFP4_SM90_STREAM_SPLIT",
-            "NVFP4_SM90_STREAM_PREFETCH", "NVFP4_SM90_STREAM_AFIRST")
-
-
-def gemm_env_key() -> tuple:
-    env = os.environ
-    return tuple(env.get(n) for n in GEMM_ENV)
+# The GEMM environment (nvfp4_gemm_env_key: the variables the library reads on each GEMM
+# call that can change the kernel, and so the workspace) is part of every workspace-size
+# key, so a cached size cannot outlive a change of them.
+gemm_env_key = _C.gemm_env_key
 
 
 def gemm_workspace_bytes(m, n, k, backend: int, out_dtype: torch.dtype, bias_dtype, has_c: bool,
                          device: torch.device, dev: Tuple[int, int, int]) -> int:
     """The workspace the library asks for this problem, asked once per problem and GEMM
-    environment (GEMM_ENV): shapes, dtypes, backend, device and those variables."""
+    environment (gemm_env_key): shapes, dtypes, backend, device and those variables."""
     key = (m, n, k, backend, out_dtype, bias_dtype, has_c, device, gemm_env_key())
     v = _WS.get(key)
     if v is None:

@@ -17,7 +17,7 @@ to within FP32 accumulation, as the fused Hopper path does. MXFP4 values of magn
 The weight is quantized from the master weight (not from an autocast copy), as the fused
 path does. Orientations: fprop quantizes X and W along K; dgrad quantizes dY along N and W along N
 (its columnwise orientation); wgrad quantizes dYᵀ and Xᵀ along the token axis, which is
-zero-padded to a multiple of 32 first (nvfp4.nn.linear.TOKEN_ALIGN; zero rows change no scale
+zero-padded to a multiple of 32 first (nvfp4._ops.TOKEN_ALIGN; zero rows change no scale
 and no product). The Hadamard transform on the wgrad operands is applied by the quantizer
 and cancels in the product (the decoded operands stay in the transformed domain,
 padding included).
@@ -30,26 +30,24 @@ regions (emulated_linear is excluded from tracing).
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 import torch.nn.functional as F
 
 from .. import _C
 from .._format import SCALE_LAYOUTS, global_decode_scale
-from .._mx import quantize_mxfp4
+from .._mx import MXFP4Tensor, decode_stored, mm_fp32, quantize_mxfp4
+from .._ops import TOKEN_ALIGN
 from .._quantize import quantize
 from .._tensor import _stream
 from .recipe import QuantConfig, Recipe, layer_seed
 
 __all__ = ["EmulatedLinearFn", "emulated_linear", "check_shapes"]
 
-TOKEN_ALIGN = 32
 _LINEAR = SCALE_LAYOUTS["linear"]
 #: Operand order for the per-operand SR streams.
 RECIPE_OPERANDS = ("x", "w", "dy", "wgrad_dy", "wgrad_x")
-_mm_out_dtype_ok: Optional[bool] = None
 
 
 def check_shapes(r: Recipe, in_features: int, out_features: int) -> None:
@@ -69,14 +67,13 @@ def _decode(q, columnwise: bool, dtype: torch.dtype) -> Tuple[torch.Tensor, torc
     """One stored orientation of q, decoded without its per-tensor scale: (values [rows,
     width] as stored, padding included; alpha, a float32 [1] tensor)."""
     d = q.columnwise if columnwise else q.rowwise
-    rows, width = d.data.shape[0], d.data.shape[1] * 2
-    out = torch.empty((rows, width), dtype=dtype, device=d.data.device)
-    if hasattr(d, "amax"):  # NVFP4: decode with S_enc = 1 (amax 2688), the real 1 / S_enc as alpha
-        one = torch.full((1,), 2688.0, dtype=torch.float32, device=d.data.device)
-        _C.dequantize(d.data, d.scales.view(torch.uint8), one, _LINEAR, out, _stream(out.device))
-        return out, global_decode_scale(d.amax)
-    _C.mx_dequantize(d.data, d.scales.view(torch.uint8), _LINEAR, out, _stream(out.device))
-    return out, torch.ones((1,), dtype=torch.float32, device=d.data.device)
+    if isinstance(q, MXFP4Tensor):  # no per-tensor scale
+        return decode_stored(d, _LINEAR, dtype), torch.ones((1,), dtype=torch.float32, device=d.data.device)
+    # NVFP4: decoded with S_enc = 1 (amax 2688), the real 1 / S_enc as alpha
+    out = torch.empty((d.data.shape[0], d.data.shape[1] * 2), dtype=dtype, device=d.data.device)
+    one = torch.full((1,), 2688.0, dtype=torch.float32, device=d.data.device)
+    _C.dequantize(d.data, d.scales.view(torch.uint8), one, _LINEAR, out, _stream(out.device))
+    return out, global_decode_scale(d.amax)
 
 
 def _quantize(t: torch.Tensor, c: QuantConfig, columnwise: bool, seed: int, offset: int, rht_signs):
@@ -98,18 +95,7 @@ def _operand(t, c: QuantConfig, columnwise: bool, seed: int, offset: int, rht_si
 
 def _mm(a: torch.Tensor, b: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     """(a · bᵀ) * alpha in FP32; a, b hold decoded values (exact in BF16)."""
-    global _mm_out_dtype_ok
-    if a.is_cuda and a.dtype == torch.bfloat16:
-        if _mm_out_dtype_ok is None:
-            try:
-                torch.mm(a[:1], b[:1].t(), out_dtype=torch.float32)
-                _mm_out_dtype_ok = True
-            except (TypeError, RuntimeError, NotImplementedError):
-                _mm_out_dtype_ok = False
-        if _mm_out_dtype_ok:
-            return torch.mm(a, b.t(), out_dtype=torch.float32) * alpha
-    # FP32 (TF32 too is exact here: decoded values have at most 6 significant bits)
-    return (a.float() @ b.float().t()) * alpha
+    return mm_fp32(a, b) * alpha
 
 
 def _dequantized(q, columnwise: bool) -> torch.Tensor:

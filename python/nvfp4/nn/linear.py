@@ -39,12 +39,7 @@ __all__ = ["Linear", "TOKEN_ALIGN", "WEIGHT_REUSE_MODES"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
-# Rows of the token axis are padded to this before a columnwise quantization: the token axis
-# is the K of the wgrad GEMM, and native FP4 GEMMs need K % 32 == 0. Zero rows change no
-# amax, no block scale and no product. Padding to the same multiple on every backend keeps
-# the stochastic-rounding bits (counted by element index in the padded transpose) the same
-# on every GPU. Token counts that are multiples of 32 (the usual case) are not copied.
-TOKEN_ALIGN = 32
+TOKEN_ALIGN = _ops.TOKEN_ALIGN  # the token-axis padding before a columnwise quantization
 
 #: Values of Linear.weight_reuse: None (quantize W on every forward), "store" (quantize and
 #: keep it), "reuse" (use the kept quantization: later micro-batches of one optimizer step).
