@@ -6,13 +6,16 @@ the same run:
 - bf16:      nn.Linear under BF16 autocast;
 - nvfp4:     every block's Linear converted with nvfp4.nn (recipe --recipe);
 - fakequant: the same recipe written with torch ops only (FakeQuantLinear below): quantize
-             and dequantize in FP32 torch code, BF16 matmuls, the BF16 input saved.
+             and dequantize in FP32 torch code, BF16 matmuls, the BF16 input saved;
+- fp8, fp8_delayed (on request, --variants): every block's Linear converted to the FP8
+             baseline recipes (E4M3 forward, E5M2 gradients, torch._scaled_mm).
 A step is forward + backward + fused AdamW. Times are medians over --steps steps after
 --warmup (CUDA events on the GPU). Also: bytes each Linear keeps for its backward pass
 (saved-tensor hooks; plus a memory_allocated delta on the GPU), and peak memory per step.
 
     python3 bench/bench_train_step.py                               # GPU, ~85M parameters, eager
     python3 bench/bench_train_step.py --size 400m --modes eager,compile,reduce-overhead --profile
+    python3 bench/bench_train_step.py --size 400m --variants bf16,fp8 --no-memory
     python3 bench/bench_train_step.py --smoke                       # CPU, toy size
     python3 bench/bench_train_step.py --json out.json
 """
@@ -37,6 +40,7 @@ import nvfp4  # noqa: E402
 import nvfp4.nn as nn4  # noqa: E402
 
 FLT_MAX = torch.finfo(torch.float32).max
+FP8_VARIANTS = ("fp8", "fp8_delayed")  # converted with nvfp4.nn.convert(model, name)
 
 
 # ------------------------------------------------------------------------------ fake quantization in torch
@@ -371,6 +375,8 @@ def main(argv=None):
                 nn4.convert(model, a.recipe_obj, include="blocks.*")
             elif name == "fakequant":
                 fakequant_convert(model, a.recipe_obj)
+            elif name in FP8_VARIANTS:
+                nn4.convert(model, name, include="blocks.*")
             elif name != "bf16":
                 ap.error(f"--variants: unknown variant {name!r}")
             if mode != "eager":
@@ -402,6 +408,10 @@ def main(argv=None):
     ratios = {}
     for mode in modes:
         b, q = rows.get(f"bf16/{mode}", {}), rows.get(f"nvfp4/{mode}", {})
+        for f8 in FP8_VARIANTS:
+            r8 = rows.get(f"{f8}/{mode}", {})
+            if "step_ms" in b and "step_ms" in r8:
+                ratios[f"{f8}_over_bf16_step_time/{mode}"] = r8["step_ms"] / b["step_ms"]
         if "step_ms" in b and "step_ms" in q:
             ratios[f"nvfp4_over_bf16_step_time/{mode}"] = q["step_ms"] / b["step_ms"]
             ratios[f"nvfp4_over_bf16_first_step/{mode}"] = q["first_step_s"] / max(b["first_step_s"], 1e-9)
