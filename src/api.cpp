@@ -417,7 +417,7 @@ NVFP4_API const char* nvfp4_build_cuda_archs(void) { return NVFP4_CUDA_ARCHS_STR
 // calls there; debug, trace and cache-size knobs are left out).
 NVFP4_API const char* nvfp4_gemm_env_key(void) {
   static const char* const kNames[] = {
-      "NVFP4_CUDNN_PATH",          "NVFP4_CUDNN_EPILOGUE",      "NVFP4_SM90_SMALL_M",
+      "NVFP4_CUDNN_PATH",          "NVFP4_CUDNN_EPILOGUE",      "NVFP4_CUDNN_AUTOTUNE",      "NVFP4_SM90_SMALL_M",
       "NVFP4_SM90_SMALL_M_KERNEL", "NVFP4_SM90_SWIZZLE",        "NVFP4_SM90_RASTER",
       "NVFP4_SM90_TILE",           "NVFP4_SM90_STREAM_SPLIT",   "NVFP4_SM90_STREAM_PREFETCH",
       "NVFP4_SM90_STREAM_AFIRST"};

@@ -189,7 +189,8 @@ NVFP4_API int nvfp4_cuda_device_count(void);
 /* Compute capability of device `device` as major*10+minor, or 0. Never fails. */
 NVFP4_API int nvfp4_cuda_device_cc(int device);
 /* The values of the environment variables that steer GEMM dispatch on each call (kernel,
- * tile or cuDNN graph choices: NVFP4_CUDNN_PATH, NVFP4_CUDNN_EPILOGUE, NVFP4_SM90_*), as
+ * tile or cuDNN graph choices: NVFP4_CUDNN_PATH, NVFP4_CUDNN_EPILOGUE, NVFP4_CUDNN_AUTOTUNE,
+ * NVFP4_SM90_*), as
  * one string "NAME=value;..." of those that are set. nvfp4_gemm_workspace_size's answer
  * depends on the problem and on this string only: a cache of workspace sizes keyed by the
  * problem must include it. Valid until the next call on this thread. Never fails. */

@@ -21,6 +21,10 @@ FP4 graph):
   - graph cache: one build per shape and dtype, reused after (NVFP4_CUDNN_DEBUG=1 logs
     each build to stderr); threads share it safely;
   - a missing cuDNN is a clear error;
+  - plan choice: with the candidates timed on the first call (the default) and with the
+    heuristic's first choice (NVFP4_CUDNN_AUTOTUNE=0), results within the bound and
+    run-to-run identical; a first call inside CUDA graph capture keeps its plan; a bad
+    NVFP4_CUDNN_AUTOTUNE is refused by name;
   - the separate-epilogue graph (matmul to fp32, then nvfp4's own alpha/bias/beta*C kernel,
     which runs where cuDNN refuses the fused epilogue) is forced with
     NVFP4_CUDNN_EPILOGUE=separate and held to the same bound, also on Hopper.
@@ -412,6 +416,81 @@ def test_cudnn_separate_epilogue(monkeypatch, m, n, k, out_dtype):
         exact = (a.double() @ b.double().t()).to(out_dtype)
         got = run(nvfp4.quantize(a), nvfp4.quantize(b), "cudnn", out_dtype)
         assert torch.equal(got, exact), f"separate epilogue vs exact: {first_mismatch(got.float(), exact.float())}"
+
+
+@needs_cudnn
+@pytest.mark.parametrize("autotune", ["0", "1", "8"])
+@pytest.mark.parametrize("epilogue", ["fused", "separate"])
+def test_cudnn_plan_choice(monkeypatch, capfd, autotune, epilogue):
+    """Each plan-choice mode: within the bound of float64, and the chosen plan kept (two
+    more calls give the same bits). With timing on, NVFP4_CUDNN_DEBUG reports the timed
+    plans and the choice once per graph."""
+    monkeypatch.setenv("NVFP4_CUDNN_AUTOTUNE", autotune)
+    monkeypatch.setenv("NVFP4_CUDNN_DEBUG", "1")
+    if epilogue == "separate":
+        monkeypatch.setenv("NVFP4_CUDNN_EPILOGUE", "separate")
+    # a shape no other test uses, so the graph is built (and its plan chosen) here
+    m, n, k = 520 + int(autotune), 776, 1024
+    qa, qb = make(m, n, k, seed=21)
+    r, s = reference(qa, qb)
+    got = run(qa, qb, "cudnn", torch.bfloat16)
+    want, tol = bound(r, s, k, torch.bfloat16)
+    check_within(got, want, tol, f"cudnn, NVFP4_CUDNN_AUTOTUNE={autotune}, {epilogue} epilogue")
+    for _ in range(2):
+        again = run(qa, qb, "cudnn", torch.bfloat16)
+        assert torch.equal(again, got), "cudnn: a later call ran another plan: " + first_mismatch(again.float(),
+                                                                                               got.float())
+    err = capfd.readouterr().err
+    chosen = [l for l in err.splitlines() if f"M={m} N={n} K={k}" in l and "chose #" in l]
+    if autotune == "0":
+        assert not chosen, err
+    else:
+        built = [l for l in err.splitlines() if "built graph" in l and f"M={m} N={n} K={k}" in l]
+        assert built, err
+        # one line when more than one plan built; a graph with a single plan is not timed
+        assert len(chosen) <= 1, err
+
+
+@needs_cudnn
+def test_cudnn_plan_choice_first_call_in_graph_capture(monkeypatch):
+    """A graph whose first call is captured into a CUDA graph cannot time its plans: the
+    capture succeeds, the replay matches the bound, and later eager calls run the same plan
+    (bit-identical to the replay)."""
+    monkeypatch.setenv("NVFP4_CUDNN_AUTOTUNE", "8")
+    m, n, k = 264, 520, 512  # not used elsewhere: its first call is the captured one
+    qa, qb = make(m, n, k, seed=23)
+    r, s = reference(qa, qb)
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    # The graph is built (no plan chosen yet) by the workspace query, outside the capture:
+    # building a cuDNN plan is not a stream operation that capture allows.
+    from nvfp4 import _ops
+    _ops.gemm_workspace_bytes(m, n, k, BACKENDS["cudnn"], torch.bfloat16, None, False, out.device,
+                              _ops._device(out))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        with torch.cuda.graph(graph, stream=side):
+            nvfp4.gemm(qa, qb, backend="cudnn", out=out)
+    torch.cuda.current_stream().wait_stream(side)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    want, tol = bound(r, s, k, torch.bfloat16)
+    check_within(out, want, tol, "cudnn, first call captured, replayed")
+    eager = run(qa, qb, "cudnn", torch.bfloat16)
+    assert torch.equal(eager, out), "cudnn: eager after capture ran another plan: " + \
+        first_mismatch(eager.float(), out.float())
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "65", "1.5"])
+def test_cudnn_autotune_refuses_bad_values(monkeypatch, value):
+    if not _supported("cudnn"):
+        pytest.skip("needs a CUDA GPU and cuDNN 9 for the cudnn backend")
+    monkeypatch.setenv("NVFP4_CUDNN_AUTOTUNE", value)
+    qa, qb = make(128, 128, 128, seed=3)
+    with pytest.raises(Exception, match="NVFP4_CUDNN_AUTOTUNE"):
+        run(qa, qb, "cudnn", torch.float32)
 
 
 @needs_cudnn

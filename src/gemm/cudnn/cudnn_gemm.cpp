@@ -26,6 +26,19 @@
 //   this library was installed into (nvidia/cudnn/lib, nvidia/cu13/lib, nvidia/cu12/lib,
 //   nvidia/cudnn_jit/lib).
 //
+// Which engine runs: cuDNN's heuristics rank the plans of a graph, and their first choice
+// is not always the fastest (H100, cuDNN 9.19, the Hopper BF16 graph with the fused
+// epilogue at 8192^3: the first choice ran at 0.69 of cuBLAS, the second at 0.97;
+// bench/bench_cudnn_plans.py times every plan). So by default the first
+// NVFP4_CUDNN_AUTOTUNE (default 8) plans that build are timed on the first call of each
+// graph, on the caller's operands and stream (one warm-up and three timed runs each, one
+// host synchronization per plan, once), and the fastest is kept with the graph. Every
+// candidate is deterministic and accumulates in FP32, so any choice meets the same error
+// bound, but two processes may choose differently and then differ in the last bits.
+// NVFP4_CUDNN_AUTOTUNE=0 runs the heuristic's first choice (the same engine in every
+// process). A first call made while the stream is being captured into a CUDA graph cannot
+// time anything: it takes the first candidate, and that choice stays with the graph.
+//
 // Graphs are built once per (shape, dtypes, epilogue, path, cc, device, handle) and kept
 // in a bounded LRU cache shared by all threads; each thread has its own cuDNN handle per
 // device (a handle must not be used by two threads at once), so a cached graph is only
@@ -36,6 +49,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -189,12 +203,13 @@ struct Key {
   bool has_c, has_bias;
   Path path;
   bool fused;  // epilogue inside the graph (else: matmul to fp32, then gemm_epilogue)
+  int candidates;  // plans built for timing (0: the heuristic's first choice only)
   int cc, device;
   cudnnHandle_t handle;
   bool operator==(const Key& o) const {
     return m == o.m && n == o.n && k == o.k && d_dtype == o.d_dtype && c_dtype == o.c_dtype &&
            bias_dtype == o.bias_dtype && has_c == o.has_c && has_bias == o.has_bias && path == o.path &&
-           fused == o.fused && cc == o.cc && device == o.device && handle == o.handle;
+           fused == o.fused && candidates == o.candidates && cc == o.cc && device == o.device && handle == o.handle;
   }
 };
 
@@ -206,7 +221,8 @@ struct KeyHash {
     mix(uint64_t(k.n));
     mix(uint64_t(k.k));
     mix(uint64_t(k.d_dtype) | uint64_t(k.c_dtype) << 8 | uint64_t(k.bias_dtype) << 16 | uint64_t(k.has_c) << 24 |
-        uint64_t(k.has_bias) << 25 | uint64_t(k.path) << 26 | uint64_t(k.fused) << 28);
+        uint64_t(k.has_bias) << 25 | uint64_t(k.path) << 26 | uint64_t(k.fused) << 28 |
+        uint64_t(uint32_t(k.candidates)) << 32);
     mix(uint64_t(k.cc) << 32 | uint32_t(k.device));
     mix(reinterpret_cast<uintptr_t>(k.handle));
     return h;
@@ -218,8 +234,13 @@ using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 struct Entry {
   fe::graph::Graph graph;
   TensorPtr a, b, sfa, sfb, alpha, beta, c, bias, d;
-  int64_t workspace = 0;
+  int64_t workspace = 0;  // the largest of the candidates' workspaces
   bool deterministic = true;
+  std::vector<int64_t> candidates;  // built plan indices, in the heuristics' order (empty: not tuned)
+  // The plan that runs: -1 until the first call has timed the candidates. Written and read
+  // only by the thread that owns the graph's handle (see the top of the file).
+  int64_t chosen = -1;
+  std::string timings;  // for NVFP4_CUDNN_DEBUG
 };
 
 fe::DataType_t fe_dtype(nvfp4_dtype_t t) {
@@ -330,11 +351,41 @@ std::shared_ptr<Entry> build_graph(const Key& key, cudnnHandle_t handle, bool de
            NVFP4_ERROR_NOT_SUPPORTED);
   if (deterministic) graph.deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
   check_fe(graph.check_support(), "no engine supports this graph", NVFP4_ERROR_NOT_SUPPORTED);
+  e->deterministic = deterministic;
+  if (key.candidates > 0) {
+    // The first `candidates` plans that build (a plan that declines, or that the filter
+    // above bars, is skipped), each kept with its own workspace size.
+    const int64_t count = graph.get_execution_plan_count();
+    for (int64_t i = 0; i < count && int64_t(e->candidates.size()) < key.candidates; ++i) {
+      if (graph.build_plan_at_index(i).is_bad()) continue;
+      int64_t ws = 0;
+      if (graph.get_workspace_size_plan_at_index(i, ws).is_bad()) continue;
+      e->candidates.push_back(i);
+      e->workspace = std::max(e->workspace, ws);
+    }
+    if (e->candidates.size() > 1) return e;
+    // One plan or none built: nothing to choose between, the heuristic path below decides.
+    e->candidates.clear();
+    e->workspace = 0;
+  }
   check_fe(graph.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "building the plan",
            NVFP4_ERROR_NOT_SUPPORTED);
   check_fe(graph.get_workspace_size(e->workspace), "workspace query", NVFP4_ERROR_CUDNN);
-  e->deterministic = deterministic;
   return e;
+}
+
+// NVFP4_CUDNN_AUTOTUNE: plans timed on the first call of each graph (0: none, the
+// heuristic's first choice). Read on every call; it is part of the graph key.
+int autotune_candidates() {
+  const char* v = std::getenv("NVFP4_CUDNN_AUTOTUNE");
+  if (v == nullptr || *v == 0) return 8;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (end == v || *end != 0 || n < 0 || n > 64)
+    raise(NVFP4_ERROR_INVALID_ARGUMENT,
+          std::string("NVFP4_CUDNN_AUTOTUNE: must be an integer from 0 (the heuristic's first choice) to 64 "
+                      "(plans timed on the first call), got '") + v + "'");
+  return static_cast<int>(n);
 }
 
 std::shared_ptr<Entry> build(const Key& key, cudnnHandle_t handle) {
@@ -386,6 +437,14 @@ class GraphCache {
       lru_.pop_back();
     }
     return e;
+  }
+
+ void log_choice(const Key& key, const Entry& e) {
+    const char* dbg = std::getenv("NVFP4_CUDNN_DEBUG");
+    if (!dbg || !*dbg || *dbg == '0') return;
+    std::fprintf(stderr, "nvfp4 cudnn: M=%lld N=%lld K=%lld (%s epilogue): %s\n", static_cast<long long>(key.m),
+                 static_cast<long long>(key.n), static_cast<long long>(key.k), key.fused ? "fused" : "separate",
+                 e.timings.c_str());
   }
 
  private:
@@ -448,6 +507,58 @@ struct Prepared {
   Workspace ws;
 };
 
+// Times e's candidate plans on this call's operands (warm-up, then three runs between two
+// events on the caller's stream) and keeps the fastest in e.chosen; ties go to the
+// heuristics' order. While the stream is being captured nothing can be timed: the first
+// candidate is kept. Plans that fail to execute are skipped; if all fail, the error of
+// the first is raised.
+void choose_plan(Entry& e, cudnnHandle_t handle, std::unordered_map<TensorPtr, void*>& pack, void* ws,
+                 cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  if (capture != cudaStreamCaptureStatusNone) {
+    e.chosen = e.candidates.front();
+    e.timings = "chosen without timing (first call inside CUDA graph capture)";
+    return;
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  if (cudaError_t err = cudaEventCreate(&stop); err != cudaSuccess) {
+    cudaEventDestroy(start);
+    check_cuda(err, "cudaEventCreate");
+  }
+  float best = 0.0f;
+  int64_t best_plan = -1;
+  std::string first_error, timings;
+  for (int64_t plan : e.candidates) {
+    fe::error_t r = e.graph.execute_plan_at_index(handle, pack, ws, plan);
+    float ms = 0.0f;
+    for (int it = 0; it < 3 && r.is_good(); ++it) {
+      if (it == 0 && cudaEventRecord(start, stream) != cudaSuccess) break;
+      r = e.graph.execute_plan_at_index(handle, pack, ws, plan);
+    }
+    const bool timed = r.is_good() && cudaEventRecord(stop, stream) == cudaSuccess &&
+                       cudaEventSynchronize(stop) == cudaSuccess && cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
+    if (!timed) {
+      if (first_error.empty())
+        first_error = r.is_bad() ? r.get_message() : std::string(cudaGetErrorString(cudaGetLastError()));
+      (void)cudaGetLastError();
+      timings += " #" + std::to_string(plan) + " failed;";
+      continue;
+    }
+    timings += " #" + std::to_string(plan) + " " + std::to_string(ms / 3.0f * 1000.0f) + " us;";
+    if (best_plan < 0 || ms < best) {
+      best = ms;
+      best_plan = plan;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (best_plan < 0) raise(NVFP4_ERROR_CUDNN, "cudnn: no candidate plan executed: " + first_error);
+  e.chosen = best_plan;
+  e.timings = "plans timed:" + timings + " chose #" + std::to_string(best_plan);
+}
+
 bool separate_epilogue_forced() {
   const char* v = std::getenv("NVFP4_CUDNN_EPILOGUE");
   return v != nullptr && std::strcmp(v, "separate") == 0;
@@ -480,10 +591,11 @@ void check_native(const GemmJob& job) {
                                            names[i] + " is not");
 }
 
-Key make_key(const GemmJob& job, Path path, bool fused, int cc, int device, cudnnHandle_t handle) {
+Key make_key(const GemmJob& job, Path path, bool fused, int candidates, int cc, int device, cudnnHandle_t handle) {
   const bool has_c = job.c != nullptr && job.beta != 0.0f;
   return Key{job.m, job.n, job.k, int(job.d_dtype), has_c ? int(job.c_dtype) : 0,
-             job.bias ? int(job.bias_dtype) : 0, has_c, job.bias != nullptr, path, fused, cc, device, handle};
+             job.bias ? int(job.bias_dtype) : 0, has_c, job.bias != nullptr, path, fused, candidates, cc, device,
+             handle};
 }
 
 Path path_for(const GemmJob& job, int cc) {
@@ -508,10 +620,11 @@ Prepared prepare(const GemmJob& job, int cc) {
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   p.handle = thread_handle(device);
   p.fused = !separate_epilogue_forced();
-  if (p.fused) p.entry = cache().get(make_key(job, p.path, true, cc, device, p.handle), p.handle);
+  const int candidates = autotune_candidates();
+  if (p.fused) p.entry = cache().get(make_key(job, p.path, true, candidates, cc, device, p.handle), p.handle);
   if (!p.entry) {
     p.fused = false;
-    p.entry = cache().get(make_key(job, p.path, false, cc, device, p.handle), p.handle);
+    p.entry = cache().get(make_key(job, p.path, false, candidates, cc, device, p.handle), p.handle);
   }
 
   const bool has_c = job.c != nullptr && job.beta != 0.0f;
@@ -586,7 +699,7 @@ nvfp4_status_t cudnn_check_graphs(int cc, int* checked) {
           for (int fused = 0; fused < 2; ++fused) {
             const bool has_c = (epi & 1) != 0, has_bias = (epi & 2) != 0;
             Key key{pr.m, pr.n, pr.k, int(d), has_c ? int(d) : 0, has_bias ? int(NVFP4_DTYPE_FLOAT32) : 0,
-                    has_c, has_bias, path, fused != 0, cc, 0, nullptr};
+                    has_c, has_bias, path, fused != 0, 0, cc, 0, nullptr};
             std::shared_ptr<Entry> e = define_graph(key);
             fe::error_t err = e->graph.validate();
             if (err.is_bad())
@@ -662,7 +775,18 @@ nvfp4_status_t cudnn_gemm(const GemmJob& job, int cc, void* workspace, size_t wo
     cudnnStatus_t s = fe::detail::set_stream(p.handle, reinterpret_cast<cudaStream_t>(stream));
     if (s != CUDNN_STATUS_SUCCESS)
       raise(NVFP4_ERROR_CUDNN, std::string("cudnn: cudnnSetStream failed: ") + fe::detail::get_error_string(s));
-    check_fe(e.graph.execute(p.handle, pack, ws + p.ws.graph), "execute", NVFP4_ERROR_CUDNN);
+    Entry& entry = *p.entry;
+    if (entry.candidates.empty()) {
+      check_fe(e.graph.execute(p.handle, pack, ws + p.ws.graph), "execute", NVFP4_ERROR_CUDNN);
+    } else {
+      if (entry.chosen < 0) {
+        choose_plan(entry, p.handle, pack, ws + p.ws.graph, reinterpret_cast<cudaStream_t>(stream));
+        cache().log_choice(make_key(job, p.path, p.fused, static_cast<int>(entry.candidates.size()), cc, 0, p.handle),
+                           entry);
+      }
+      check_fe(e.graph.execute_plan_at_index(p.handle, pack, ws + p.ws.graph, entry.chosen), "execute",
+               NVFP4_ERROR_CUDNN);
+    }
     if (p.fused) return NVFP4_SUCCESS;
     GemmEpilogue epi;
     epi.acc = reinterpret_cast<const float*>(ws + p.ws.acc);
