@@ -118,6 +118,31 @@ def test_cast_bit_exact_with_cpu(dtype, fmt):
 
 
 @needs_fp8
+@pytest.mark.parametrize("shape", [(513, 304), (16, 4096), (4096, 16), (1, 48), (33, 1)])
+@pytest.mark.parametrize("fmt", [E4M3, E5M2], ids=["e4m3", "e5m2"])
+def test_cast_transposed_pair(shape, fmt):
+    """quantize_fp8(transposed=True): q equal to the CPU cast, qᵀ contiguous and equal to q
+    transposed byte for byte, compiled (one kernel) and not."""
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(*shape, generator=g) * 30).bfloat16()
+    x.view(-1)[0] = float("nan")
+    s = F8.current_scale(F8.tensor_amax(x.view(-1)[1:]), F8.fp8_max(fmt))
+    want = F8.quantize_fp8(x, s, fmt).view(torch.uint8)
+    nan = torch.isnan(want.view(fmt).float())
+    for compiled in (False, True):
+        q, qt = F8.quantize_fp8(x.to(DEV), s.to(DEV), fmt, compiled=compiled, transposed=True)
+        assert q.dtype == fmt and qt.dtype == fmt and qt.is_contiguous()
+        assert tuple(qt.shape) == (shape[1], shape[0])
+        qb, qtb = q.cpu().view(torch.uint8), qt.cpu().view(torch.uint8)
+        assert torch.equal(qb[~nan], want[~nan]), f"compiled={compiled}: q differs from the CPU cast"
+        assert torch.equal(torch.isnan(q.cpu().float()), nan)
+        assert torch.equal(qtb, qb.t()), f"compiled={compiled}: qT is not q transposed"
+    assert not F8._compile_failed, "the compiled cast fell back to unfused ops (see the RuntimeWarning)"
+    with pytest.raises(ValueError, match="t: transposed"):
+        F8.quantize_fp8(x.to(DEV).reshape(1, *shape), s.to(DEV), fmt, transposed=True)
+
+
+@needs_fp8
 @pytest.mark.parametrize("algo", ["max", "most_recent"])
 def test_delayed_state_matches_cpu(algo):
     recipe = F8.get_fp8_recipe("fp8_delayed").replace(amax_history_len=5, amax_compute_algo=algo, margin=1.0)

@@ -187,41 +187,57 @@ def _cast_eager(t: torch.Tensor, scale: torch.Tensor, fmax: float, dtype: torch.
     return (t.float() * scale).clamp(-fmax, fmax).to(dtype)
 
 
-_compiled_casts: dict = {}  # (input dtype, format, rank, scale rank, grad mode, autocast) -> compiled cast
+def _cast_pair_eager(t: torch.Tensor, scale: torch.Tensor, fmax: float, dtype: torch.dtype):
+    """(q, qᵀ contiguous) of a 2D t; compiled, both come from one read of t."""
+    q = (t.float() * scale).clamp(-fmax, fmax).to(dtype)
+    return q, q.t().contiguous()
+
+
+# (cast, input dtype, format, rank, scale rank, grad mode, autocast) -> compiled cast
+_compiled_casts: dict = {}
 _compile_failed = False
 
 
-def _compiled_cast_for(key):
-    """One compiled copy of _cast_eager per key, each its own code object: dynamo keeps at
-    most 8 graphs per code object, and input dtypes x formats x ranks x grad mode x
-    autocast would exceed it in one (a training step calls the cast in all of them); within
-    a key only size-1 dimensions can add graphs."""
+def _compiled_cast_for(key, fn):
+    """One compiled copy of fn per key, each its own code object: dynamo keeps at most 8
+    graphs per code object, and input dtypes x formats x ranks x grad mode x autocast would
+    exceed it in one (a training step calls the cast in all of them); within a key only
+    size-1 dimensions can add graphs."""
     if key not in _compiled_casts:
-        code = _cast_eager.__code__.replace(co_name=f"_cast_fp8_{len(_compiled_casts)}")
-        fn = types.FunctionType(code, _cast_eager.__globals__, code.co_name)
-        _compiled_casts[key] = torch.compile(fn, dynamic=True, fullgraph=True)
+        code = fn.__code__.replace(co_name=f"_cast_fp8_{len(_compiled_casts)}")
+        f = types.FunctionType(code, fn.__globals__, code.co_name)
+        _compiled_casts[key] = torch.compile(f, dynamic=True, fullgraph=True)
     return _compiled_casts[key]
 
 
-def quantize_fp8(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, compiled: bool = False) -> torch.Tensor:
+def quantize_fp8(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, compiled: bool = False,
+                 transposed: bool = False):
     """fp8(clamp(t * scale, -max, max)), computed in FP32 (the product rounds once to FP32,
     the cast rounds to nearest even; NaN stays NaN, its sign bit unspecified: CPU and
     GPU arithmetic propagate NaN signs differently, so a NaN code may be 0x7f or 0xff).
     compiled: one fused kernel on CUDA via torch.compile (the same values: a multiply, a
-    clamp and a cast, no reassociation)."""
+    clamp and a cast, no reassociation).
+    transposed: t is 2D; return (q, qᵀ) with qᵀ contiguous, the layout the other GEMMs of a
+    Linear read (compiled: written by the same kernel that writes q, from one read of t;
+    otherwise a byte copy of q)."""
     global _compile_failed
+    if transposed and t.dim() != 2:
+        raise ValueError(f"t: transposed=True needs a 2D tensor, got shape {tuple(t.shape)}")
     fmax = fp8_max(dtype)
     if compiled and t.is_cuda and not _compile_failed:
         try:
             # detached (no autograd state, no view base to guard on); grad mode and autocast
             # are part of dynamo's guards, so they are part of the key too
-            key = (t.dtype, dtype, t.dim(), scale.dim(), torch.is_grad_enabled(), torch.is_autocast_enabled("cuda"))
-            return _compiled_cast_for(key)(t.detach(), scale.detach(), fmax, dtype)
+            key = (transposed, t.dtype, dtype, t.dim(), scale.dim(), torch.is_grad_enabled(),
+                   torch.is_autocast_enabled("cuda"))
+            fn = _compiled_cast_for(key, _cast_pair_eager if transposed else _cast_eager)
+            return fn(t.detach(), scale.detach(), fmax, dtype)
         except Exception as e:  # no Triton, an unsupported GPU, ...: same values, unfused
             _compile_failed = True
             warnings.warn(f"nvfp4.nn.fp8: torch.compile of the FP8 cast failed ({type(e).__name__}: {e}); "
                           "using unfused torch ops", RuntimeWarning)
-    return _cast_eager(t, scale, fmax, dtype)
+    q = _cast_eager(t, scale, fmax, dtype)
+    return (q, _t(q)) if transposed else q
 
 
 def dequantize_fp8(q: torch.Tensor, scale_inv: torch.Tensor) -> torch.Tensor:
@@ -242,8 +258,9 @@ class _Plan:
     update: bool  # delayed scaling: update and record the history (training forwards)
 
 
-def _quantize_role(t, role, dtype, plan: _Plan, history, scale) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(q, scale_inv) of t for one role, with the recipe's scaling."""
+def _quantize_role(t, role, dtype, plan: _Plan, history, scale, transposed: bool = False):
+    """(q, scale_inv) of t for one role, with the recipe's scaling; (q, qᵀ, scale_inv) with
+    transposed=True."""
     r = plan.recipe
     fmax = fp8_max(dtype)
     if r.scaling == "current":
@@ -254,8 +271,8 @@ def _quantize_role(t, role, dtype, plan: _Plan, history, scale) -> Tuple[torch.T
         s = scale[role].clone()  # the value used now, whatever later steps do to the buffer
         if plan.update:
             history[role, 0].copy_(tensor_amax(t))
-    q = quantize_fp8(t, s, dtype, compiled=r.compile_cast and not plan.emulate)
-    return q, 1.0 / s
+    q = quantize_fp8(t, s, dtype, compiled=r.compile_cast and not plan.emulate, transposed=transposed)
+    return (*q, 1.0 / s) if transposed else (q, 1.0 / s)
 
 
 def _mm(a, a_sinv, b, b_sinv, out_dtype, emulate: bool, fast_accum: bool) -> torch.Tensor:
@@ -280,15 +297,24 @@ class _FP8LinearFn(torch.autograd.Function):
         pad = (-m) % _ALIGN if (need_dw and not plan.emulate) else 0
         with torch.autocast(x.device.type, enabled=False):
             xp = F.pad(x2, (0, 0, 0, pad)) if pad else x2
-            qx, sx_inv = _quantize_role(xp, ROLE_X, r.fwd_dtype, plan, history, scale)
-            qw, sw_inv = _quantize_role(weight, ROLE_W, r.fwd_dtype, plan, history, scale)
+            # Each operand once, in both layouts where the backward needs its transpose
+            # (wgrad reads Xᵀ, dgrad Wᵀ): one kernel instead of a cast and a transpose copy.
+            qxt = qwt = None
+            if need_dw:
+                qx, qxt, sx_inv = _quantize_role(xp, ROLE_X, r.fwd_dtype, plan, history, scale, transposed=True)
+            else:
+                qx, sx_inv = _quantize_role(xp, ROLE_X, r.fwd_dtype, plan, history, scale)
+            if need_dx:
+                qw, qwt, sw_inv = _quantize_role(weight, ROLE_W, r.fwd_dtype, plan, history, scale, transposed=True)
+            else:
+                qw, sw_inv = _quantize_role(weight, ROLE_W, r.fwd_dtype, plan, history, scale)
             # With a bias the GEMM's FP32 result takes the bias in FP32 and is rounded once.
             y = _mm(qx, sx_inv, qw, sw_inv, cdt if bias is None else torch.float32, plan.emulate, r.fast_accum_fprop)
             if pad:
                 y = y[:m]
             if bias is not None:
                 y = (y + bias.float()).to(cdt)
-        ctx.save_for_backward(qx if need_dw else None, qw if need_dx else None, sx_inv, sw_inv)
+        ctx.save_for_backward(qxt, qwt, sx_inv, sw_inv)
         # The delayed-scaling state is shared by every step and updated in place (dY's role by
         # this backward): held by reference, not saved, so that later forwards may update it
         # before this backward runs (gradient accumulation, recomputation).
@@ -302,7 +328,7 @@ class _FP8LinearFn(torch.autograd.Function):
         plan = ctx.plan
         r = plan.recipe
         x_shape, m, n, pad, cdt, w_dtype, b_dtype = ctx.meta
-        qx, qw, sx_inv, sw_inv = ctx.saved_tensors
+        qxt, qwt, sx_inv, sw_inv = ctx.saved_tensors  # Xᵀ, Wᵀ (contiguous)
         history, scale = ctx.state
         need_dx, need_dw, need_db = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
         dx = dw = db = None
@@ -310,14 +336,18 @@ class _FP8LinearFn(torch.autograd.Function):
             dy2 = dy.reshape(-1, n)
             if need_dx or need_dw:
                 dyp = F.pad(dy2, (0, 0, 0, pad)) if pad else dy2
-                qdy, sdy_inv = _quantize_role(dyp.contiguous(), ROLE_DY, r.bwd_dtype, plan, history, scale)
+                if need_dw:
+                    qdy, qdyt, sdy_inv = _quantize_role(dyp.contiguous(), ROLE_DY, r.bwd_dtype, plan, history, scale,
+                                                        transposed=True)
+                else:
+                    qdy, sdy_inv = _quantize_role(dyp.contiguous(), ROLE_DY, r.bwd_dtype, plan, history, scale)
             if need_dx:
                 # dX = dY·W: W's transpose is the second operand
-                dx = _mm(qdy, sdy_inv, _t(qw), sw_inv, cdt, plan.emulate, False)
+                dx = _mm(qdy, sdy_inv, qwt, sw_inv, cdt, plan.emulate, False)
                 dx = (dx[:m] if pad else dx).reshape(x_shape)
             if need_dw:
                 # dW = dYᵀ·X, inner dimension the (padded) token axis
-                dw = _mm(_t(qdy), sdy_inv, _t(qx), sx_inv, torch.float32, plan.emulate, False).to(w_dtype)
+                dw = _mm(qdyt, sdy_inv, qxt, sx_inv, torch.float32, plan.emulate, False).to(w_dtype)
             if need_db:
                 db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
         return dx, dw, db, None, None, None
