@@ -298,6 +298,24 @@ NB_MODULE(_C, m) {
           check(nvfp4_quantize(&in, &cfg, ra ? &row : nullptr, ca ? &col : nullptr, stream_of(stream)));
         });
 
+  // fp8_cast_raw(x, dtype, rows, cols, format, margin, scale, q, qt, scale_inv, amax,
+  //              device_type, device_id, stream): nvfp4_fp8_cast on raw addresses (0: absent;
+  //              scale, scale_inv and amax are float32 [1]).
+  m.def("fp8_cast_raw",
+        [](uintptr_t x, int dtype, int64_t rows, int64_t cols, int format, float margin, uintptr_t scale, uintptr_t q,
+           uintptr_t qt, uintptr_t scale_inv, uintptr_t amax, int dev_type, int dev_id, uintptr_t stream) {
+          nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), rows, cols, dev_type, dev_id);
+          nvfp4_tensor_t tq = raw2(q, NVFP4_DTYPE_UINT8, rows, cols, dev_type, dev_id);
+          nvfp4_tensor_t tqt = raw2(qt, NVFP4_DTYPE_UINT8, cols, rows, dev_type, dev_id);
+          nvfp4_tensor_t ts = raw1(scale, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id);
+          nvfp4_tensor_t tsi = raw1(scale_inv, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id);
+          nvfp4_tensor_t ta = raw1(amax, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id);
+          nvfp4_fp8_config_t cfg{static_cast<nvfp4_fp8_format_t>(format), margin, scale ? &ts : nullptr};
+          nb::gil_scoped_release nogil;
+          check(nvfp4_fp8_cast(&in, &cfg, q ? &tq : nullptr, qt ? &tqt : nullptr, scale_inv ? &tsi : nullptr,
+                               amax ? &ta : nullptr, stream_of(stream)));
+        });
+
   // gemm_raw(a (data, scales, amax), b (...), m, n, k, layout, c, c_dtype, bias, bias_dtype, beta,
   //          d, d_dtype, backend, workspace, workspace_bytes, device_type, device_id, stream);
   // with workspace_bytes == -1 it only returns the workspace size the call needs.

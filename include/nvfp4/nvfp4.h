@@ -203,6 +203,31 @@ NVFP4_API const char* nvfp4_status_string(nvfp4_status_t status);
 /* The message of the last failed call on this thread ("" if none). */
 NVFP4_API const char* nvfp4_last_error(void);
 
+/* ---- FP8 cast: the per-tensor-scaled FP8 operands of the FP8 baseline recipes ----
+ * q = fp8(clamp(float(x) * s, -max, max)): the product rounded once to fp32, the clamp
+ * keeping NaN, the conversion rounding to nearest even (max = 448 for E4M3, 57344 for
+ * E5M2); a NaN stays NaN with its sign unspecified.
+ * Scaling: cfg->scale null: current scaling, s = fl(fl(max * 2^-margin) / amax) with amax =
+ *   max |x| (written to *amax first, which is then required); s = FLT_MAX where that
+ *   quotient is inf, s = 1 where amax is 0, inf or NaN.
+ *   cfg->scale set: delayed scaling, s = scale[0], read when the cast runs; *amax (if
+ *   given) still receives max |x| (for an amax history).
+ * x: [rows, cols] row-major float32/float16/bfloat16, cols % 16 == 0 (CUDA: 16-byte
+ * aligned). Outputs on x's device, each optional but q or qt required: q [rows, cols] and
+ * qt [cols, rows] (x transposed), uint8 holding the FP8 bytes; scale_inv float32 [1] = 1/s;
+ * amax float32 [1] (NaN if x holds a NaN). No host synchronization. */
+typedef enum { NVFP4_FP8_E4M3 = 0, NVFP4_FP8_E5M2 = 1 } nvfp4_fp8_format_t;
+
+typedef struct {
+  nvfp4_fp8_format_t format;
+  float margin;                /* current scaling only: s = max * 2^-margin / amax */
+  const nvfp4_tensor_t* scale; /* optional float32 [1]: delayed scaling */
+} nvfp4_fp8_config_t;
+
+NVFP4_API nvfp4_status_t nvfp4_fp8_cast(const nvfp4_tensor_t* x, const nvfp4_fp8_config_t* cfg, nvfp4_tensor_t* q,
+                                        nvfp4_tensor_t* qt, nvfp4_tensor_t* scale_inv, nvfp4_tensor_t* amax,
+                                        nvfp4_stream_t stream);
+
 /* ---- GEMM runners: what this build can run where ----
  * Every way this library computes a GEMM is one runner: a backend, an operand format, an
  * architecture family, the CUDA targets its kernels were compiled for, a shape rule and a

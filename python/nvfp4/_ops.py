@@ -162,6 +162,51 @@ def _run_gemm(a: Tuple[int, int, int], b: Tuple[int, int, int], m, n, k, d: torc
 lib = torch.library.Library("nvfp4", "DEF")
 
 
+# ------------------------------------------------------------------------------ FP8 cast
+# The per-tensor-scaled FP8 cast of the FP8 baseline recipes (nvfp4.nn.fp8): q and/or its
+# transpose from one read of x, 1/s and max |x|, with current (scale absent) or delayed
+# (scale given) scaling. See nvfp4_fp8_cast.
+lib.define("fp8_cast(Tensor x, int format, float margin, Tensor? scale, bool rowwise, bool transposed) -> Tensor[]")
+
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)  # format codes 0 and 1
+
+
+def _fp8_outputs(x, format, rowwise, transposed):
+    rows, cols = x.shape
+    dt = FP8_DTYPES[format]
+    q = torch.empty((rows, cols) if rowwise else (0,), dtype=dt, device=x.device)
+    qt = torch.empty((cols, rows) if transposed else (0,), dtype=dt, device=x.device)
+    scale_inv = torch.empty((), dtype=torch.float32, device=x.device)
+    amax = torch.empty((), dtype=torch.float32, device=x.device)
+    return q, qt, scale_inv, amax
+
+
+def _fp8_cast_impl(x, format, margin, scale, rowwise, transposed):
+    _need_2d("x", x)
+    if format not in (0, 1):
+        raise ValueError(f"format: 0 (E4M3) or 1 (E5M2), got {format}")
+    if x.dtype not in DTYPE_CODE:
+        raise ValueError(f"x: dtype must be float32, float16 or bfloat16, got {x.dtype}")
+    x = x.contiguous()
+    if x.is_cuda and x.data_ptr() % 16:
+        x = x.clone()  # the kernels read 16-byte chunks; a fresh allocation is aligned
+    q, qt, scale_inv, amax = _fp8_outputs(x, format, rowwise, transposed)
+    dt, di, st = _device(x)
+    _C.fp8_cast_raw(x.data_ptr(), DTYPE_CODE[x.dtype], x.shape[0], x.shape[1], format, margin,
+                    0 if scale is None else scale.data_ptr(), q.data_ptr() if rowwise else 0,
+                    qt.data_ptr() if transposed else 0, scale_inv.data_ptr(), amax.data_ptr(), dt, di, st)
+    return [q, qt, scale_inv, amax]
+
+
+def _fp8_cast_fake(x, format, margin, scale, rowwise, transposed):
+    return list(_fp8_outputs(x, format, rowwise, transposed))
+
+
+for _k in ("CPU", "CUDA"):
+    lib.impl("fp8_cast", lambda *a: _fp8_cast_impl(*a), _k)
+torch.library.register_fake("nvfp4::fp8_cast", _fp8_cast_fake, lib=lib)
+
+
 # ------------------------------------------------------------------------------ quantize
 lib.define("quantize(Tensor x, int block, int rounding, int rht, int sign_mask, int seed, int offset, "
            "Tensor? offset_device, bool rowwise, bool columnwise) -> Tensor[]")

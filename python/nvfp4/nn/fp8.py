@@ -38,6 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import _C
+from .. import _ops  # noqa: F401  (registers torch.ops.nvfp4.fp8_cast)
+
 __all__ = ["FP8Recipe", "FP8_RECIPES", "get_fp8_recipe", "FP8Linear", "fp8_max", "tensor_amax", "current_scale",
            "delayed_scale_update", "quantize_fp8", "dequantize_fp8", "fp8_supported"]
 
@@ -66,8 +69,12 @@ class FP8Recipe:
     fast_accum_fprop: torch._scaled_mm's use_fast_accum for the forward GEMM (faster,
     TransformerEngine's default for fprop); dgrad and wgrad always accumulate exactly in FP32.
     emulate: run the GEMMs by emulation even on a GPU with FP8 (for checks).
-    compile_cast: on CUDA, fuse scale-multiply, clamp and cast into one kernel with
-    torch.compile (falls back to eager ops, with a warning, where that is unavailable).
+    fused_cast: on CUDA, quantize each operand with nvfp4's own kernels (nvfp4_fp8_cast:
+    an amax pass, then one pass that writes the operand and its transpose and 1/s; no
+    Python-side scale arithmetic); the same bytes as the torch-op path.
+    compile_cast: where fused_cast is off or cannot run (a build without CUDA kernels),
+    fuse scale-multiply, clamp and cast into one kernel with torch.compile
+    (falls back to eager ops, with a warning, where that is unavailable).
     """
 
     name: str = "fp8"
@@ -79,6 +86,7 @@ class FP8Recipe:
     margin: float = 0.0
     fast_accum_fprop: bool = True
     emulate: bool = False
+    fused_cast: bool = True
     compile_cast: bool = True
 
     def __post_init__(self):
@@ -98,7 +106,7 @@ class FP8Recipe:
         if not isinstance(self.margin, (int, float)) or isinstance(self.margin, bool) or not math.isfinite(self.margin) \
                 or self.margin < 0:
             raise ValueError(f"margin: must be a finite number >= 0, got {self.margin!r}")
-        for f in ("fast_accum_fprop", "emulate", "compile_cast"):
+        for f in ("fast_accum_fprop", "emulate", "fused_cast", "compile_cast"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"{f}: must be a bool, got {getattr(self, f)!r}")
         return self
@@ -258,10 +266,26 @@ class _Plan:
     update: bool  # delayed scaling: update and record the history (training forwards)
 
 
+_FORMAT_CODE = {torch.float8_e4m3fn: 0, torch.float8_e5m2: 1}
+_HAS_CUDA_KERNELS = bool(_C.build_cuda_archs())
+
+
 def _quantize_role(t, role, dtype, plan: _Plan, history, scale, transposed: bool = False):
     """(q, scale_inv) of t for one role, with the recipe's scaling; (q, qᵀ, scale_inv) with
     transposed=True."""
     r = plan.recipe
+    if r.fused_cast and not plan.emulate and _HAS_CUDA_KERNELS and t.is_cuda and t.dim() == 2 and \
+            t.shape[1] % 16 == 0:
+        # One op: amax, scale, the cast (and its transpose), 1/s; the delayed scale is read on
+        # the device when the cast runs (after the update below), as the clone would hold it.
+        if r.scaling == "delayed" and plan.update:
+            delayed_scale_update(history, scale, role, fp8_max(dtype), r.margin, r.amax_compute_algo)
+        q, qt, s_inv, amax = torch.ops.nvfp4.fp8_cast(t, _FORMAT_CODE[dtype], 0.0,
+                                                      scale[role] if r.scaling == "delayed" else None, True,
+                                                      transposed)
+        if r.scaling == "delayed" and plan.update:
+            history[role, 0].copy_(amax)
+        return (q, qt, s_inv) if transposed else (q, s_inv)
     fmax = fp8_max(dtype)
     if r.scaling == "current":
         s = current_scale(tensor_amax(t), fmax)

@@ -1,0 +1,84 @@
+// CPU reference of nvfp4_fp8_cast: the arithmetic the CUDA kernels must match bit for bit
+// (fp32 product, clamp that keeps NaN, round to nearest even into E4M3 / E5M2).
+#include <cmath>
+#include <cstring>
+
+#include "core/common.h"
+#include "fp8_internal.h"
+
+namespace nvfp4::detail {
+namespace {
+
+float load(const void* x, nvfp4_dtype_t dt, int64_t i) {
+  switch (dt) {
+    case NVFP4_DTYPE_FLOAT32: return static_cast<const float*>(x)[i];
+    case NVFP4_DTYPE_BFLOAT16: {
+      const uint32_t b = uint32_t(static_cast<const uint16_t*>(x)[i]) << 16;
+      float f;
+      std::memcpy(&f, &b, 4);
+      return f;
+    }
+    default: return core::fp16_to_float(static_cast<const uint16_t*>(x)[i]);
+  }
+}
+
+// |a| rounded to nearest even into a format with `man` mantissa bits and exponent bias
+// `bias`; a is finite, >= 0 and at most the format's largest value.
+uint8_t encode_magnitude(double a, int man, int bias) {
+  if (a == 0.0) return 0;
+  const double min_normal = std::ldexp(1.0, 1 - bias);
+  if (a < min_normal) {  // subnormal quantum 2^(1 - bias - man); k may reach 2^man (= min normal)
+    return static_cast<uint8_t>(std::nearbyint(a / std::ldexp(1.0, 1 - bias - man)));
+  }
+  int e = 0;
+  std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
+  e -= 1;             // a in [2^e, 2^(e+1))
+  double k = std::nearbyint(a / std::ldexp(1.0, e - man));  // in [2^man, 2^(man+1)]
+  if (k >= std::ldexp(1.0, man + 1)) {
+    k /= 2;
+    e += 1;
+  }
+  return static_cast<uint8_t>(((e + bias) << man) | (static_cast<int>(k) - (1 << man)));
+}
+
+uint8_t fp8_encode(float v, bool e5m2) {
+  if (std::isnan(v)) return 0x7f;  // a NaN of either format (the sign of a NaN is unspecified)
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const double a = std::fabs(static_cast<double>(v));
+  return sign | (e5m2 ? encode_magnitude(a, 2, 15) : encode_magnitude(a, 3, 7));
+}
+
+}  // namespace
+
+nvfp4_status_t cpu_fp8_cast(const Fp8Job& job) {
+  const int64_t n = job.rows * job.cols;
+  float s = 1.0f;
+  if (job.scale == nullptr || job.amax != nullptr) {
+    float m = 0.0f;
+    bool nan = false;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = std::fabs(load(job.x, job.dtype, i));
+      if (std::isnan(v)) nan = true;
+      else if (v > m) m = v;
+    }
+    const float amax = nan ? std::nanf("") : m;
+    if (job.amax) *job.amax = amax;
+    if (job.scale == nullptr) s = fp8_current_scale(job.scaled_max, amax);
+  }
+  if (job.scale != nullptr) s = *job.scale;
+  if (job.scale_inv) *job.scale_inv = 1.0f / s;
+  const float fmax = job.fmax;
+  for (int64_t r = 0; r < job.rows; ++r)
+    for (int64_t c = 0; c < job.cols; ++c) {
+      float v = load(job.x, job.dtype, r * job.cols + c) * s;
+      if (!std::isnan(v)) v = v < -fmax ? -fmax : (v > fmax ? fmax : v);
+      const uint8_t b = fp8_encode(v, job.e5m2);
+      if (job.q) job.q[r * job.cols + c] = b;
+      if (job.qt) job.qt[c * job.rows + r] = b;
+    }
+  return NVFP4_SUCCESS;
+}
+
+}  // namespace nvfp4::detail

@@ -1,0 +1,44 @@
+// Internal interface of the FP8 cast (api_fp8.cpp) with its CPU reference (cpu/fp8.cpp)
+// and CUDA kernels (quant/fp8.cu). Plain pointers only: api_fp8.cpp has validated every
+// descriptor before a job reaches a backend.
+#pragma once
+
+#include <cstdint>
+
+#include "core/common.h"
+#include "internal.h"
+#include "nvfp4/nvfp4.h"
+
+namespace nvfp4::detail {
+
+// x [rows, cols] row-major. Current scaling (scale == nullptr): amax is written first, then
+// s = fl(scaled_max / amax) (FLT_MAX where that is inf; 1 where amax is 0, inf or NaN).
+// Delayed scaling: s = *scale, read when the cast runs; amax is written when not null.
+struct Fp8Job {
+  const void* x = nullptr;
+  nvfp4_dtype_t dtype = NVFP4_DTYPE_FLOAT32;
+  int64_t rows = 0, cols = 0;
+  bool e5m2 = false;
+  float fmax = 448.0f;        // largest finite value of the format
+  float scaled_max = 448.0f;  // fmax * 2^-margin, rounded once to fp32
+  const float* scale = nullptr;
+  uint8_t* q = nullptr;       // [rows, cols] or null
+  uint8_t* qt = nullptr;      // [cols, rows] or null
+  float* scale_inv = nullptr; // [1] or null
+  float* amax = nullptr;      // [1]; required with current scaling
+};
+
+// The scale of current scaling, as the C API documents it (host and device share it).
+NVFP4_HD float fp8_current_scale(float scaled_max, float amax) {
+  float s = scaled_max / amax;
+  if (s > 3.40282346638528859812e+38f) s = 3.40282346638528859812e+38f;  // +inf -> FLT_MAX
+  const bool ok = amax > 0.0f && amax <= 3.40282346638528859812e+38f;  // false for 0, inf, NaN
+  return ok ? s : 1.0f;
+}
+
+nvfp4_status_t cpu_fp8_cast(const Fp8Job& job);
+#if defined(NVFP4_WITH_CUDA)
+nvfp4_status_t cuda_fp8_cast(const Fp8Job& job, nvfp4_stream_t stream);
+#endif
+
+}  // namespace nvfp4::detail

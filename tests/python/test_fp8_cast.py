@@ -1,0 +1,186 @@
+"""nvfp4_fp8_cast (torch.ops.nvfp4.fp8_cast), the FP8 baseline's fused cast.
+
+CPU (CI): the C reference against the torch-op path of nvfp4.nn.fp8 (tensor_amax,
+current_scale, quantize_fp8, 1/s) bit for bit — q, its transpose, 1/s and amax — for both
+formats, float32/float16/bfloat16 inputs, odd row counts, zeros, NaN, inf, huge and
+subnormal values, current and delayed scaling; the refusals by parameter name.
+GPU: the CUDA kernels against the CPU reference bit for bit (NaN bytes by position only:
+their sign is unspecified), outputs poisoned first and fully written, and FP8Linear with
+the fused cast bit-identical to the torch-op path (forward, dgrad, wgrad, delayed state).
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import nvfp4  # noqa: F401  (registers the ops)
+from nvfp4 import _C, _ops
+from nvfp4.nn import fp8 as F8
+from nvfp4.nn.fp8 import FP8Linear
+from conftest import first_mismatch
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+FMT = {E4M3: 0, E5M2: 1}
+HAS_GPU = torch.cuda.is_available() and bool(_C.build_cuda_archs())
+needs_gpu = pytest.mark.skipif(not (HAS_GPU and F8.fp8_supported()[0]),
+                               reason="needs a CUDA GPU with FP8 and a CUDA build of nvfp4")
+
+
+def sample(rows, cols, dtype, seed, special=True):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g) * torch.exp2(torch.randint(-20, 20, (rows, 1), generator=g).float())
+    if special and rows * cols >= 8:
+        flat = x.view(-1)
+        flat[1] = 0.0
+        flat[2] = -0.0
+        flat[3] = 1e-40 if dtype == torch.float32 else 1e-7  # subnormal input (fp32) / tiny
+        flat[4] = -3e38 if dtype == torch.float32 else -6e4
+        flat[5] = 5e-8
+    return x.to(dtype)
+
+
+def torch_path(x, fmt, scale=None):
+    """(q, scale_inv, amax) as nvfp4.nn.fp8's torch ops compute them."""
+    amax = F8.tensor_amax(x)
+    s = F8.current_scale(amax, F8.fp8_max(fmt)) if scale is None else scale
+    return F8.quantize_fp8(x, s, fmt), 1.0 / s, amax
+
+
+def same_fp8(got, want, what):
+    gb, wb = got.view(torch.uint8), want.view(torch.uint8)
+    gn, wn = torch.isnan(got.float()), torch.isnan(want.float())
+    assert torch.equal(gn, wn), f"{what}: NaN positions differ"
+    if not torch.equal(gb[~wn], wb[~wn]):
+        d = (gb.int() - wb.int()).masked_fill(wn, 0)
+        raise AssertionError(f"{what}: bytes differ: {first_mismatch(d.float(), torch.zeros_like(d.float()))}")
+
+
+def same_float(got, want, what):
+    g, w = got.float().reshape(()), want.float().reshape(())
+    if torch.isnan(w):
+        assert torch.isnan(g), f"{what}: want NaN, got {g.item()}"
+    else:
+        assert g.view(torch.int32) == w.view(torch.int32), f"{what}: got {g.item()!r}, want {w.item()!r}"
+
+
+@pytest.mark.parametrize("fmt", [E4M3, E5M2], ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["f32", "f16", "bf16"])
+@pytest.mark.parametrize("shape", [(1, 16), (7, 48), (33, 160), (130, 64)])
+def test_cpu_matches_torch_path(fmt, dtype, shape):
+    x = sample(*shape, dtype, seed=shape[0] * 7 + shape[1])
+    q, qt, s_inv, amax = torch.ops.nvfp4.fp8_cast(x, FMT[fmt], 0.0, None, True, True)
+    want_q, want_sinv, want_amax = torch_path(x, fmt)
+    assert q.dtype == fmt and qt.dtype == fmt and tuple(qt.shape) == (shape[1], shape[0])
+    same_fp8(q, want_q, "q")
+    assert torch.equal(qt.view(torch.uint8), q.view(torch.uint8).t()), "qt is not q transposed"
+    same_float(s_inv, want_sinv, "scale_inv")
+    same_float(amax, want_amax, "amax")
+
+
+@pytest.mark.parametrize("fmt", [E4M3, E5M2], ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("case", ["zeros", "nan", "inf", "tiny", "huge_scale"])
+def test_cpu_special_tensors(fmt, case):
+    x = torch.randn(5, 32) * 3
+    if case == "zeros":
+        x.zero_()  # amax 0: s = 1
+    elif case == "nan":
+        x[2, 7] = float("nan")  # amax NaN: s = 1, the NaN stays NaN
+    elif case == "inf":
+        x[0, 0] = float("inf")  # amax inf: s = 1, inf clamps to max
+    elif case == "tiny":
+        x *= 1e-38  # max / amax overflows fp32: s = FLT_MAX
+    scale = torch.tensor(1e30) if case == "huge_scale" else None  # delayed: products beyond max clamp
+    q, qt, s_inv, amax = torch.ops.nvfp4.fp8_cast(x, FMT[fmt], 0.0, scale, True, True)
+    want_q, want_sinv, want_amax = torch_path(x, fmt, scale)
+    same_fp8(q, want_q, case)
+    same_fp8(qt, want_q.t().contiguous(), case + " (transposed)")
+    same_float(s_inv, want_sinv, case + " scale_inv")
+    same_float(amax, want_amax, case + " amax")
+
+
+def test_cpu_margin_and_outputs_optional():
+    x = sample(9, 32, torch.bfloat16, seed=4)
+    q, qt, s_inv, _ = torch.ops.nvfp4.fp8_cast(x, 0, 2.0, None, True, False)
+    assert qt.numel() == 0
+    s = F8.current_scale(F8.tensor_amax(x), 448.0, margin=2.0)
+    same_fp8(q, F8.quantize_fp8(x, s, E4M3), "margin 2")
+    same_float(s_inv, 1.0 / s, "margin 2 scale_inv")
+    q, qt, _, _ = torch.ops.nvfp4.fp8_cast(x, 1, 0.0, None, False, True)
+    assert q.numel() == 0 and tuple(qt.shape) == (32, 9)
+
+
+def test_cpu_refusals():
+    x = torch.randn(4, 32)
+    with pytest.raises(ValueError, match="format"):
+        torch.ops.nvfp4.fp8_cast(x, 2, 0.0, None, True, False)
+    with pytest.raises(ValueError, match="x: cols must be a multiple of 16"):
+        torch.ops.nvfp4.fp8_cast(torch.randn(4, 24), 0, 0.0, None, True, False)
+    with pytest.raises(ValueError, match="x: dtype"):
+        torch.ops.nvfp4.fp8_cast(torch.randn(4, 32).double(), 0, 0.0, None, True, False)
+    with pytest.raises(ValueError, match="q/qt"):
+        torch.ops.nvfp4.fp8_cast(x, 0, 0.0, None, False, False)
+    with pytest.raises(ValueError, match="cfg.margin"):
+        torch.ops.nvfp4.fp8_cast(x, 0, float("nan"), None, True, False)
+    with pytest.raises(ValueError, match="x: the nvfp4 ops take 2D"):
+        torch.ops.nvfp4.fp8_cast(torch.randn(2, 4, 32), 0, 0.0, None, True, False)
+
+
+# ----------------------------------------------------------------------------- GPU
+@needs_gpu
+@pytest.mark.parametrize("fmt", [E4M3, E5M2], ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["f32", "f16", "bf16"])
+@pytest.mark.parametrize("shape", [(1, 16), (7, 48), (33, 160), (1000, 304), (4096, 1024)])
+@pytest.mark.parametrize("delayed", [False, True])
+def test_gpu_matches_cpu(fmt, dtype, shape, delayed):
+    x = sample(*shape, dtype, seed=shape[0] + 3 * shape[1])
+    scale = torch.tensor(37.5) if delayed else None
+    want = torch.ops.nvfp4.fp8_cast(x, FMT[fmt], 0.0, scale, True, True)
+    xd = x.cuda()
+    # outputs poisoned first: the op allocates them, so run it through the raw entry point
+    q = torch.full(shape, 0xAB, dtype=torch.uint8, device="cuda")
+    qt = torch.full((shape[1], shape[0]), 0xAB, dtype=torch.uint8, device="cuda")
+    sc = torch.full((2,), float("nan"), device="cuda")
+    sd = scale.cuda() if delayed else None
+    dt, di, st = _ops._device(xd)
+    _C.fp8_cast_raw(xd.data_ptr(), _ops.DTYPE_CODE[dtype], shape[0], shape[1], FMT[fmt], 0.0,
+                    0 if sd is None else sd.data_ptr(), q.data_ptr(), qt.data_ptr(), sc.data_ptr(),
+                    sc.data_ptr() + 4, dt, di, st)
+    torch.cuda.synchronize()
+    same_fp8(q.cpu().view(fmt), want[0], "q")
+    same_fp8(qt.cpu().view(fmt), want[1], "qt")
+    same_float(sc[0].cpu(), want[2], "scale_inv")
+    same_float(sc[1].cpu(), want[3], "amax")
+    got = torch.ops.nvfp4.fp8_cast(xd, FMT[fmt], 0.0, sd, True, True)  # the op itself
+    same_fp8(got[0].cpu(), want[0], "op q")
+    same_fp8(got[1].cpu(), want[1], "op qt")
+
+
+@needs_gpu
+@pytest.mark.parametrize("recipe", ["fp8", "fp8_delayed"])
+def test_gpu_fp8linear_fused_equals_torch_path(recipe):
+    """The same layer and data through the fused cast and through the torch-op casts: the
+    same forward output, dgrad, wgrad and delayed-scaling state, bit for bit, over steps."""
+    torch.manual_seed(0)
+    base = torch.nn.Linear(256, 384, bias=True)
+    layers = {}
+    for fused in (True, False):
+        lin = FP8Linear.from_linear(copy.deepcopy(base), F8.get_fp8_recipe(recipe).replace(fused_cast=fused)).cuda()
+        layers[fused] = lin
+    for step in range(3):
+        x = (torch.randn(200, 256) * (step + 1)).cuda()
+        outs = {}
+        for fused, lin in layers.items():
+            xi = x.clone().requires_grad_(True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y = lin(xi)
+            y.float().square().sum().backward()
+            outs[fused] = (y.detach(), xi.grad, lin.weight.grad.clone(), lin.bias.grad.clone())
+            lin.weight.grad = None
+            lin.bias.grad = None
+        for name, a, b in zip(("y", "dx", "dw", "db"), outs[True], outs[False]):
+            assert torch.equal(a, b), f"step {step}: {name} differs: {first_mismatch(a.float(), b.float())}"
+        if recipe == "fp8_delayed":
+            for buf in ("fp8_amax_history", "fp8_scale"):
+                assert torch.equal(getattr(layers[True], buf), getattr(layers[False], buf)), f"step {step}: {buf}"
