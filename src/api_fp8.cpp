@@ -15,14 +15,21 @@ using namespace nvfp4::detail;
 
 namespace {
 
+// A float32 scalar (one element, any rank): 4-byte alignment is enough here, also on CUDA
+// (a slot of a scale or amax-history buffer), unlike the 16 bytes of other tensors.
 void check_scalar(const nvfp4_tensor_t& ref, const nvfp4_tensor_t* t, const char* name) {
-  check_descriptor(t, name);
-  if (t->dtype != NVFP4_DTYPE_FLOAT32)
-    invalid(std::string(name) + ": dtype must be float32, got " + dtype_name(t->dtype));
-  if (numel(*t) != 1) invalid(std::string(name) + ": must hold exactly one element, got shape " + shape_str(*t));
+  const std::string n(name);
+  if (!t) invalid(n + ": null descriptor");
+  if (t->ndim < 0 || t->ndim > NVFP4_MAX_DIMS) invalid(n + ": ndim " + std::to_string(t->ndim) + " out of range");
+  if (enum_bits(t->dtype) != NVFP4_DTYPE_FLOAT32)
+    invalid(n + ": dtype must be float32, got code " + std::to_string(enum_bits(t->dtype)));
+  for (int i = 0; i < t->ndim; ++i)
+    if (t->shape[i] != 1) invalid(n + ": must hold exactly one element, got shape " + shape_str(*t));
+  const int64_t dev = enum_bits(t->device_type);
+  if (dev != NVFP4_DEVICE_CPU && dev != NVFP4_DEVICE_CUDA) invalid(n + ": unknown device type " + std::to_string(dev));
   check_same_device(ref, t, name);
-  if (reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0)
-    invalid(std::string(name) + ": must be 4-byte aligned");
+  if (!t->data) invalid(n + ": null data pointer");
+  if (reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0) invalid(n + ": must be 4-byte aligned");
 }
 
 void check_bytes(const nvfp4_tensor_t& ref, const nvfp4_tensor_t* t, const char* name, int64_t r, int64_t c) {

@@ -23,7 +23,8 @@
  *        strides (strides of size-1 dimensions are ignored);
  *      . alignment: CUDA pointers (tensors and the GEMM workspace) 16 bytes; CPU pointers
  *        the size of one element (4 bytes for float32, 2 for float16/bfloat16, 8 for
- *        float64, none for uint8/E4M3); cfg.offset_device 8 bytes;
+ *        float64, none for uint8/E4M3); cfg.offset_device 8 bytes; the float32 scalars of
+ *        nvfp4_fp8_cast (cfg.scale, scale_inv, amax) 4 bytes on either device;
  *      . outputs share no byte with the inputs or with each other (nvfp4_gemm's c may be
  *        d itself), and the GEMM workspace overlaps none of the operands.
  *    What cannot be checked is the caller's promise: that each pointer addresses memory
