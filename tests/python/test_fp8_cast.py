@@ -143,7 +143,7 @@ def test_gpu_matches_cpu(fmt, dtype, shape, delayed):
     qt = torch.full((shape[1], shape[0]), 0xAB, dtype=torch.uint8, device="cuda")
     sc = torch.full((2,), float("nan"), device="cuda")  # scale_inv, then amax 4 bytes after it
     # the delayed scale as FP8Linear passes it: one slot of a buffer (4-byte aligned only)
-    sd = torch.cat([torch.zeros(1), scale]).cuda()[1] if delayed else None
+    sd = torch.cat([torch.zeros(1), scale.reshape(1)]).cuda()[1] if delayed else None
     dt, di, st = _ops._device(xd)
     _C.fp8_cast_raw(xd.data_ptr(), _ops.DTYPE_CODE[dtype], shape[0], shape[1], FMT[fmt], 0.0,
                     0 if sd is None else sd.data_ptr(), q.data_ptr(), qt.data_ptr(), sc.data_ptr(),
