@@ -12,7 +12,7 @@ if(NVFP4_WITH_CUDA)
   target_link_libraries(nvfp4_test_api PRIVATE CUDA::cudart_static)
 endif()
 
-foreach(_case IN ITEMS args hardening caps cpu_roundtrip gpu_roundtrip)
+foreach(_case IN ITEMS args hardening caps cpu_roundtrip fp8 gpu_roundtrip)
   add_test(NAME nvfp4_api_${_case} COMMAND nvfp4_test_api ${_case})
   # 77: "skipped" (gpu_roundtrip without a usable GPU), reported as such by ctest.
   set_tests_properties(nvfp4_api_${_case} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "api")

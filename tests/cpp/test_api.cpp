@@ -1401,6 +1401,66 @@ int gpu_entry() {
 
 }  // namespace
 
+// nvfp4_fp8_cast on the CPU: values worked out by hand from the format definitions, the
+// transposed output, both scaling modes and the refusals by name.
+int test_fp8() {
+  const int64_t R = 2, C = 16;
+  std::vector<float> x(R * C, 0.0f);
+  x[0] = 2.0f;                 // amax: s = 448 / 2 = 224
+  x[1] = -1.0f;                // -224 -> E4M3 -224 = 0xf6 (1.75 * 2^7)
+  x[2] = 0.00390625f;          // 2^-8 * 224 = 0.875 -> 0x36 (1.75 * 2^-1)
+  x[3] = 1e-6f;                // 2.24e-4 < 2^-10 (half the smallest subnormal) -> 0
+  x[C + 0] = -0.5f;            // -112 -> 0xee (1.75 * 2^6, negative)
+  std::vector<uint8_t> q(R * C, 0xAB), qt(R * C, 0xAB);
+  float sinv = -1.0f, amax = -1.0f;
+  const nvfp4_tensor_t in = desc(x.data(), NVFP4_DTYPE_FLOAT32, {R, C});
+  nvfp4_tensor_t tq = desc(q.data(), NVFP4_DTYPE_UINT8, {R, C});
+  nvfp4_tensor_t tqt = desc(qt.data(), NVFP4_DTYPE_UINT8, {C, R});
+  nvfp4_tensor_t ts = desc(&sinv, NVFP4_DTYPE_FLOAT32, {1});
+  nvfp4_tensor_t ta = desc(&amax, NVFP4_DTYPE_FLOAT32, {1});
+  nvfp4_fp8_config_t cfg{NVFP4_FP8_E4M3, 0.0f, nullptr};
+  EXPECT_STATUS(nvfp4_fp8_cast(&in, &cfg, &tq, &tqt, &ts, &ta, nullptr), NVFP4_SUCCESS);
+  CHECK(amax == 2.0f);
+  CHECK(sinv == 1.0f / 224.0f);
+  CHECK(q[0] == 0x7e);  // 2 * 224 = 448 = 1.75 * 2^8: exponent field 15, mantissa 6
+  CHECK(q[1] == 0xf6 && q[2] == 0x36 && q[3] == 0x00 && q[C] == 0xee);
+  bool transposed = true;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) transposed &= qt[c * R + r] == q[r * C + c];
+  CHECK(transposed);
+  // delayed scaling: s from the buffer, amax still reported; E5M2: 2 * 1000 = 2000, between
+  // 1792 and 2048 (two mantissa bits), nearer 2048 = 2^11: code (11 + 15) << 2 = 0x68
+  float scale = 1000.0f;
+  nvfp4_tensor_t tscale = desc(&scale, NVFP4_DTYPE_FLOAT32, {1});
+  nvfp4_fp8_config_t dcfg{NVFP4_FP8_E5M2, 0.0f, &tscale};
+  EXPECT_STATUS(nvfp4_fp8_cast(&in, &dcfg, &tq, nullptr, &ts, &ta, nullptr), NVFP4_SUCCESS);
+  CHECK(q[0] == 0x68 && sinv == 1.0f / 1000.0f && amax == 2.0f);
+  // refusals
+  EXPECT_BAD(nvfp4_fp8_cast(nullptr, &cfg, &tq, nullptr, &ts, &ta, nullptr), "x");
+  EXPECT_BAD(nvfp4_fp8_cast(&in, nullptr, &tq, nullptr, &ts, &ta, nullptr), "cfg");
+  EXPECT_BAD(nvfp4_fp8_cast(&in, &cfg, nullptr, nullptr, &ts, &ta, nullptr), "q/qt");
+  EXPECT_BAD(nvfp4_fp8_cast(&in, &cfg, &tq, nullptr, &ts, nullptr, nullptr), "amax: required");
+  EXPECT_BAD(nvfp4_fp8_cast(&in, &cfg, &tqt, nullptr, &ts, &ta, nullptr), "q: expected shape [2, 16]");
+  {
+    nvfp4_fp8_config_t bad = cfg;
+    std::memset(&bad.format, 0x7f, sizeof bad.format);
+    EXPECT_BAD(nvfp4_fp8_cast(&in, &bad, &tq, nullptr, &ts, &ta, nullptr), "cfg.format");
+    bad = cfg;
+    bad.margin = INFINITY;
+    EXPECT_BAD(nvfp4_fp8_cast(&in, &bad, &tq, nullptr, &ts, &ta, nullptr), "cfg.margin");
+  }
+  {
+    const nvfp4_tensor_t in24 = desc(x.data(), NVFP4_DTYPE_FLOAT32, {2, 8});
+    nvfp4_tensor_t q24 = desc(q.data(), NVFP4_DTYPE_UINT8, {2, 8});
+    EXPECT_BAD(nvfp4_fp8_cast(&in24, &cfg, &q24, nullptr, &ts, &ta, nullptr), "multiple of 16");
+    nvfp4_tensor_t t2 = desc(&sinv, NVFP4_DTYPE_FLOAT32, {2});
+    EXPECT_BAD(nvfp4_fp8_cast(&in, &cfg, &tq, nullptr, &t2, &ta, nullptr), "scale_inv: must hold exactly one");
+    nvfp4_tensor_t overlap = desc(x.data(), NVFP4_DTYPE_FLOAT32, {1});
+    EXPECT_BAD(nvfp4_fp8_cast(&in, &cfg, &tq, nullptr, &overlap, &ta, nullptr), "overlaps");
+  }
+  return finish("fp8");
+}
+
 int main(int argc, char** argv) {
   std::string which = argc > 1 ? argv[1] : "all";
   for (int i = 2; i < argc; ++i) g_verbose |= std::string(argv[i]) == "-v";
@@ -1409,9 +1469,10 @@ int main(int argc, char** argv) {
     if (which == "hardening") return test_hardening();
     if (which == "caps") return test_caps();
     if (which == "cpu_roundtrip") return test_cpu_roundtrip();
+    if (which == "fp8") return test_fp8();
     if (which == "gpu_roundtrip") return gpu_entry();
     if (which == "all") {
-      int rc = test_args() | test_hardening() | test_caps() | test_cpu_roundtrip();
+      int rc = test_args() | test_hardening() | test_caps() | test_cpu_roundtrip() | test_fp8();
       const int g = gpu_entry();
       return rc ? rc : (g == kSkip ? 0 : g);
     }
@@ -1422,6 +1483,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unexpected exception: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: %s args|hardening|caps|cpu_roundtrip|gpu_roundtrip|all [-v]\n", argv[0]);
+  std::fprintf(stderr, "usage: %s args|hardening|caps|cpu_roundtrip|fp8|gpu_roundtrip|all [-v]\n", argv[0]);
   return 2;
 }
