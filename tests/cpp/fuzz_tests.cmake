@@ -55,7 +55,7 @@ if(_nvfp4_fuzz_sanitized)
   target_compile_definitions(nvfp4_test_api_sanitized PRIVATE NVFP4_BUILDING)
   target_compile_options(nvfp4_test_api_sanitized PRIVATE ${_nvfp4_san} $<$<COMPILE_LANGUAGE:CXX>:-fstrict-enums> -O1 -g)
   target_link_options(nvfp4_test_api_sanitized PRIVATE ${_nvfp4_san})
-  foreach(_case IN ITEMS args hardening caps cpu_roundtrip)
+  foreach(_case IN ITEMS args hardening caps cpu_roundtrip fp8)
     add_test(NAME nvfp4_api_sanitized_${_case} COMMAND nvfp4_test_api_sanitized ${_case})
     set_tests_properties(nvfp4_api_sanitized_${_case} PROPERTIES TIMEOUT 300 LABELS "api;sanitized"
       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
