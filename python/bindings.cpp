@@ -298,12 +298,14 @@ NB_MODULE(_C, m) {
           check(nvfp4_quantize(&in, &cfg, ra ? &row : nullptr, ca ? &col : nullptr, stream_of(stream)));
         });
 
-  // fp8_cast_raw(x, dtype, rows, cols, format, margin, scale, q, qt, scale_inv, amax,
-  //              device_type, device_id, stream): nvfp4_fp8_cast on raw addresses (0: absent;
-  //              scale, scale_inv and amax are float32 [1]).
+  // fp8_cast_raw(x, dtype, rows, cols, format, margin, scale, q, qt, want_q, want_qt, scale_inv, amax,
+  //              device_type, device_id, stream): nvfp4_fp8_cast on raw addresses (scale,
+  //              scale_inv, amax: 0 when absent, else float32 [1]). The outputs are requested by
+  //              the flags, not by their addresses: an empty tensor's data may sit at address 0.
   m.def("fp8_cast_raw",
         [](uintptr_t x, int dtype, int64_t rows, int64_t cols, int format, float margin, uintptr_t scale, uintptr_t q,
-           uintptr_t qt, uintptr_t scale_inv, uintptr_t amax, int dev_type, int dev_id, uintptr_t stream) {
+           uintptr_t qt, bool want_q, bool want_qt, uintptr_t scale_inv, uintptr_t amax, int dev_type, int dev_id,
+           uintptr_t stream) {
           nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), rows, cols, dev_type, dev_id);
           nvfp4_tensor_t tq = raw2(q, NVFP4_DTYPE_UINT8, rows, cols, dev_type, dev_id);
           nvfp4_tensor_t tqt = raw2(qt, NVFP4_DTYPE_UINT8, cols, rows, dev_type, dev_id);
@@ -312,7 +314,7 @@ NB_MODULE(_C, m) {
           nvfp4_tensor_t ta = raw1(amax, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id);
           nvfp4_fp8_config_t cfg{static_cast<nvfp4_fp8_format_t>(format), margin, scale ? &ts : nullptr};
           nb::gil_scoped_release nogil;
-          check(nvfp4_fp8_cast(&in, &cfg, q ? &tq : nullptr, qt ? &tqt : nullptr, scale_inv ? &tsi : nullptr,
+          check(nvfp4_fp8_cast(&in, &cfg, want_q ? &tq : nullptr, want_qt ? &tqt : nullptr, scale_inv ? &tsi : nullptr,
                                amax ? &ta : nullptr, stream_of(stream)));
         });
 

@@ -193,8 +193,8 @@ def _fp8_cast_impl(x, format, margin, scale, rowwise, transposed):
     q, qt, scale_inv, amax = _fp8_outputs(x, format, rowwise, transposed)
     dt, di, st = _device(x)
     _C.fp8_cast_raw(x.data_ptr(), DTYPE_CODE[x.dtype], x.shape[0], x.shape[1], format, margin,
-                    0 if scale is None else scale.data_ptr(), q.data_ptr() if rowwise else 0,
-                    qt.data_ptr() if transposed else 0, scale_inv.data_ptr(), amax.data_ptr(), dt, di, st)
+                    0 if scale is None else scale.data_ptr(), q.data_ptr(), qt.data_ptr(), rowwise, transposed,
+                    scale_inv.data_ptr(), amax.data_ptr(), dt, di, st)
     return [q, qt, scale_inv, amax]
 
 

@@ -103,7 +103,8 @@ nvfp4_status_t run(const Fp8Job& job, cudaStream_t stream) {
     fp8_amax_kernel<T><<<grid, kThreads, 0, stream>>>(job.x, units, job.amax);
     if (nvfp4_status_t s = check_launch("nvfp4 fp8 amax kernel"); s != NVFP4_SUCCESS) return s;
   }
-  CastArgs a{job.x, job.rows, job.cols, (job.rows + 31) / 32, job.fmax, job.scaled_max, job.scale,
+  // An empty x (either extent 0, the other possibly huge) has no tiles to walk.
+  CastArgs a{job.x, job.rows, job.cols, n == 0 ? 0 : (job.rows + 31) / 32, job.fmax, job.scaled_max, job.scale,
              job.amax, job.q, job.qt, job.scale_inv};
   const dim3 block(32, 8);
   // An empty x still gets its scale_inv: one CTA whose tile loop does not run.

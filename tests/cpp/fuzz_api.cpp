@@ -20,6 +20,7 @@
 // Built with -DNVFP4_LIBFUZZER (clang -fsanitize=fuzzer), the same case generator reads
 // its choices from libFuzzer's input instead.
 #include <chrono>
+#include <cmath>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
@@ -741,13 +742,93 @@ void fuzz_misc(Source& s) {
   g_cases += 1;
 }
 
+// ---- FP8 cast ---------------------------------------------------------------------------
+
+const std::set<std::string> kFp8Names = {"x",      "cfg", "cfg.format", "cfg.margin", "cfg.scale", "q/qt", "q",
+                                         "qt", "scale_inv", "amax"};
+
+void fuzz_fp8(Source& s, uint64_t case_seed) {
+  Expect e;
+  int64_t R = static_cast<int64_t>(s.below(70)), C = 16 * static_cast<int64_t>(s.below(6));
+  if (s.pct(6)) {
+    R = s.pick<int64_t>({kMax, int64_t{1} << 62, 0});
+    C = s.pick<int64_t>({16, int64_t{1} << 62, 0});
+  }
+  if (s.pct(5)) {
+    C += 1 + static_cast<int64_t>(s.below(15));
+    e.bad("x", "x: cols not a multiple of 16");
+  }
+  Tensor x, q, qt, sinv, amax, scale;
+  x.name = "x";
+  x.dtype = s.pick<int32_t>({NVFP4_DTYPE_FLOAT32, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_BFLOAT16});
+  x.set_shape({R, C});
+  q.name = "q";
+  q.dtype = NVFP4_DTYPE_UINT8;
+  q.set_shape({R, C});
+  qt.name = "qt";
+  qt.dtype = NVFP4_DTYPE_UINT8;
+  qt.set_shape({C, R});
+  sinv.name = "scale_inv";
+  amax.name = "amax";
+  scale.name = "cfg.scale";
+  for (Tensor* t : {&sinv, &amax, &scale}) t->dtype = NVFP4_DTYPE_FLOAT32, t->set_shape({1});
+  for (Tensor* t : {&x, &q, &qt}) {
+    t->compute_claim();
+    if (t->claim.over) e.bad(t->name, t->name + ": overflow (base)");
+  }
+  const bool use_q = s.pct(80), use_qt = s.pct(60), use_sinv = s.pct(80), delayed = s.pct(40);
+  bool use_amax = delayed ? s.pct(50) : !s.pct(5);
+  if (!use_q && !use_qt) e.bad("q/qt", "no output requested");
+  if (!delayed && !use_amax) e.bad("amax", "current scaling without amax");
+  mutate_tensor(s, x, e, 10);
+  // only what the call passes (a descriptor left out cannot be wrong)
+  const std::pair<Tensor*, bool> outs[] = {{&q, use_q}, {&qt, use_qt}, {&sinv, use_sinv}, {&amax, use_amax},
+                                           {&scale, delayed}};
+  for (const auto& [t, used] : outs)
+    if (used) mutate_tensor(s, *t, e, 6);
+  nvfp4_fp8_config_t cfg;
+  std::memset(&cfg, 0, sizeof cfg);
+  int32_t format = static_cast<int32_t>(s.below(2));
+  if (s.pct(5)) {
+    format = s.pick<int32_t>({2, -1, 1 << 30});
+    e.bad("cfg.format", "cfg.format=" + std::to_string(format));
+  }
+  std::memcpy(&cfg.format, &format, sizeof format);  // raw, as a C caller could pass it
+  cfg.margin = static_cast<float>(s.below(4));
+  if (s.pct(4)) {
+    cfg.margin = s.pct(50) ? NAN : INFINITY;
+    e.bad("cfg.margin", "cfg.margin not finite");
+  }
+  const bool cfg_null = s.pct(2);
+  if (cfg_null) e.bad("cfg", "cfg null");
+  for (const auto& [t, used] : outs) {
+    t->allocate(s);
+    if (used && t->unhonoured) e.bad(t->name, t->name + ": too large to allocate (null)");
+  }
+  x.allocate(s);
+  if (x.unhonoured) e.bad("x", "x: too large to allocate (null)");
+  if (s.pct(4) && use_q && q.ptr && x.ptr && q.bytes() > 0 && x.bytes() >= q.bytes() && q.device == x.device) {
+    q.release();
+    q.ptr = x.ptr;
+    e.bad("q", "q overlaps x");
+  }
+  nvfp4_tensor_t tx = x.desc(), tq = q.desc(), tqt = qt.desc(), ts = sinv.desc(), ta = amax.desc(),
+                 tsc = scale.desc();
+  if (delayed) cfg.scale = &tsc;
+  const nvfp4_status_t st = nvfp4_fp8_cast(&tx, cfg_null ? nullptr : &cfg, use_q ? &tq : nullptr,
+                                           use_qt ? &tqt : nullptr, use_sinv ? &ts : nullptr,
+                                           use_amax ? &ta : nullptr, nullptr);
+  judge("fp8_cast", e, st, kFp8Names, case_seed);
+}
+
 void run_case(Source& s, uint64_t case_seed) {
-  switch (s.below(7)) {
+  switch (s.below(8)) {
     case 0: case 1: fuzz_quantize(s, case_seed); break;
     case 2: fuzz_dequantize(s, case_seed); break;
     case 3: fuzz_swizzle(s, case_seed, true); break;
     case 4: fuzz_swizzle(s, case_seed, false); break;
     case 5: fuzz_gemm(s, case_seed); break;
+    case 6: fuzz_fp8(s, case_seed); break;
     default: fuzz_misc(s); break;
   }
 }

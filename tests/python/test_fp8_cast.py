@@ -111,6 +111,15 @@ def test_cpu_margin_and_outputs_optional():
     assert q.numel() == 0 and tuple(qt.shape) == (32, 9)
 
 
+@pytest.mark.parametrize("shape", [(0, 32), (5, 0), (0, 0)])
+def test_cpu_empty(shape):
+    """An empty x: empty outputs, amax 0 and so s = 1 (current scaling)."""
+    x = torch.empty(shape)
+    q, qt, s_inv, amax = torch.ops.nvfp4.fp8_cast(x, 0, 0.0, None, True, True)
+    assert tuple(q.shape) == shape and tuple(qt.shape) == shape[::-1]
+    assert float(amax) == 0.0 and float(s_inv) == 1.0
+
+
 def test_cpu_refusals():
     x = torch.randn(4, 32)
     with pytest.raises(ValueError, match="format"):
@@ -131,7 +140,7 @@ def test_cpu_refusals():
 @needs_gpu
 @pytest.mark.parametrize("fmt", [E4M3, E5M2], ids=["e4m3", "e5m2"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["f32", "f16", "bf16"])
-@pytest.mark.parametrize("shape", [(1, 16), (7, 48), (33, 160), (1000, 304), (4096, 1024)])
+@pytest.mark.parametrize("shape", [(0, 48), (1, 16), (7, 48), (33, 160), (1000, 304), (4096, 1024)])
 @pytest.mark.parametrize("delayed", [False, True])
 def test_gpu_matches_cpu(fmt, dtype, shape, delayed):
     x = sample(*shape, dtype, seed=shape[0] + 3 * shape[1])
@@ -146,7 +155,7 @@ def test_gpu_matches_cpu(fmt, dtype, shape, delayed):
     sd = torch.cat([torch.zeros(1), scale.reshape(1)]).cuda()[1] if delayed else None
     dt, di, st = _ops._device(xd)
     _C.fp8_cast_raw(xd.data_ptr(), _ops.DTYPE_CODE[dtype], shape[0], shape[1], FMT[fmt], 0.0,
-                    0 if sd is None else sd.data_ptr(), q.data_ptr(), qt.data_ptr(), sc.data_ptr(),
+                    0 if sd is None else sd.data_ptr(), q.data_ptr(), qt.data_ptr(), True, True, sc.data_ptr(),
                     sc.data_ptr() + 4, dt, di, st)
     torch.cuda.synchronize()
     same_fp8(q.cpu().view(fmt), want[0], "q")
