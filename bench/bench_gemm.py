@@ -6,6 +6,7 @@ For each shape (M, N, K), D[M,N] = A[M,K] @ B[N,K]^T:
   <backend>  nvfp4.gemm on pre-quantized NVFP4 operands (cutlass, cudnn)
   cutlass-2step  on Hopper and M <= 128: the same with the fused small-M kernel disabled
   quant+<b>  the full path: nvfp4.quantize(A) (BF16 activations) + nvfp4.gemm
+  mx-<b>     nvfp4.gemm_mxfp4 on pre-quantized MXFP4 operands (K % 32 == 0)
 Timing: nvfp4._timing.Timer (the timer of every nvfp4 benchmark): CUDA events, warm-up,
 inputs rotated through enough copies to exceed L2 three times (so small problems read
 their operands from memory as in a real model), the median of several timed batches.
@@ -189,7 +190,27 @@ def bench_shape(m, n, k, backends, timer, hopper, quick, graph=True, kernels=Fal
                 else:
                     os.environ[key] = val
             clear_workspace_cache()
-    del a16, b16, qa, qb, out, d16
+    # MXFP4 operands (E8M0 scales over 32 values): the same GEMM through nvfp4.gemm_mxfp4,
+    # for the formats comparison (on Hopper the same decode + BF16 GEMM emulation as NVFP4's).
+    del qa, qb
+    if k % 32 == 0:
+        bytes_mx = (m * k + n * k) * 17 // 32
+        nm = n_copies(timer, bytes_mx)
+        ma = [nvfp4.quantize_mxfp4(a16[i % nb]) for i in range(nm)]
+        mb = [nvfp4.quantize_mxfp4(b16[i % nb]) for i in range(nm)]
+        for be in backends:
+            name = f"mx-{be}"
+            if not nvfp4.is_supported(be, dev):
+                record(name, None, "not supported", "is_supported() says no")
+                continue
+            try:
+                fn = lambda i: nvfp4.gemm_mxfp4(ma[i], mb[i], backend=be, out=out)  # noqa: E731
+                sec = timed(timer, fn, nm)
+                record(name, sec, fn=fn, n_sets=nm, with_kernels=True)
+            except Exception as ex:  # noqa: BLE001
+                record(name, None, "error", f"{type(ex).__name__}: {str(ex).splitlines()[0]}")
+        del ma, mb
+    del a16, b16, out, d16
     if on_gpu:
         torch.cuda.empty_cache()
     base = next((r["us"] for r in rows if r["method"] == "bf16" and r["us"]), None)

@@ -423,4 +423,43 @@ NB_MODULE(_C, m) {
         },
         nb::arg("data").noconvert(), nb::arg("scales").noconvert(), nb::arg("scale_layout"),
         nb::arg("out").noconvert(), nb::arg("stream"));
+
+  // MXFP4 GEMM: the operands come as (data, scales) pairs. want_ws: return the workspace
+  // size and run nothing (one binding for both calls).
+  m.def("mx_gemm",
+        [](const Array& ad, const Array& as, const Array& bd, const Array& bs, int layout, OptArray c, OptArray bias,
+           float beta, const Array& d, int backend, OptArray workspace, uintptr_t stream, bool want_ws) -> size_t {
+          nvfp4_mx_quantized_t a{}, b{};
+          a.data = desc(ad, "a.data");
+          a.scales = desc(as, "a.scales");
+          b.data = desc(bd, "b.data");
+          b.scales = desc(bs, "b.scales");
+          std::optional<nvfp4_tensor_t> ct, bt;
+          if (c) ct = desc(*c, "c");
+          if (bias) bt = desc(*bias, "bias");
+          nvfp4_tensor_t dt = desc(d, "out");
+          nvfp4_mx_gemm_args_t args{};
+          args.a = &a;
+          args.b = &b;
+          args.scale_layout = layout_arg(layout);
+          args.c = ct ? &*ct : nullptr;
+          args.bias = bt ? &*bt : nullptr;
+          args.beta = beta;
+          args.d = &dt;
+          args.backend = backend_arg(backend);
+          if (want_ws) {
+            size_t bytes = 0;
+            check(nvfp4_mx_gemm_workspace_size(&args, &bytes));
+            return bytes;
+          }
+          void* ws = workspace ? workspace->data() : nullptr;
+          size_t ws_bytes = workspace ? workspace->nbytes() : 0;
+          nb::gil_scoped_release nogil;
+          check(nvfp4_mx_gemm(&args, ws, ws_bytes, stream_of(stream)));
+          return 0;
+        },
+        nb::arg("a_data").noconvert(), nb::arg("a_scales").noconvert(), nb::arg("b_data").noconvert(),
+        nb::arg("b_scales").noconvert(), nb::arg("scale_layout"), nb::arg("c").noconvert().none(),
+        nb::arg("bias").noconvert().none(), nb::arg("beta"), nb::arg("out").noconvert(), nb::arg("backend"),
+        nb::arg("workspace").noconvert().none(), nb::arg("stream"), nb::arg("want_ws"));
 }

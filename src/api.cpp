@@ -252,8 +252,57 @@ NVFP4_API nvfp4_status_t nvfp4_unswizzle_scales(const nvfp4_tensor_t* swizzled, 
   return swizzle_impl(swizzled, linear, false, stream);
 }
 
-// Checks every part of the GEMM arguments and returns the job, plus the byte ranges of
-// the buffers it reads (for the workspace overlap check).
+// The parts of a GEMM's arguments every operand format shares: the output d [M, N], the
+// optional c (read with beta) and bias [N]. `in` holds the byte ranges the GEMM reads
+// (the operands'); on return it also holds c's and bias's, and d is checked against all of
+// them. reads (optional) receives them plus d's range, for the workspace overlap check.
+static void check_gemm_epilogue(const nvfp4_tensor_t* c, const nvfp4_tensor_t* bias, float beta,
+                                const nvfp4_tensor_t* dt, int64_t M, int64_t N, GemmJob& job,
+                                std::vector<ByteRange> in, std::vector<ByteRange>* reads) {
+  const nvfp4_tensor_t& ref = *dt;
+  if (!is_float_io(ref.dtype))
+    invalid(std::string("d: dtype must be float32, float16 or bfloat16, got ") + dtype_name(ref.dtype));
+  check_shape2(dt, "d", M, N);
+  job.d = ref.data;
+  job.d_dtype = ref.dtype;
+  job.beta = beta;
+  if (c) {
+    check_descriptor(c, "c");
+    if (!is_float_io(c->dtype))
+      invalid(std::string("c: dtype must be float32, float16 or bfloat16, got ") + dtype_name(c->dtype));
+    check_shape2(c, "c", M, N);
+    check_same_device(ref, c, "c");
+    // c may be d itself (same memory, same dtype: read before written, element by
+    // element); any other overlap would read values already overwritten.
+    const bool same = c->data == ref.data && c->dtype == ref.dtype;
+    if (!same) in.push_back(byte_range(*c, "c"));
+    job.c = c->data;
+    job.c_dtype = c->dtype;
+  } else if (beta != 0.0f) {
+    invalid("beta: nonzero beta needs c");
+  }
+  if (bias) {
+    check_descriptor(bias, "bias");
+    if (!is_float_io(bias->dtype))
+      invalid(std::string("bias: dtype must be float32, float16 or bfloat16, got ") + dtype_name(bias->dtype));
+    if (bias->ndim != 1 || numel(*bias) != N)
+      invalid("bias: expected shape [" + std::to_string(N) + "], got " + shape_str(*bias));
+    check_same_device(ref, bias, "bias");
+    in.push_back(byte_range(*bias, "bias"));
+    job.bias = bias->data;
+    job.bias_dtype = bias->dtype;
+  }
+  const ByteRange d = byte_range(ref, "d");
+  for (const ByteRange& r : in) check_disjoint(d, r);
+  require_cuda_build(ref, "d");
+  if (reads) {
+    *reads = std::move(in);
+    reads->push_back(d);
+  }
+}
+
+// Checks every part of the NVFP4 GEMM arguments and returns the job, plus the byte ranges
+// of the buffers it reads (for the workspace overlap check).
 static GemmJob make_gemm_job(const nvfp4_gemm_args_t* args, std::vector<ByteRange>* reads = nullptr) {
   if (!args) invalid("args: null");
   if (!args->a) invalid("a: null");
@@ -276,10 +325,8 @@ static GemmJob make_gemm_job(const nvfp4_gemm_args_t* args, std::vector<ByteRang
   const nvfp4_tensor_t& ref = *args->d;
   check_quantized(ref, args->a, "a", M, K, layout);
   check_quantized(ref, args->b, "b", N, K, layout);
-  if (!is_float_io(ref.dtype))
-    invalid(std::string("d: dtype must be float32, float16 or bfloat16, got ") + dtype_name(ref.dtype));
-  check_shape2(args->d, "d", M, N);
   GemmJob job;
+  job.format = Format::kNvfp4;
   job.a = static_cast<const uint8_t*>(args->a->data.data);
   job.sfa = static_cast<const uint8_t*>(args->a->scales.data);
   job.amax_a = static_cast<const float*>(args->a->amax.data);
@@ -290,46 +337,83 @@ static GemmJob make_gemm_job(const nvfp4_gemm_args_t* args, std::vector<ByteRang
   job.n = N;
   job.k = K;
   job.layout = layout;
-  job.d = ref.data;
-  job.d_dtype = ref.dtype;
-  job.beta = args->beta;
   std::vector<ByteRange> in = {byte_range(args->a->data, "a.data"),   byte_range(args->a->scales, "a.scales"),
                                byte_range(args->a->amax, "a.amax"),   byte_range(args->b->data, "b.data"),
                                byte_range(args->b->scales, "b.scales"), byte_range(args->b->amax, "b.amax")};
-  if (args->c) {
-    check_descriptor(args->c, "c");
-    if (!is_float_io(args->c->dtype))
-      invalid(std::string("c: dtype must be float32, float16 or bfloat16, got ") + dtype_name(args->c->dtype));
-    check_shape2(args->c, "c", M, N);
-    check_same_device(ref, args->c, "c");
-    // c may be d itself (same memory, same dtype: read before written, element by
-    // element); any other overlap would read values already overwritten.
-    const bool same = args->c->data == ref.data && args->c->dtype == ref.dtype;
-    if (!same) in.push_back(byte_range(*args->c, "c"));
-    job.c = args->c->data;
-    job.c_dtype = args->c->dtype;
-  } else if (args->beta != 0.0f) {
-    invalid("beta: nonzero beta needs c");
-  }
-  if (args->bias) {
-    check_descriptor(args->bias, "bias");
-    if (!is_float_io(args->bias->dtype))
-      invalid(std::string("bias: dtype must be float32, float16 or bfloat16, got ") + dtype_name(args->bias->dtype));
-    if (args->bias->ndim != 1 || numel(*args->bias) != N)
-      invalid("bias: expected shape [" + std::to_string(N) + "], got " + shape_str(*args->bias));
-    check_same_device(ref, args->bias, "bias");
-    in.push_back(byte_range(*args->bias, "bias"));
-    job.bias = args->bias->data;
-    job.bias_dtype = args->bias->dtype;
-  }
-  const ByteRange d = byte_range(ref, "d");
-  for (const ByteRange& r : in) check_disjoint(d, r);
-  require_cuda_build(ref, "d");
-  if (reads) {
-    *reads = std::move(in);
-    reads->push_back(d);
-  }
+  check_gemm_epilogue(args->c, args->bias, args->beta, args->d, M, N, job, std::move(in), reads);
   return job;
+}
+
+// The same for MXFP4 operands (E8M0 scales over 32 values, no per-tensor scale).
+static GemmJob make_mx_gemm_job(const nvfp4_mx_gemm_args_t* args, std::vector<ByteRange>* reads = nullptr) {
+  if (!args) invalid("args: null");
+  if (!args->a) invalid("a: null");
+  if (!args->b) invalid("b: null");
+  const nvfp4_scale_layout_t layout = checked_layout(args->scale_layout, "scale_layout");
+  checked_enum(args->backend, NVFP4_BACKEND_CUDNN + 1, "backend", "AUTO, REFERENCE, CUTLASS or CUDNN");
+  check_descriptor(args->d, "d");
+  check_descriptor(&args->a->data, "a.data");
+  check_descriptor(&args->b->data, "b.data");
+  if (args->a->data.ndim != 2) invalid("a.data: must have 2 dimensions [M, K/2], got " + shape_str(args->a->data));
+  if (args->b->data.ndim != 2) invalid("b.data: must have 2 dimensions [N, K/2], got " + shape_str(args->b->data));
+  const int64_t M = args->a->data.shape[0], N = args->b->data.shape[0];
+  const int64_t K = checked_mul(args->a->data.shape[1], 2, "a.data");
+  const int64_t Kb = checked_mul(args->b->data.shape[1], 2, "b.data");
+  if (Kb != K) invalid("b: K mismatch: a has K=" + std::to_string(K) + ", b has K=" + std::to_string(Kb));
+  if (K % 32 != 0 || K == 0) invalid("a: K must be a positive multiple of 32, got " + std::to_string(K));
+  checked_mul(M, K, "a");
+  checked_mul(N, K, "b");
+  const nvfp4_tensor_t& ref = *args->d;
+  const bool swizzled = layout == NVFP4_SCALES_SWIZZLED;
+  check_mx_quantized(ref, args->a, "a", M, K, swizzled);
+  check_mx_quantized(ref, args->b, "b", N, K, swizzled);
+  GemmJob job;
+  job.format = Format::kMxfp4;
+  job.a = static_cast<const uint8_t*>(args->a->data.data);
+  job.sfa = static_cast<const uint8_t*>(args->a->scales.data);
+  job.b = static_cast<const uint8_t*>(args->b->data.data);
+  job.sfb = static_cast<const uint8_t*>(args->b->scales.data);
+  job.m = M;
+  job.n = N;
+  job.k = K;
+  job.layout = layout;
+  std::vector<ByteRange> in = {byte_range(args->a->data, "a.data"), byte_range(args->a->scales, "a.scales"),
+                               byte_range(args->b->data, "b.data"), byte_range(args->b->scales, "b.scales")};
+  check_gemm_epilogue(args->c, args->bias, args->beta, args->d, M, N, job, std::move(in), reads);
+  return job;
+}
+
+static nvfp4_status_t gemm_query(const GemmJob& job, const nvfp4_tensor_t& d, nvfp4_backend_t backend,
+                                 size_t* bytes) {
+  if (on_cuda(d)) {
+#if defined(NVFP4_WITH_CUDA)
+    DeviceGuard g(d);
+    return gemm_workspace_size(job, backend, true, bytes);
+#endif
+  }
+  return gemm_workspace_size(job, backend, false, bytes);
+}
+
+static nvfp4_status_t gemm_execute(const GemmJob& job, const nvfp4_tensor_t& d, nvfp4_backend_t backend,
+                                   const std::vector<ByteRange>& buffers, void* workspace, size_t workspace_bytes,
+                                   nvfp4_stream_t stream) {
+  if (workspace_bytes > 0) {
+    if (!workspace) invalid("workspace: null with workspace_bytes = " + std::to_string(workspace_bytes));
+    const uintptr_t w = reinterpret_cast<uintptr_t>(workspace);
+    if (on_cuda(d) && w % 16 != 0) invalid("workspace: CUDA pointer must be 16-byte aligned");
+    if (workspace_bytes > static_cast<size_t>(nvfp4::core::kInt64Max) || w + workspace_bytes < w)
+      invalid("workspace: workspace_bytes = " + std::to_string(workspace_bytes) + " runs past the address space");
+    const ByteRange ws{"workspace", w, w + workspace_bytes};
+    for (const ByteRange& r : buffers) check_disjoint(ws, r);
+  }
+  if (job.m == 0 || job.n == 0) return NVFP4_SUCCESS;
+  if (on_cuda(d)) {
+#if defined(NVFP4_WITH_CUDA)
+    DeviceGuard g(d);
+    return gemm_run(job, backend, true, workspace, workspace_bytes, stream);
+#endif
+  }
+  return gemm_run(job, backend, false, workspace, workspace_bytes, stream);
 }
 
 NVFP4_API nvfp4_status_t nvfp4_gemm_workspace_size(const nvfp4_gemm_args_t* args, size_t* bytes) {
@@ -337,13 +421,7 @@ NVFP4_API nvfp4_status_t nvfp4_gemm_workspace_size(const nvfp4_gemm_args_t* args
     if (!bytes) invalid("bytes: null");
     *bytes = 0;
     GemmJob job = make_gemm_job(args);
-    if (on_cuda(*args->d)) {
-#if defined(NVFP4_WITH_CUDA)
-      DeviceGuard g(*args->d);
-      return gemm_workspace_size(job, args->backend, true, bytes);
-#endif
-    }
-    return gemm_workspace_size(job, args->backend, false, bytes);
+    return gemm_query(job, *args->d, args->backend, bytes);
   });
 }
 
@@ -352,23 +430,25 @@ NVFP4_API nvfp4_status_t nvfp4_gemm(const nvfp4_gemm_args_t* args, void* workspa
   return guarded([&]() -> nvfp4_status_t {
     std::vector<ByteRange> buffers;
     GemmJob job = make_gemm_job(args, &buffers);
-    if (workspace_bytes > 0) {
-      if (!workspace) invalid("workspace: null with workspace_bytes = " + std::to_string(workspace_bytes));
-      const uintptr_t w = reinterpret_cast<uintptr_t>(workspace);
-      if (on_cuda(*args->d) && w % 16 != 0) invalid("workspace: CUDA pointer must be 16-byte aligned");
-      if (workspace_bytes > static_cast<size_t>(nvfp4::core::kInt64Max) || w + workspace_bytes < w)
-        invalid("workspace: workspace_bytes = " + std::to_string(workspace_bytes) + " runs past the address space");
-      const ByteRange ws{"workspace", w, w + workspace_bytes};
-      for (const ByteRange& r : buffers) check_disjoint(ws, r);
-    }
-    if (job.m == 0 || job.n == 0) return NVFP4_SUCCESS;
-    if (on_cuda(*args->d)) {
-#if defined(NVFP4_WITH_CUDA)
-      DeviceGuard g(*args->d);
-      return gemm_run(job, args->backend, true, workspace, workspace_bytes, stream);
-#endif
-    }
-    return gemm_run(job, args->backend, false, workspace, workspace_bytes, stream);
+    return gemm_execute(job, *args->d, args->backend, buffers, workspace, workspace_bytes, stream);
+  });
+}
+
+NVFP4_API nvfp4_status_t nvfp4_mx_gemm_workspace_size(const nvfp4_mx_gemm_args_t* args, size_t* bytes) {
+  return guarded([&]() -> nvfp4_status_t {
+    if (!bytes) invalid("bytes: null");
+    *bytes = 0;
+    GemmJob job = make_mx_gemm_job(args);
+    return gemm_query(job, *args->d, args->backend, bytes);
+  });
+}
+
+NVFP4_API nvfp4_status_t nvfp4_mx_gemm(const nvfp4_mx_gemm_args_t* args, void* workspace, size_t workspace_bytes,
+                                       nvfp4_stream_t stream) {
+  return guarded([&]() -> nvfp4_status_t {
+    std::vector<ByteRange> buffers;
+    GemmJob job = make_mx_gemm_job(args, &buffers);
+    return gemm_execute(job, *args->d, args->backend, buffers, workspace, workspace_bytes, stream);
   });
 }
 

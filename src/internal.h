@@ -64,10 +64,18 @@ struct SwizzleJob {
 };
 
 // ---- GEMM: D[M,N] = alpha * A^[M,K] @ B^[N,K]^T + beta * C + bias ----
+
+// Element format of both operands of a GEMM.
+//   kNvfp4: E2M1 with one E4M3 scale per 16 values (scales [rows, K/16]) and the per-tensor
+//           amax: alpha = S_dec(amax_a) * S_dec(amax_b).
+//   kMxfp4: E2M1 with one E8M0 scale per 32 values (scales [rows, K/32]), no per-tensor
+//           scale: alpha = 1, amax_a / amax_b are null.
+enum class Format : uint8_t { kNvfp4 = 0, kMxfp4 = 1 };
 struct GemmJob {
+  Format format = Format::kNvfp4;
   const uint8_t* a = nullptr;   // [M, K/2]
   const uint8_t* sfa = nullptr; // scales of A in `layout`
-  const float* amax_a = nullptr;
+  const float* amax_a = nullptr; // NVFP4 only
   const uint8_t* b = nullptr;   // [N, K/2]
   const uint8_t* sfb = nullptr;
   const float* amax_b = nullptr;

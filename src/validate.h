@@ -21,6 +21,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/mx.h"
 #include "core/swizzle.h"
 #include "internal.h"
 
@@ -246,6 +247,30 @@ inline void check_quantized(const nvfp4_tensor_t& ref, const nvfp4_quantized_t* 
   check_same_device(ref, &q->data, (n + ".data").c_str());
   check_same_device(ref, &q->scales, (n + ".scales").c_str());
   check_same_device(ref, &q->amax, (n + ".amax").c_str());
+}
+
+// Expected shapes of one MXFP4 direction of an orientation [rows, cols] (cols % 32 == 0).
+inline void check_mx_quantized(const nvfp4_tensor_t& ref, const nvfp4_mx_quantized_t* q, const char* name, int64_t rows,
+                        int64_t cols, bool swizzled) {
+  const std::string n(name);
+  check_descriptor(&q->data, (n + ".data").c_str());
+  check_descriptor(&q->scales, (n + ".scales").c_str());
+  if (q->data.dtype != NVFP4_DTYPE_UINT8)
+    invalid(n + ".data: dtype must be uint8 (packed E2M1 pairs), got " + dtype_name(q->data.dtype));
+  if (q->scales.dtype != NVFP4_DTYPE_UINT8)
+    invalid(n + ".scales: dtype must be uint8 (E8M0 bytes), got " + dtype_name(q->scales.dtype));
+  check_shape2(&q->data, (n + ".data").c_str(), rows, cols / 2);
+  const int64_t nb = cols / core::kMxBlock;
+  if (swizzled) {
+    const int64_t sr = checked_round_up(rows, 128, n + ".scales");
+    const int64_t scp = checked_round_up(nb, 4, n + ".scales");
+    checked_mul(sr, scp, n + ".scales");
+    check_shape2(&q->scales, (n + ".scales").c_str(), sr, scp);
+  } else {
+    check_shape2(&q->scales, (n + ".scales").c_str(), rows, nb);
+  }
+  check_same_device(ref, &q->data, (n + ".data").c_str());
+  check_same_device(ref, &q->scales, (n + ".scales").c_str());
 }
 
 #if defined(NVFP4_WITH_CUDA)

@@ -237,7 +237,7 @@ NVFP4_API nvfp4_status_t nvfp4_fp8_cast(const nvfp4_tensor_t* x, const nvfp4_fp8
 typedef struct {
   const char* name;          /* unique, e.g. "cutlass-sm100" */
   nvfp4_backend_t backend;
-  const char* format;        /* operand format: "nvfp4" */
+  const char* format;        /* operand format: "nvfp4" or "mxfp4" */
   const char* family;        /* "cpu", "sm_90", "sm_100", "sm_110", "sm_120" */
   int cc_min, cc_max;        /* compute capabilities (major*10+minor) it is written for; 0, 0: CPU */
   const char* targets;       /* CUDA targets its own kernels were compiled for, ";"-separated ("" if none) */
@@ -351,6 +351,33 @@ NVFP4_API nvfp4_status_t nvfp4_mx_quantize(const nvfp4_tensor_t* input, const nv
  * q.data's shape gives R and C (C = 2 * data.shape[1], C % 32 == 0). */
 NVFP4_API nvfp4_status_t nvfp4_mx_dequantize(const nvfp4_mx_quantized_t* q, nvfp4_scale_layout_t scale_layout,
                                              nvfp4_tensor_t* out, nvfp4_stream_t stream);
+
+/* ---- MXFP4 GEMM: D = A^ @ B^T + beta * C (+ bias) ----
+ * A^ and B^ are the decoded operands (e2m1 * 2^(scale-127)); MXFP4 has no per-tensor scale,
+ * so there is no alpha. Every product of two decoded values is exact; the result is their
+ * float64 product within FP32 accumulation, with these limits of the fp32/BF16 range every
+ * runner computes in: a decoded magnitude >= 2^128 is inf (as in nvfp4_mx_dequantize), a
+ * NaN scale gives NaN, and products or partial sums beyond fp32's range overflow or
+ * underflow (below 2^-126 the GPU tensor cores may flush them to zero).
+ * Runners (nvfp4_runner_info, format "mxfp4"): the CPU reference; Hopper: an exact
+ * emulation (operands decoded to BF16, BF16 tensor cores, FP32 accumulation), CUTLASS and
+ * cuDNN; Blackwell: CUTLASS's mx_float4 block-scaled GEMM (BF16 output) and cuDNN's
+ * block-scale graph, built and host-checked, not run on hardware.
+ * The arguments follow nvfp4_gemm_args_t; K % 32 == 0. */
+typedef struct {
+  const nvfp4_mx_quantized_t* a;     /* rowwise-quantized A: data [M, K/2], K-major */
+  const nvfp4_mx_quantized_t* b;     /* rowwise-quantized B: data [N, K/2], K-major */
+  nvfp4_scale_layout_t scale_layout; /* layout of a->scales and b->scales */
+  const nvfp4_tensor_t* c;           /* optional [M, N], read with beta; may alias d */
+  const nvfp4_tensor_t* bias;        /* optional [N] */
+  float beta;
+  nvfp4_tensor_t* d;                 /* [M, N] float32 / float16 / bfloat16 */
+  nvfp4_backend_t backend;
+} nvfp4_mx_gemm_args_t;
+
+NVFP4_API nvfp4_status_t nvfp4_mx_gemm_workspace_size(const nvfp4_mx_gemm_args_t* args, size_t* bytes);
+NVFP4_API nvfp4_status_t nvfp4_mx_gemm(const nvfp4_mx_gemm_args_t* args, void* workspace, size_t workspace_bytes,
+                                       nvfp4_stream_t stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -816,6 +816,71 @@ inline void dequantize(const QuantizedView& q, TensorView& out, nvfp4_stream_t s
   check(nvfp4_mx_dequantize(q.get(), q.layout().scale_layout, out.get(), stream), "nvfp4_mx_dequantize");
 }
 
+/// D [M, N] = A^ @ B^T (+ beta * C) (+ bias) of two rowwise MXFP4 operands (nvfp4_mx_gemm):
+/// a [M, K] and b [N, K] quantized along K with the same scale layout. Same use as
+/// nvfp4::Gemm: set the options, ask workspace_bytes(), run().
+class Gemm {
+ public:
+  Gemm(const QuantizedView& a, const QuantizedView& b, const TensorView& d)
+      : a_(*a.get()), b_(*b.get()), d_(d.c()), layout_(a.layout().scale_layout) {
+    if (b.layout().scale_layout != layout_) nvfp4::detail::invalid("mx::Gemm: a and b have different scale layouts");
+  }
+
+  Gemm& backend(nvfp4_backend_t b) noexcept { backend_ = b; return *this; }
+  /// C [M, N] (float32/float16/bfloat16) read with beta; may alias d.
+  Gemm& accumulate(const TensorView& c, float beta) noexcept {
+    c_ = c.c();
+    has_c_ = true;
+    beta_ = beta;
+    return *this;
+  }
+  /// bias [N] (float32/float16/bfloat16).
+  Gemm& bias(const TensorView& bias) noexcept {
+    bias_ = bias.c();
+    has_bias_ = true;
+    return *this;
+  }
+
+  /// The C struct, pointing into this object: valid while *this lives and is unchanged.
+  nvfp4_mx_gemm_args_t args() const noexcept {
+    nvfp4_mx_gemm_args_t g;
+    std::memset(&g, 0, sizeof g);
+    g.a = &a_;
+    g.b = &b_;
+    g.scale_layout = layout_;
+    g.c = has_c_ ? &c_ : nullptr;
+    g.bias = has_bias_ ? &bias_ : nullptr;
+    g.beta = beta_;
+    g.d = const_cast<nvfp4_tensor_t*>(&d_);
+    g.backend = backend_;
+    return g;
+  }
+
+  /// Scratch bytes run() needs on d's device. Validates the whole call.
+  std::size_t workspace_bytes() const {
+    const nvfp4_mx_gemm_args_t g = args();
+    std::size_t bytes = 0;
+    check(nvfp4_mx_gemm_workspace_size(&g, &bytes), "nvfp4_mx_gemm_workspace_size");
+    return bytes;
+  }
+
+  /// workspace: at least workspace_bytes() on d's device (may be null when that is 0).
+  void run(void* workspace = nullptr, std::size_t workspace_bytes = 0, nvfp4_stream_t stream = nullptr) const {
+    const nvfp4_mx_gemm_args_t g = args();
+    check(nvfp4_mx_gemm(&g, workspace, workspace_bytes, stream), "nvfp4_mx_gemm");
+  }
+
+ private:
+  nvfp4_mx_quantized_t a_, b_;
+  nvfp4_tensor_t d_;
+  nvfp4_tensor_t c_{};
+  nvfp4_tensor_t bias_{};
+  bool has_c_ = false, has_bias_ = false;
+  float beta_ = 0.0f;
+  nvfp4_scale_layout_t layout_;
+  nvfp4_backend_t backend_ = NVFP4_BACKEND_AUTO;
+};
+
 }  // namespace mx
 }  // namespace nvfp4
 

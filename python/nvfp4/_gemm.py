@@ -5,7 +5,7 @@ from typing import Optional
 
 import torch
 
-from . import _C, _ops
+from . import _C, _mx, _ops
 from ._format import SCALE_LAYOUTS, check_choice, check_dtype, check_real, stream_of
 from ._mx import MXFP4Tensor, gemm_mxfp4
 from ._tensor import NVFP4Tensor
@@ -22,6 +22,7 @@ def clear_workspace_cache() -> None:
     problem and by the GEMM environment variables, so they never go stale)."""
     _WS_CACHE.clear()
     _ops.clear_workspace_cache()
+    _mx.clear_workspace_cache()
 
 
 def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:

@@ -209,33 +209,51 @@ def mm_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a.float() @ b.float().t()
 
 
+_WS_CACHE: dict = {}
+
+
+def clear_workspace_cache() -> None:
+    """Forget the cached MXFP4 GEMM workspace sizes (nvfp4.gemm's clear_workspace_cache calls it)."""
+    _WS_CACHE.clear()
+
+
+def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
+    if x.device != y.device or x.numel() == 0 or y.numel() == 0:
+        return False
+    x0, y0 = x.data_ptr(), y.data_ptr()
+    return x0 < y0 + y.numel() * y.element_size() and y0 < x0 + x.numel() * x.element_size()
+
+
 def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dtype: torch.dtype = torch.bfloat16,
                bias: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None,
                beta: float = 0.0) -> torch.Tensor:
     """GEMM of two MXFP4 tensors quantized along K (their rowwise data): [..., N] =
-    Â @ B̂ᵀ + beta * out + bias, with FP32 accumulation.
+    Â @ B̂ᵀ + beta * out + bias, with FP32 accumulation (MXFP4 has no per-tensor scale, so
+    there is no alpha).
 
-    Every product of two MXFP4 values is exact (E2M1 x a power of two; magnitudes >= 2^128
-    decode to inf), so the result equals the float64 product of the decoded operands within
-    FP32 accumulation. backend: "reference" (decoded operands multiplied in float64; the CPU
-    default) or "auto" (on CUDA: the operands decoded to BF16 — exact — and multiplied on
-    the BF16 tensor cores with FP32 output; on the CPU the reference). nvfp4 has no MXFP4 GEMM
-    kernel of its own: "cutlass" and "cudnn" are refused. out_dtype / bias / out / beta as
-    in nvfp4.gemm.
+    Every product of two MXFP4 values is exact (E2M1 x a power of two), so the result equals
+    the float64 product of the decoded operands within FP32 accumulation; decoded magnitudes
+    >= 2^128 are inf, a NaN scale gives NaN (see nvfp4_mx_gemm in nvfp4.h). backend: "auto",
+    "cutlass", "cudnn" (CUDA tensors: on Hopper an exact emulation, the operands decoded to
+    BF16 and multiplied on the BF16 tensor cores; on Blackwell the native block-scaled GEMMs,
+    built but not run on hardware) or "reference" (CPU tensors: float64 accumulation).
+    Both operands need the same scale layout. out_dtype / bias / out / beta as in nvfp4.gemm.
     """
+    from .backends import BACKENDS, check_backend  # here: backends imports nothing of this module
+
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, MXFP4Tensor):
             raise TypeError(f"{name}: expected an MXFP4Tensor, got {type(t).__name__}")
         if t.rowwise is None:
             raise ValueError(f"{name}: has no rowwise (K-major) data; quantize with rowwise=True or pass .T")
-    if backend in ("cutlass", "cudnn"):
-        raise ValueError(f"backend: {backend!r} has no MXFP4 GEMM in this build; MXFP4 GEMMs run with backend='auto' "
-                         "(exact emulation on CUDA) or 'reference'")
-    check_choice("backend", backend, {"auto": 0, "reference": 1})
+    check_choice("backend", backend, BACKENDS)
     out_dtype = check_dtype("out_dtype", out_dtype, _GEMM_OUT)
     beta = check_real("beta", beta)
     if a.device != b.device:
         raise ValueError(f"b: on {b.device}, but a is on {a.device}")
+    if a.scale_layout != b.scale_layout:
+        raise ValueError(f"b: scale_layout {b.scale_layout!r} differs from a's {a.scale_layout!r}")
+    check_backend(backend, a.device)
     ka, kb = a.data.shape[1] * 2, b.data.shape[1] * 2
     if ka != kb:
         raise ValueError(f"b: K mismatch: a has K={ka}, b has K={kb}")
@@ -250,6 +268,9 @@ def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dty
             raise ValueError(f"bias: on {bias.device}, but a is on {a.device}")
         if bias.dtype not in _GEMM_OUT:
             raise TypeError(f"bias: dtype must be bfloat16, float16 or float32, got {bias.dtype}")
+        bias = bias.contiguous()
+    ops = (("a.data", a.rowwise.data), ("a.scales", a.rowwise.scales), ("b.data", b.rowwise.data),
+           ("b.scales", b.rowwise.scales))
     if out is not None:
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"out: must be a torch.Tensor or None, got {type(out).__name__}")
@@ -260,20 +281,28 @@ def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dty
         if out.numel() != m * n or out.shape[-1] != n or not out.is_contiguous():
             raise ValueError(f"out: expected a contiguous tensor of {m * n} elements shaped [..., {n}], "
                              f"got {tuple(out.shape)}")
-    elif beta != 0.0:
-        raise ValueError("beta: nonzero beta needs out= (it is read as C)")
-
-    la, lb = SCALE_LAYOUTS[a.scale_layout], SCALE_LAYOUTS[b.scale_layout]
-    if backend == "reference" or not a.device.type == "cuda":
-        acc = (decode_stored(a.rowwise, la, torch.float32).double()
-               @ decode_stored(b.rowwise, lb, torch.float32).double().t())
+        for name, t in ops + (("bias", bias),):
+            if t is not None and _overlaps(out, t):
+                raise ValueError(f"out: shares memory with {name}; the result would overwrite an input")
+        d = out.view(m, n)
     else:
-        acc = mm_fp32(decode_stored(a.rowwise, la, torch.bfloat16), decode_stored(b.rowwise, lb, torch.bfloat16))
-    if out is not None and beta != 0.0:
-        acc = acc + beta * out.reshape(m, n).to(acc.dtype)
-    if bias is not None:
-        acc = acc + bias.to(acc.dtype)
-    if out is not None:
-        out.view(m, n).copy_(acc.to(out.dtype))
-        return out
-    return acc.to(out_dtype).reshape(lead + (n,))
+        if beta != 0.0:
+            raise ValueError("beta: nonzero beta needs out= (it is read as C)")
+        d = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    c2 = d if (out is not None and beta != 0.0) else None
+    layout = SCALE_LAYOUTS[a.scale_layout]
+    args = (a.rowwise.data, a.rowwise.scales.view(torch.uint8), b.rowwise.data, b.rowwise.scales.view(torch.uint8),
+            layout, c2, bias, float(beta), d, BACKENDS[backend])
+    # The workspace size depends only on the problem, the backend, the device and the GEMM
+    # environment variables (nvfp4_gemm_env_key); asked once per key.
+    key = (m, n, ka, layout, backend, d.dtype, c2 is not None, None if bias is None else bias.dtype, a.device,
+           _C.gemm_env_key())
+    ws_bytes = _WS_CACHE.get(key)
+    if ws_bytes is None:
+        ws_bytes = _C.mx_gemm(*args, None, 0, True)
+        if len(_WS_CACHE) > 4096:
+            _WS_CACHE.clear()
+        _WS_CACHE[key] = ws_bytes
+    ws = torch.empty((ws_bytes,), dtype=torch.uint8, device=a.device) if ws_bytes else None
+    _C.mx_gemm(*args, ws, stream_of(a.device), False)
+    return out if out is not None else d.view(lead + (n,))

@@ -7,6 +7,7 @@
 #include "core/scale.h"
 #include "core/swizzle.h"
 #include "internal.h"
+#include "mx_internal.h"
 
 namespace nvfp4::detail {
 namespace {
@@ -65,10 +66,28 @@ nvfp4_status_t cpu_swizzle(const SwizzleJob& job) {
 
 nvfp4_status_t cpu_gemm(const GemmJob& job) {
   const int64_t M = job.m, N = job.n, K = job.k;
-  const std::vector<float> a = decode_unscaled(job.a, job.sfa, M, K, job.layout);
-  const std::vector<float> b = decode_unscaled(job.b, job.sfb, N, K, job.layout);
-  // The same fp32 alpha every backend applies.
-  const float alpha = core::global_decode_scale(*job.amax_a) * core::global_decode_scale(*job.amax_b);
+  const bool mx = job.format == Format::kMxfp4;
+  // Decoded without the per-tensor scale: value * block scale, exact in fp32 (MXFP4:
+  // magnitudes >= 2^128 become inf, as on the GPU, whose BF16 has fp32's range).
+  auto decode = [&](const uint8_t* data, const uint8_t* scales, int64_t rows) {
+    if (!mx) return decode_unscaled(data, scales, rows, K, job.layout);
+    std::vector<float> v(static_cast<size_t>(rows * K));
+    MxDequantJob d;
+    d.data = data;
+    d.scales = scales;
+    d.rows = rows;
+    d.cols = K;
+    d.swizzled = job.layout == NVFP4_SCALES_SWIZZLED;
+    d.out = v.data();
+    d.out_dtype = NVFP4_DTYPE_FLOAT32;
+    cpu_mx_dequantize(d);
+    return v;
+  };
+  const std::vector<float> a = decode(job.a, job.sfa, M);
+  const std::vector<float> b = decode(job.b, job.sfb, N);
+  // The same fp32 alpha every backend applies (MXFP4 has no per-tensor scale).
+  const float alpha =
+      mx ? 1.0f : core::global_decode_scale(*job.amax_a) * core::global_decode_scale(*job.amax_b);
   for (int64_t i = 0; i < M; ++i) {
     const float* ar = &a[i * K];
     for (int64_t j = 0; j < N; ++j) {

@@ -11,8 +11,9 @@
 // switch statements.
 //
 // Entry points get a GemmJob that api.cpp has validated; all pointers are on the current
-// CUDA device; alpha = S_dec(A) * S_dec(B) is computed on the device from amax_a / amax_b
-// (no host synchronization). Each runner is compiled only where its architecture is
+// CUDA device; for NVFP4, alpha = S_dec(A) * S_dec(B) is computed on the device from
+// amax_a / amax_b (no host synchronization); MXFP4 has no per-tensor scale (alpha = 1).
+// A row serves one operand format (Runner::format); dispatch never hands it another. Each runner is compiled only where its architecture is
 // built (the NVFP4_HAS_* macros are set by cmake/nvfp4_gemm.cmake on the host objects).
 #pragma once
 
@@ -37,13 +38,16 @@ nvfp4_status_t sm90_gemm(const GemmJob& job, void* workspace, size_t workspace_b
 
 #if defined(NVFP4_WITH_CUDA)
 // gemm/common/decode.cu (every CUDA build): decode an FP4 operand [rows, k] to BF16
-// (value * block scale, without the per-tensor scale, exact), row-major.
-nvfp4_status_t sm90_decode_bf16(const uint8_t* data, const uint8_t* scales, int64_t rows, int64_t k,
+// (value * block scale, without the per-tensor scale, exact), row-major; mx: MXFP4 (E8M0
+// scales over 32 values) rather than NVFP4.
+nvfp4_status_t sm90_decode_bf16(const uint8_t* data, const uint8_t* scales, bool mx, int64_t rows, int64_t k,
                                 nvfp4_scale_layout_t layout, void* out_bf16, nvfp4_stream_t stream);
 #endif
 
 #if defined(NVFP4_HAS_SM100_GEMM)
 size_t sm100_gemm_workspace_size(const GemmJob& job);
+// The MXFP4 rows take BF16 outputs only (the one MXFP4 kernel instantiated).
+bool sm100_mx_applicable(const GemmJob& job);
 // Host-only check (no launch): what CUTLASS's can_implement says of this problem.
 nvfp4_status_t sm100_gemm_can_implement(const GemmJob& job);
 nvfp4_status_t sm100_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream);
@@ -51,6 +55,8 @@ nvfp4_status_t sm100_gemm(const GemmJob& job, void* workspace, size_t workspace_
 
 #if defined(NVFP4_HAS_SM120_GEMM)
 size_t sm120_gemm_workspace_size(const GemmJob& job);
+// The MXFP4 rows take BF16 outputs only (the one MXFP4 kernel instantiated).
+bool sm120_mx_applicable(const GemmJob& job);
 nvfp4_status_t sm120_gemm_can_implement(const GemmJob& job);
 nvfp4_status_t sm120_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream);
 #endif
@@ -64,18 +70,14 @@ nvfp4_status_t cudnn_gemm(const GemmJob& job, int cc, void* workspace, size_t wo
 // of compute capability cc (cuDNN 9 on Hopper, >= 9.7 on Blackwell); never throws.
 int cudnn_available(int cc);
 // Host only, no GPU: defines the fused and the separate-epilogue graph of the path used on
-// cc for a set of problems (shapes, output dtypes, with and without bias and C) and runs
+// cc (for NVFP4 or, mx, MXFP4 operands) for a set of problems (shapes, output dtypes, with and without bias and C) and runs
 // the frontend's validate() on each. Needs a loadable libcudnn.so.9 (its version decides
 // what validate() accepts); *checked = graphs validated.
-nvfp4_status_t cudnn_check_graphs(int cc, int* checked);
+nvfp4_status_t cudnn_check_graphs(int cc, bool mx, int* checked);
 #endif
 
 
 // ---- the runner table ----
-
-// Element format of both operands. Rows for another format (MXFP4: E2M1 with one UE8M0
-// scale per 32 values) get their own value here.
-enum class Format : uint8_t { kNvfp4 = 0 };
 
 // Kernel objects, one per CMake OBJECT library, each compiled for its own list of CUDA
 // targets (cmake/nvfp4_gemm.cmake writes the lists into nvfp4_build_config.h). A runner

@@ -1,10 +1,11 @@
 // Host-only self-checks of the GEMM runners (nvfp4_runner_check): what can be verified of
 // kernels without running them, so that builds for GPUs this project cannot borrow are
 // still checked wherever they are built, CI included.
-//   cutlass sm100 / sm110 / sm120: the scale-factor layout CUTLASS computes equals the one
-//     nvfp4 writes (core::swizzle_offset) over the whole padded range of odd and real
-//     shapes; can_implement accepts the shapes the runner documents, for every output
-//     dtype, with and without C and bias; each kernel's shared memory fits its target.
+//   cutlass sm100 / sm110 / sm120 (NVFP4 and MXFP4 rows): the scale-factor layout CUTLASS
+//     computes equals the one nvfp4 writes (core::swizzle_offset) over the whole padded
+//     range of odd and real shapes; can_implement accepts the shapes the runner documents,
+//     for every output dtype it has (MXFP4: BF16, the others refused), with and without C
+//     and bias; each kernel's shared memory fits its target.
 //   cudnn: the fused and the separate-epilogue graphs of the runner's path validate in the
 //     frontend (needs a loadable libcudnn.so.9; no GPU).
 #include <string>
@@ -17,16 +18,18 @@
 namespace nvfp4::detail {
 namespace {
 
-[[maybe_unused]] GemmJob fake_job(int64_t m, int64_t n, int64_t k, nvfp4_dtype_t d) {
+[[maybe_unused]] GemmJob fake_job(int64_t m, int64_t n, int64_t k, nvfp4_dtype_t d, Format f) {
   // Stand-in, 256-byte-aligned addresses: nothing here dereferences them.
   auto addr = [](uintptr_t i) { return reinterpret_cast<uint8_t*>(uintptr_t(0x10000000) * i); };
   GemmJob j;
+  j.format = f;
+  const bool mx = f == Format::kMxfp4;  // no per-tensor scale
   j.a = addr(1);
   j.sfa = addr(2);
-  j.amax_a = reinterpret_cast<const float*>(addr(3));
+  j.amax_a = mx ? nullptr : reinterpret_cast<const float*>(addr(3));
   j.b = addr(4);
   j.sfb = addr(5);
-  j.amax_b = reinterpret_cast<const float*>(addr(6));
+  j.amax_b = mx ? nullptr : reinterpret_cast<const float*>(addr(6));
   j.d = addr(7);
   j.m = m;
   j.n = n;
@@ -37,8 +40,8 @@ namespace {
 }
 
 template <class Compare, class CanImplement, class Smem>
-[[maybe_unused]] nvfp4_status_t check_blockscaled(const char* arch, Compare compare, CanImplement can_implement,
-                                                  Smem smem, int* checked) {
+[[maybe_unused]] nvfp4_status_t check_blockscaled(const char* arch, Format format, Compare compare,
+                                                  CanImplement can_implement, Smem smem, int* checked) {
   int n = 0;
   const int64_t rows[] = {1, 7, 31, 128, 129, 300, 4096};
   const int64_t ks[] = {16, 32, 48, 96, 1040, 4096};
@@ -54,6 +57,14 @@ template <class Compare, class CanImplement, class Smem>
   const Shape good[] = {{1, 8, 32}, {13, 136, 96}, {129, 4096, 4096}, {4096, 14336, 4096}, {2048, 128256, 4096}};
   const nvfp4_dtype_t dtypes[] = {NVFP4_DTYPE_BFLOAT16, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_FLOAT32};
   for (nvfp4_dtype_t d : dtypes) {
+    if (format == Format::kMxfp4 && d != NVFP4_DTYPE_BFLOAT16) {
+      // The MXFP4 kernel is BF16-output only: the others must be refused, by name.
+      if (can_implement(fake_job(128, 128, 128, d, format)) == NVFP4_SUCCESS)
+        return fail(NVFP4_ERROR_INTERNAL, std::string(arch) + ": mxfp4 accepted output dtype " + std::to_string(d));
+      clear_error();
+      ++n;
+      continue;
+    }
     int limit = 0;
     const int bytes = smem(d, &limit);
     if (bytes <= 0 || bytes > limit)
@@ -63,7 +74,7 @@ template <class Compare, class CanImplement, class Smem>
     ++n;
     for (const Shape& s : good)
       for (int epi = 0; epi < 2; ++epi) {
-        GemmJob j = fake_job(s.m, s.n, s.k, d);
+        GemmJob j = fake_job(s.m, s.n, s.k, d, format);
         if (epi) {
           j.c = j.d;
           j.c_dtype = d;
@@ -90,14 +101,22 @@ nvfp4_status_t runner_self_check(const Runner& r, int* checked) {
   const std::string name = r.name;
 #if defined(NVFP4_HAS_SM100_GEMM)
   if (name == "cutlass-sm100" || name == "cutlass-sm110")
-    return check_blockscaled(r.name, sm100_compare_scale_layout, sm100_gemm_can_implement, sm100_smem_bytes, checked);
+    return check_blockscaled(r.name, Format::kNvfp4, sm100_compare_scale_layout, sm100_gemm_can_implement,
+                             sm100_smem_bytes, checked);
+  if (name == "cutlass-sm100-mxfp4" || name == "cutlass-sm110-mxfp4")
+    return check_blockscaled(r.name, Format::kMxfp4, sm100_mx_compare_scale_layout, sm100_gemm_can_implement,
+                             sm100_mx_smem_bytes, checked);
 #endif
 #if defined(NVFP4_HAS_SM120_GEMM)
   if (name == "cutlass-sm120")
-    return check_blockscaled(r.name, sm120_compare_scale_layout, sm120_gemm_can_implement, sm120_smem_bytes, checked);
+    return check_blockscaled(r.name, Format::kNvfp4, sm120_compare_scale_layout, sm120_gemm_can_implement,
+                             sm120_smem_bytes, checked);
+  if (name == "cutlass-sm120-mxfp4")
+    return check_blockscaled(r.name, Format::kMxfp4, sm120_mx_compare_scale_layout, sm120_gemm_can_implement,
+                             sm120_mx_smem_bytes, checked);
 #endif
 #if defined(NVFP4_HAS_CUDNN)
-  if (r.backend == NVFP4_BACKEND_CUDNN) return cudnn_check_graphs(r.cc_min, checked);
+  if (r.backend == NVFP4_BACKEND_CUDNN) return cudnn_check_graphs(r.cc_min, r.format == Format::kMxfp4, checked);
 #endif
   return NVFP4_SUCCESS;
 }

@@ -87,8 +87,11 @@ nvfp4_status_t sm100_run(const GemmJob& job, int, void* ws, size_t ws_bytes, nvf
   return sm100_gemm(job, ws, ws_bytes, stream);
 }
 #define NVFP4_SM100 true, nullptr, nullptr, &sm100_workspace, &sm100_run
+bool sm100_mx_accepts(const GemmJob& job, int) { return sm100_mx_applicable(job); }
+#define NVFP4_SM100_MX true, &sm100_mx_accepts, nullptr, &sm100_workspace, &sm100_run
 #else
 #define NVFP4_SM100 false, nullptr, nullptr, nullptr, nullptr
+#define NVFP4_SM100_MX false, nullptr, nullptr, nullptr, nullptr
 #endif
 
 #if defined(NVFP4_HAS_SM120_GEMM)
@@ -100,8 +103,11 @@ nvfp4_status_t sm120_run(const GemmJob& job, int, void* ws, size_t ws_bytes, nvf
   return sm120_gemm(job, ws, ws_bytes, stream);
 }
 #define NVFP4_SM120 true, nullptr, nullptr, &sm120_workspace, &sm120_run
+bool sm120_mx_accepts(const GemmJob& job, int) { return sm120_mx_applicable(job); }
+#define NVFP4_SM120_MX true, &sm120_mx_accepts, nullptr, &sm120_workspace, &sm120_run
 #else
 #define NVFP4_SM120 false, nullptr, nullptr, nullptr, nullptr
+#define NVFP4_SM120_MX false, nullptr, nullptr, nullptr, nullptr
 #endif
 
 #if defined(NVFP4_HAS_CUDNN)
@@ -164,6 +170,47 @@ const Runner kRunners[] = {
      "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
      "native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
      NVFP4_CUDNN},
+
+    // MXFP4 x MXFP4 (E8M0 scales over 32 values, alpha = 1). Hopper: the same two-step
+    // emulation as NVFP4's (the fused small-M kernel is NVFP4-only).
+    {"reference-mxfp4", NVFP4_BACKEND_REFERENCE, Format::kMxfp4, "cpu", 0, 0, 0, "", "K % 32 == 0",
+     "CPU reference: decoded values, float64 accumulation", true, nullptr, nullptr, &reference_workspace,
+     &reference_run},
+    {"cutlass-sm90-mxfp4", NVFP4_BACKEND_CUTLASS, Format::kMxfp4, "sm_90", 90, 90, kCuda | kObjSm90,
+     "gemm_prep_kernel;gemm_finalize_kernel;device_kernel.*GemmUniversal.*Sm90", "K % 32 == 0",
+     "exact emulation: MXFP4 -> BF16 decode + CUTLASS sm90 BF16 GEMM (TMA, wgmma), bias/beta*C in its epilogue",
+     NVFP4_SM90_TWO_STEP},
+    {"cutlass-sm100-mxfp4", NVFP4_BACKEND_CUTLASS, Format::kMxfp4, "sm_100", 100, 109, kCuda | kObjSm100,
+     "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
+     "device_kernel.*GemmUniversal.*Sm100",
+     "K % 32 == 0, bfloat16 output, N % 8 == 0, swizzled scales, 16-byte aligned operands",
+     "native: CUTLASS sm100 block-scaled GEMM on mx_float4 (built, not run on hardware)", NVFP4_SM100_MX},
+    {"cutlass-sm110-mxfp4", NVFP4_BACKEND_CUTLASS, Format::kMxfp4, "sm_110", 110, 119, kCuda | kObjSm100,
+     "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
+     "device_kernel.*GemmUniversal.*Sm100",
+     "K % 32 == 0, bfloat16 output, N % 8 == 0, swizzled scales, 16-byte aligned operands",
+     "native: the sm100 mx_float4 GEMM compiled for sm_110 (built, not run on hardware)", NVFP4_SM100_MX},
+    {"cutlass-sm120-mxfp4", NVFP4_BACKEND_CUTLASS, Format::kMxfp4, "sm_120", 120, 129, kCuda | kObjSm120,
+     "blockscaled::alpha_kernel<cutlass::arch::Sm120>;blockscaled::widen_kernel<cutlass::arch::Sm120>;"
+     "device_kernel.*GemmUniversal.*Sm120",
+     "K % 32 == 0, bfloat16 output, N % 8 == 0, swizzled scales, 16-byte aligned operands",
+     "native: CUTLASS sm120 block-scaled GEMM on mx_float4 (built, not run on hardware)", NVFP4_SM120_MX},
+    {"cudnn-sm90-mxfp4", NVFP4_BACKEND_CUDNN, Format::kMxfp4, "sm_90", 90, 90, kCuda | kObjCudnn,
+     "scalars_kernel;gemm_prep_kernel", "K % 32 == 0",
+     "exact emulation: MXFP4 -> BF16 decode + cuDNN BF16 matmul graph (cuDNN 9)", NVFP4_CUDNN},
+    {"cudnn-sm100-mxfp4", NVFP4_BACKEND_CUDNN, Format::kMxfp4, "sm_100", 100, 109, kCuda | kObjCudnn,
+     "scalars_kernel;gemm_epilogue_kernel", "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
+     "native: cuDNN block_scale_dequantize (E8M0, 32-value blocks) + matmul graph (cuDNN >= 9.7; built, not run "
+     "on hardware)",
+     NVFP4_CUDNN},
+    {"cudnn-sm110-mxfp4", NVFP4_BACKEND_CUDNN, Format::kMxfp4, "sm_110", 110, 119, kCuda | kObjCudnn,
+     "scalars_kernel;gemm_epilogue_kernel", "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
+     "native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
+     NVFP4_CUDNN},
+    {"cudnn-sm120-mxfp4", NVFP4_BACKEND_CUDNN, Format::kMxfp4, "sm_120", 120, 129, kCuda | kObjCudnn,
+     "scalars_kernel;gemm_epilogue_kernel", "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
+     "native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
+     NVFP4_CUDNN},
 };
 constexpr int kRunnerCount = static_cast<int>(sizeof(kRunners) / sizeof(kRunners[0]));
 constexpr int kMaxCc = 255;  // compute capabilities cached by runner_compiled_for
@@ -185,17 +232,30 @@ bool serves(const Runner& r, nvfp4_backend_t backend) {
   return r.backend == backend;
 }
 
-// What each runner of `backend` would need, for the refusal message.
-nvfp4_status_t not_supported(nvfp4_backend_t b, int cc) {
+const char* format_name(Format f) { return f == Format::kMxfp4 ? "mxfp4" : "nvfp4"; }
+
+// The shape rules of the rows that could have taken the job, for a refusal message.
+std::string runner_hints(const GemmJob& job, nvfp4_backend_t backend, int cc) {
+  std::string s;
+  for (const Runner& r : kRunners) {
+    if (r.format != job.format || !serves(r, backend) || !runner_usable(r, cc)) continue;
+    s += (s.empty() ? " (" : "; ") + std::string(r.name) + " takes " + r.shapes;
+  }
+  return s.empty() ? s : s + ")";
+}
+
+// What each runner of `backend` for operands of format `fmt` would need, for the refusal
+// message.
+nvfp4_status_t not_supported(nvfp4_backend_t b, int cc, Format fmt) {
   if (b == NVFP4_BACKEND_REFERENCE)
     return fail(NVFP4_ERROR_NOT_SUPPORTED,
                 "backend: 'reference' runs on CPU tensors only; CUDA tensors use 'cutlass', 'cudnn' or 'auto'");
-  std::string msg = std::string("backend: '") + backend_name(b) + "' cannot run on this GPU (compute capability " +
-                    cc_str(cc) + ")";
+  std::string msg = std::string("backend: '") + backend_name(b) + "' cannot run " + format_name(fmt) +
+                    " GEMMs on this GPU (compute capability " + cc_str(cc) + ")";
   std::string seen;
   bool any = false;
   for (const Runner& r : kRunners) {
-    if (r.backend == NVFP4_BACKEND_REFERENCE || !serves(r, b)) continue;
+    if (r.backend == NVFP4_BACKEND_REFERENCE || r.format != fmt || !serves(r, b)) continue;
     const std::string fam = std::string(backend_name(r.backend)) + " " + r.family;
     if (seen.find("|" + fam + "|") != std::string::npos) continue;
     seen += "|" + fam + "|";
@@ -253,7 +313,7 @@ nvfp4_status_t select(const GemmJob& job, nvfp4_backend_t backend, int& cc, cons
   if (cc == 0) return fail(NVFP4_ERROR_CUDA, "gemm: cannot query the current CUDA device");
   bool usable_row = false;
   for (const Runner& r : kRunners) {
-    if (!serves(r, backend) || !runner_usable(r, cc)) continue;
+    if (r.format != job.format || !serves(r, backend) || !runner_usable(r, cc)) continue;
     usable_row = true;
     if (r.accepts == nullptr || r.accepts(job, cc)) {
       out = &r;
@@ -261,11 +321,12 @@ nvfp4_status_t select(const GemmJob& job, nvfp4_backend_t backend, int& cc, cons
     }
   }
   if (usable_row)
-    return fail(NVFP4_ERROR_NOT_SUPPORTED, std::string("backend: no '") + backend_name(backend) +
-                                               "' runner on compute capability " + cc_str(cc) +
-                                               " takes M=" + std::to_string(job.m) + " N=" + std::to_string(job.n) +
-                                               " K=" + std::to_string(job.k));
-  return not_supported(backend == NVFP4_BACKEND_AUTO ? NVFP4_BACKEND_CUTLASS : backend, cc);
+    return fail(NVFP4_ERROR_NOT_SUPPORTED, std::string("backend: no '") + backend_name(backend) + "' " +
+                                               format_name(job.format) + " runner on compute capability " +
+                                               cc_str(cc) + " takes M=" + std::to_string(job.m) +
+                                               " N=" + std::to_string(job.n) + " K=" + std::to_string(job.k) +
+                                               runner_hints(job, backend, cc));
+  return not_supported(backend == NVFP4_BACKEND_AUTO ? NVFP4_BACKEND_CUTLASS : backend, cc, job.format);
 #else
   (void)job;
   (void)backend;
@@ -371,7 +432,10 @@ nvfp4_status_t gemm_run(const GemmJob& job, nvfp4_backend_t backend, bool on_cud
     if (backend != NVFP4_BACKEND_AUTO && backend != NVFP4_BACKEND_REFERENCE)
       return fail(NVFP4_ERROR_NOT_SUPPORTED, std::string("backend: '") + backend_name(backend) +
                                                  "' needs CUDA tensors; CPU tensors use the reference backend");
-    return kRunners[0].run(job, 0, workspace, workspace_bytes, stream);
+    for (const Runner& r : kRunners)
+      if (r.backend == NVFP4_BACKEND_REFERENCE && r.format == job.format)
+        return r.run(job, 0, workspace, workspace_bytes, stream);
+    return fail(NVFP4_ERROR_INTERNAL, "gemm: no reference runner for this operand format");
   }
   int cc = 0;
   const Runner* r = nullptr;

@@ -4,6 +4,8 @@
 //                               naming the parameter; nothing crashes
 //   test_mx_api cpu_roundtrip   quantize -> dequantize on the CPU against an independent
 //                               decoder; offset_device is read as a host counter
+//   test_mx_api cpu_gemm        nvfp4_mx_gemm (reference runner) against an independent
+//                               float64 product; its refusals
 //   test_mx_api gpu_roundtrip   the same on a CUDA device, bit-exact with the CPU results,
 //                               offset_device in device memory (exit 77 = skipped: no GPU)
 #include <cmath>
@@ -208,6 +210,107 @@ int test_cpu() {
   return finish("cpu_roundtrip");
 }
 
+// nvfp4_mx_gemm on the CPU (the reference runner) against an independent float64 product
+// of the decoded operands, with bias and beta * C (C aliasing D), both scale layouts; and
+// its refusals.
+int test_cpu_gemm() {
+  constexpr int64_t N = 40;
+  const std::vector<float> x = input();
+  std::vector<float> w(N * C);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& v : w) v = nd(rng);
+  std::vector<float> bias(N), c0(R * N);
+  for (float& v : bias) v = nd(rng);
+  for (float& v : c0) v = nd(rng);
+  nvfp4::TensorView in_x(x.data(), NVFP4_DTYPE_FLOAT32, {R, C}), in_w(w.data(), NVFP4_DTYPE_FLOAT32, {N, C});
+  for (nvfp4_scale_layout_t layout : {NVFP4_SCALES_LINEAR, NVFP4_SCALES_SWIZZLED}) {
+    const nvfp4::mx::Layout la = nvfp4::mx::rowwise_layout(R, C, layout), lb = nvfp4::mx::rowwise_layout(N, C, layout);
+    std::vector<uint8_t> ad(la.data_bytes()), as(la.scale_bytes()), bd(lb.data_bytes()), bs(lb.scale_bytes());
+    nvfp4::mx::QuantizedView a(la, ad.data(), as.data()), b(lb, bd.data(), bs.data());
+    nvfp4::mx::QuantConfig cfg;
+    cfg.scale_layout(layout);
+    nvfp4::mx::quantize(in_x, cfg, &a, nullptr);
+    cfg.both(NVFP4_ROUND_STOCHASTIC, NVFP4_MX_SCALE_CEIL).seed(5);
+    nvfp4::mx::quantize(in_w, cfg, &b, nullptr);
+    const bool swz = layout == NVFP4_SCALES_SWIZZLED;
+    auto value = [&](const std::vector<uint8_t>& d, const std::vector<uint8_t>& sc, int64_t r, int64_t k) {
+      const uint8_t byte = d[r * (C / 2) + k / 2];
+      const int64_t so = swz ? nvfp4::swizzled_scale_offset(r, k / 32, C / 32) : r * (C / 32) + k / 32;
+      return static_cast<double>(decode((k & 1) ? byte >> 4 : byte & 15, sc[so]));
+    };
+    std::vector<float> d = c0;  // C aliases D
+    nvfp4::TensorView dv(d.data(), NVFP4_DTYPE_FLOAT32, {R, N}), bv(bias.data(), NVFP4_DTYPE_FLOAT32, {N});
+    nvfp4::mx::Gemm g(a, b, dv);
+    g.accumulate(dv, -0.5f).bias(bv).backend(NVFP4_BACKEND_REFERENCE);
+    CHECK(g.workspace_bytes() == 0);
+    g.run();
+    for (int64_t i = 0; i < R; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double ref = 0.0, mag = 0.0;
+        for (int64_t k = 0; k < C; ++k) {
+          const double p = value(ad, as, i, k) * value(bd, bs, j, k);
+          ref += p;
+          mag += std::fabs(p);
+        }
+        ref += bias[j] - 0.5 * c0[i * N + j];
+        mag += std::fabs(bias[j]) + 0.5 * std::fabs(c0[i * N + j]);
+        CHECK(std::fabs(d[i * N + j] - ref) <= 1e-12 * mag + std::ldexp(std::fabs(ref), -24));
+      }
+  }
+  // Refusals, each naming its parameter.
+  const nvfp4::mx::Layout la = nvfp4::mx::rowwise_layout(R, C, NVFP4_SCALES_LINEAR);
+  std::vector<uint8_t> ad(la.data_bytes()), as(la.scale_bytes());
+  nvfp4::mx::QuantizedView a(la, ad.data(), as.data());
+  std::vector<float> d(R * R);
+  nvfp4::TensorView dv(d.data(), NVFP4_DTYPE_FLOAT32, {R, R});
+  nvfp4::mx::Gemm ok(a, a, dv);
+  nvfp4_mx_gemm_args_t args = ok.args();
+  CHECK(nvfp4_mx_gemm(&args, nullptr, 0, nullptr) == NVFP4_SUCCESS);
+  EXPECT_BAD(nvfp4_mx_gemm(nullptr, nullptr, 0, nullptr), "args");
+  nvfp4_mx_gemm_args_t bad = args;
+  bad.b = nullptr;
+  EXPECT_BAD(nvfp4_mx_gemm(&bad, nullptr, 0, nullptr), "b: null");
+  bad = args;
+  bad.scale_layout = NVFP4_SCALES_SWIZZLED;  // the views are linear
+  EXPECT_BAD(nvfp4_mx_gemm(&bad, nullptr, 0, nullptr), "a.scales: expected shape");
+  bad = args;
+  bad.backend = static_cast<nvfp4_backend_t>(7);
+  EXPECT_BAD(nvfp4_mx_gemm(&bad, nullptr, 0, nullptr), "backend");
+  bad = args;
+  bad.beta = 1.0f;
+  EXPECT_BAD(nvfp4_mx_gemm(&bad, nullptr, 0, nullptr), "beta");
+  std::vector<float> d_small(R * 8);
+  nvfp4::TensorView ds(d_small.data(), NVFP4_DTYPE_FLOAT32, {R, 8});
+  bad = args;
+  bad.d = ds.get();
+  EXPECT_BAD(nvfp4_mx_gemm(&bad, nullptr, 0, nullptr), "d: expected shape");
+  // K = 48: a whole number of bytes but not of 32-value blocks.
+  nvfp4_mx_quantized_t k48 = *a.get();
+  k48.data.shape[1] = 24;
+  k48.scales.shape[1] = 1;
+  bad = args;
+  bad.a = &k48;
+  bad.b = &k48;
+  EXPECT_BAD(nvfp4_mx_gemm(&bad, nullptr, 0, nullptr), "multiple of 32");
+  bad.b = a.get();
+  EXPECT_BAD(nvfp4_mx_gemm(&bad, nullptr, 0, nullptr), "K mismatch");
+  // d overlapping an operand
+  nvfp4::TensorView d_on_a(ad.data(), NVFP4_DTYPE_FLOAT32, {R, 4});
+  nvfp4_mx_gemm_args_t overlap = args;
+  nvfp4::mx::Layout l4 = nvfp4::mx::rowwise_layout(4, C, NVFP4_SCALES_LINEAR);
+  nvfp4::mx::QuantizedView b4(l4, ad.data() + 8 * la.data_cols, as.data());
+  overlap.b = b4.get();
+  overlap.d = d_on_a.get();
+  EXPECT_BAD(nvfp4_mx_gemm(&overlap, nullptr, 0, nullptr), "overlap");
+  // CPU tensors run on the reference only.
+  bad = args;
+  bad.backend = NVFP4_BACKEND_CUTLASS;
+  CHECK(nvfp4_mx_gemm(&bad, nullptr, 0, nullptr) == NVFP4_ERROR_NOT_SUPPORTED);
+  CHECK(std::string(nvfp4_last_error()).find("backend") != std::string::npos);
+  return finish("cpu_gemm");
+}
+
 int test_gpu() {
 #if defined(NVFP4_TEST_CUDA)
   if (nvfp4_cuda_device_count() == 0) {
@@ -268,11 +371,12 @@ int main(int argc, char** argv) {
   try {
     if (what == "args") return test_args();
     if (what == "cpu_roundtrip") return test_cpu();
+    if (what == "cpu_gemm") return test_cpu_gemm();
     if (what == "gpu_roundtrip") return test_gpu();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "unexpected exception: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: test_mx_api args|cpu_roundtrip|gpu_roundtrip\n");
+  std::fprintf(stderr, "usage: test_mx_api args|cpu_roundtrip|cpu_gemm|gpu_roundtrip\n");
   return 2;
 }

@@ -4,6 +4,9 @@
 // Why BF16 is exact: an E2M1 value (at most 2 significant bits) times an E4M3 scale (at
 // most 4) has at most 6 significant bits and lies in [2^-10, 2688] (or is 0 / NaN), well
 // inside BF16's 8-bit significand and range. The per-tensor scale stays out (alpha).
+// MXFP4: an E2M1 value times 2^(b-127) has at most 2 significant bits and lies in
+// [2^-128, 6 * 2^127]: exact in fp32 and BF16 (same exponent range, 2^-128 a subnormal of
+// both) up to 2^128, where both overflow to inf; the NaN scale byte gives NaN.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -12,6 +15,7 @@
 
 #include "core/e2m1.h"
 #include "core/e4m3.h"
+#include "core/e8m0.h"
 #include "core/scale.h"
 #include "core/swizzle.h"
 #include "gemm/backends.h"
@@ -53,7 +57,9 @@ __global__ void __launch_bounds__(kPrepThreads) gemm_prep_kernel(GemmPrep p, int
   const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
 
   if (tid == 0 && p.alpha != nullptr)
-    p.alpha[0] = core::global_decode_scale(p.amax_a[0]) * core::global_decode_scale(p.amax_b[0]);
+    p.alpha[0] = p.amax_a == nullptr
+                     ? 1.0f
+                     : core::global_decode_scale(p.amax_a[0]) * core::global_decode_scale(p.amax_b[0]);
   if (p.bias_f32 != nullptr) {
     for (int64_t i = tid; i < p.n_pad; i += nthreads)
       p.bias_f32[i] = (p.bias != nullptr && i < p.n) ? load_as_float(p.bias, p.bias_dtype, i) : 0.0f;
@@ -84,8 +90,12 @@ __global__ void __launch_bounds__(kPrepThreads) gemm_prep_kernel(GemmPrep p, int
         raw[u] = make_uint2(w[0], w[1]);
       }
       const nvfp4_scale_layout_t layout = in_a ? p.a.layout : p.b.layout;
-      const int64_t so = layout == NVFP4_SCALES_LINEAR ? r * cols + c : core::swizzle_offset(r, c, cols);
-      scale[u] = core::e4m3_decode(__ldg((in_a ? p.a.scales : p.b.scales) + so));
+      // A 16-value unit: its own E4M3 scale (NVFP4), or half of a 32-value E8M0 block (MXFP4).
+      const bool mx = in_a ? p.a.mx : p.b.mx;
+      const int64_t scols = mx ? cols / 2 : cols, sc = mx ? c / 2 : c;
+      const int64_t so = layout == NVFP4_SCALES_LINEAR ? r * scols + sc : core::swizzle_offset(r, sc, scols);
+      const uint8_t sb = __ldg((in_a ? p.a.scales : p.b.scales) + so);
+      scale[u] = mx ? core::e8m0_decode(sb) : core::e4m3_decode(sb);
       dst[u] = static_cast<__nv_bfloat16*>(in_a ? p.a.out : p.b.out) + r * (in_a ? p.a.out_ld : p.b.out_ld) + c * 16;
     }
 #pragma unroll
@@ -96,7 +106,7 @@ __global__ void __launch_bounds__(kPrepThreads) gemm_prep_kernel(GemmPrep p, int
       for (int i = 0; i < 8; ++i) {
         const uint32_t w = i < 4 ? raw[u].x : raw[u].y;
         const uint32_t byte = (w >> (8 * (i & 3))) & 0xffu;
-        // value * scale is exact in fp32 and in BF16 (see the top of the file)
+        // value * scale is exact in fp32 and in BF16 (see the top of the file for MXFP4's limits)
         __nv_bfloat162 v = __floats2bfloat162_rn(lut[byte & 15u] * scale[u], lut[byte >> 4] * scale[u]);
         packed[i] = *reinterpret_cast<uint32_t*>(&v);
       }
@@ -142,8 +152,9 @@ int device_sm_count() { return gpu::sm_count(gpu::current_device()); }
 nvfp4_status_t gemm_prep(const GemmPrep& p, nvfp4_stream_t stream) {
   auto check_op = [](const DecodeOperand& op, const char* name) -> nvfp4_status_t {
     if (op.rows == 0) return NVFP4_SUCCESS;
-    if (op.k <= 0 || op.k % 16 != 0 || op.out_ld < op.k || op.out_ld % 8 != 0)
-      return fail(NVFP4_ERROR_INVALID_ARGUMENT, std::string(name) + ": K must be a positive multiple of 16");
+    if (op.k <= 0 || op.k % (op.mx ? 32 : 16) != 0 || op.out_ld < op.k || op.out_ld % 8 != 0)
+      return fail(NVFP4_ERROR_INVALID_ARGUMENT,
+                  std::string(name) + ": K must be a positive multiple of " + (op.mx ? "32" : "16"));
     if (reinterpret_cast<uintptr_t>(op.out) % 16 != 0)
       return fail(NVFP4_ERROR_INVALID_ARGUMENT, std::string(name) + ": the BF16 output must be 16-byte aligned");
     return NVFP4_SUCCESS;
@@ -190,12 +201,13 @@ nvfp4_status_t gemm_epilogue(const GemmEpilogue& e, nvfp4_stream_t stream) {
   return gpu::check_launch("gemm: epilogue (alpha, bias, beta*C) launch");
 }
 
-nvfp4_status_t sm90_decode_bf16(const uint8_t* data, const uint8_t* scales, int64_t rows, int64_t k,
+nvfp4_status_t sm90_decode_bf16(const uint8_t* data, const uint8_t* scales, bool mx, int64_t rows, int64_t k,
                                 nvfp4_scale_layout_t layout, void* out_bf16, nvfp4_stream_t stream) {
   if (rows == 0 || k == 0) return NVFP4_SUCCESS;
   GemmPrep p;
   p.a.data = data;
   p.a.scales = scales;
+  p.a.mx = mx;
   p.a.rows = rows;
   p.a.k = k;
   p.a.layout = layout;

@@ -11,10 +11,12 @@
 namespace nvfp4::detail {
 
 // One FP4 operand to decode: data [rows, k/2] packed E2M1, scales in `layout`
-// (linear [rows, k/16] or swizzled), out [rows, out_ld] BF16 row-major (out_ld >= k).
+// (NVFP4: E4M3, linear [rows, k/16] or swizzled; MXFP4: E8M0, linear [rows, k/32] or
+// swizzled, k % 32 == 0), out [rows, out_ld] BF16 row-major (out_ld >= k).
 struct DecodeOperand {
   const uint8_t* data = nullptr;
   const uint8_t* scales = nullptr;
+  bool mx = false;
   int64_t rows = 0, k = 0;
   nvfp4_scale_layout_t layout = NVFP4_SCALES_SWIZZLED;
   void* out = nullptr;  // __nv_bfloat16
@@ -22,12 +24,14 @@ struct DecodeOperand {
 };
 
 // Everything a two-step GEMM needs before its tensor-core kernel, in one launch:
-// both operands decoded (value * block scale, exact in BF16), alpha from the two amax,
+// both operands decoded (value * block scale, exact in BF16 except that MXFP4 magnitudes
+// >= 2^128 become inf), alpha from the two amax (1 when amax_a is null: MXFP4),
 // and the bias converted to fp32 and zero-padded to n_pad (CUTLASS reads it as a vector
 // of 16-byte chunks).
 struct GemmPrep {
   DecodeOperand a, b;                 // b.rows == 0: decode a only
-  const float* amax_a = nullptr;      // alpha = S_dec(amax_a) * S_dec(amax_b), if alpha != null
+  const float* amax_a = nullptr;      // alpha = S_dec(amax_a) * S_dec(amax_b) (1 if amax_a is null),
+                                      // written if alpha != null
   const float* amax_b = nullptr;
   float* alpha = nullptr;
   const void* bias = nullptr;         // [n] in bias_dtype, optional

@@ -7,9 +7,10 @@
 // D[M,N] = alpha * (A^ @ B^T) + beta * C + bias, with
 //   A   [M, K/2] packed E2M1, K-major ("row-major A")
 //   B   [N, K/2] packed E2M1, K-major ("column-major B" in CUTLASS's K x N view)
-//   SFA, SFB     E4M3 block scales (UE4M3 to CUTLASS: same bits, the sign is always 0),
+//   SFA, SFB     NVFP4: E4M3 scales over 16 values (UE4M3 to CUTLASS: same bits, the sign
+//                is always 0); MXFP4 (mx_float4_t): E8M0 scales over 32 values (UE8M0);
 //                128x4-swizzled = Sm1xxBlkScaledConfig's K-major layout
-//   alpha        fp32 on the device, S_dec(amax_a) * S_dec(amax_b), read by pointer
+//   alpha        fp32 on the device, S_dec(amax_a) * S_dec(amax_b) (MXFP4: 1), read by pointer
 //   C            [M, N] in D's dtype (a 16-bit C for an fp32 D is widened first, exactly)
 //   bias         [N] fp32 (a 16-bit bias is widened first, exactly)
 #pragma once
@@ -38,16 +39,18 @@
 
 namespace nvfp4::detail::blockscaled {
 
-using ElementFp4 = cutlass::nv_float4_t<cutlass::float_e2m1_t>;
-using DataFp4 = typename ElementFp4::DataType;          // float_e2m1_t, packed two a byte
-using ScaleFp4 = typename ElementFp4::ScaleFactorType;  // float_ue4m3_t
+using ElementNvfp4 = cutlass::nv_float4_t<cutlass::float_e2m1_t>;  // scales float_ue4m3_t, 16 values
+using ElementMxfp4 = cutlass::mx_float4_t<cutlass::float_e2m1_t>;  // scales float_ue8m0_t, 32 values
 
 // One GEMM type per (architecture, tile, cluster, output dtype). The fusion is
 // LinCombPerColBias: D = beta * C + (alpha * acc + bias[n]); a null bias pointer reads
 // as zeros and beta == 0 skips C entirely, so one instantiation covers every epilogue.
-template <class ArchTag_, class TileShape, class ClusterShape, class ElementD_>
+template <class ArchTag_, class TileShape, class ClusterShape, class ElementD_, class ElementIn = ElementNvfp4>
 struct BlockScaledGemm {
   using ArchTag = ArchTag_;
+  using Data = typename ElementIn::DataType;          // float_e2m1_t, packed two a byte
+  using Scale = typename ElementIn::ScaleFactorType;  // float_ue4m3_t or float_ue8m0_t
+  static constexpr bool kMx = cute::is_same_v<ElementIn, ElementMxfp4>;
   using ElementD = ElementD_;
   using ElementC = ElementD_;
   using ElementAcc = float;
@@ -65,8 +68,8 @@ struct BlockScaledGemm {
       cutlass::epilogue::collective::EpilogueScheduleAuto, Fusion>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      ArchTag, cutlass::arch::OpClassBlockScaledTensorOp, ElementFp4, cutlass::layout::RowMajor, kAlignAB,
-      ElementFp4, cutlass::layout::ColumnMajor, kAlignAB, ElementAcc, TileShape, ClusterShape,
+      ArchTag, cutlass::arch::OpClassBlockScaledTensorOp, ElementIn, cutlass::layout::RowMajor, kAlignAB,
+      ElementIn, cutlass::layout::ColumnMajor, kAlignAB, ElementAcc, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::collective::KernelScheduleAuto>::CollectiveOp;
@@ -77,17 +80,19 @@ struct BlockScaledGemm {
   // Dynamic shared memory one CTA asks for (mainloop stages + epilogue + pipeline state).
   static constexpr int kSmemBytes = static_cast<int>(Kernel::SharedStorageSize);
 
-  static_assert(SfConfig::SFVecSize == core::kBlock, "NVFP4 has one scale per 16 elements");
+  static constexpr int kScaleBlock = kMx ? 32 : core::kBlock;
+  static_assert(SfConfig::SFVecSize == kScaleBlock, "NVFP4 has one scale per 16 elements, MXFP4 per 32");
 };
 
 // ---- tiny kernels that run before the GEMM, on the same stream ----
 // Templated on the architecture tag so that the sm100 and sm120 files each own a kernel of
 // a distinct name, compiled for their own targets (the build checks look them up by name).
 
-// alpha = (1/S_enc(amax_a)) * (1/S_enc(amax_b)), the contract's exact fp32 form.
+// alpha = (1/S_enc(amax_a)) * (1/S_enc(amax_b)), the contract's exact fp32 form; 1 for
+// operands without a per-tensor scale (MXFP4: null amax pointers).
 template <class ArchTag>
 __global__ void alpha_kernel(const float* amax_a, const float* amax_b, float* alpha) {
-  *alpha = core::global_decode_scale(*amax_a) * core::global_decode_scale(*amax_b);
+  *alpha = amax_a == nullptr ? 1.0f : core::global_decode_scale(*amax_a) * core::global_decode_scale(*amax_b);
 }
 
 // Widening copy (16-bit -> fp32 is exact), for a bias or C whose dtype the epilogue does
@@ -151,7 +156,9 @@ struct Runner {
   // Shape, dtype, layout and alignment rules that hold before CUTLASS is asked; each
   // refusal says what to change. arch names the target in messages ("sm100").
   static nvfp4_status_t precheck(const GemmJob& job, const char* arch) {
-    std::string who = std::string("cutlass ") + arch + ": ";
+    std::string who = std::string("cutlass ") + arch + (Cfg::kMx ? " mxfp4: " : ": ");
+    if ((job.format == Format::kMxfp4) != Cfg::kMx)
+      return fail(NVFP4_ERROR_INTERNAL, who + "operand format routed to the wrong kernel");
     if (job.layout != NVFP4_SCALES_SWIZZLED)
       return fail(NVFP4_ERROR_NOT_SUPPORTED,
                   who + "native FP4 operands need swizzled (128x4) scales; swizzle linear scales first");
@@ -209,9 +216,10 @@ struct Runner {
     const bool use_c = c != nullptr && uses_c(job);
     Args args{cutlass::gemm::GemmUniversalMode::kGemm,
               {m, n, k, 1},
-              {reinterpret_cast<const DataFp4*>(job.a), stride_a, reinterpret_cast<const DataFp4*>(job.b), stride_b,
-               reinterpret_cast<const ScaleFp4*>(job.sfa), layout_sfa, reinterpret_cast<const ScaleFp4*>(job.sfb),
-               layout_sfb},
+              {reinterpret_cast<const typename Cfg::Data*>(job.a), stride_a,
+               reinterpret_cast<const typename Cfg::Data*>(job.b), stride_b,
+               reinterpret_cast<const typename Cfg::Scale*>(job.sfa), layout_sfa,
+               reinterpret_cast<const typename Cfg::Scale*>(job.sfb), layout_sfb},
               {{},
                // Without C the epilogue never reads it (beta = 0 and no beta pointer), but
                // the TMA descriptor still wants a real address: D's.
@@ -309,11 +317,13 @@ struct Runner {
 
 // Compares CUTLASS's scale-factor layout (the one the kernel will read) with
 // core::swizzle_offset for an operand of `rows` rows and K = k, over the whole padded
-// [roundup(rows,128), roundup(k/16,4)] range, for both the SFA and the SFB role.
-// Host only. Returns "" when they agree, else the first difference.
+// [roundup(rows,128), roundup(k/V,4)] range (V = 16 values a scale for NVFP4, 32 for
+// MXFP4), for both the SFA and the SFB role. Host only. Returns "" when they agree, else
+// the first difference.
 template <class SfConfig>
 std::string compare_scale_layout(int64_t rows, int64_t k) {
-  const int64_t cols = (k + core::kBlock - 1) / core::kBlock;
+  constexpr int64_t kV = SfConfig::SFVecSize;
+  const int64_t cols = (k + kV - 1) / kV;
   const int64_t rp = core::swizzled_rows(rows), cp = core::swizzled_cols(cols);
   auto sfa = SfConfig::tile_atom_to_shape_SFA(cute::make_shape(int(rows), 1, int(k), 1));
   auto sfb = SfConfig::tile_atom_to_shape_SFB(cute::make_shape(1, int(rows), int(k), 1));
@@ -324,10 +334,10 @@ std::string compare_scale_layout(int64_t rows, int64_t k) {
            std::to_string(rp * cp);
   for (int64_t r = 0; r < rp; ++r) {
     for (int64_t c = 0; c < cp; ++c) {
-      // Scale column c covers elements [16c, 16c+16); any of them maps to the same byte.
+      // Scale column c covers elements [Vc, Vc+V); any of them maps to the same byte.
       const int64_t want = core::swizzle_offset(r, c, cols);
-      const int64_t got_a = sfa(cute::make_coord(int(r), int(c * core::kBlock), 0));
-      const int64_t got_b = sfb(cute::make_coord(int(r), int(c * core::kBlock + core::kBlock - 1), 0));
+      const int64_t got_a = sfa(cute::make_coord(int(r), int(c * kV), 0));
+      const int64_t got_b = sfb(cute::make_coord(int(r), int(c * kV + kV - 1), 0));
       if (got_a != want || got_b != want)
         return "rows=" + std::to_string(rows) + " k=" + std::to_string(k) + ": scale (" + std::to_string(r) +
                ", " + std::to_string(c) + ") is at " + std::to_string(want) + " in nvfp4, at " +

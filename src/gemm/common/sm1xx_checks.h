@@ -18,10 +18,16 @@ namespace nvfp4::detail {
 #if defined(NVFP4_HAS_SM100_GEMM)
 std::string sm100_compare_scale_layout(int64_t rows, int64_t k);
 int sm100_smem_bytes(nvfp4_dtype_t d, int* limit);
+// The same for the MXFP4 kernel (BF16 output only; 0 bytes for another dtype).
+std::string sm100_mx_compare_scale_layout(int64_t rows, int64_t k);
+int sm100_mx_smem_bytes(nvfp4_dtype_t d, int* limit);
 #endif
 #if defined(NVFP4_HAS_SM120_GEMM)
 std::string sm120_compare_scale_layout(int64_t rows, int64_t k);
 int sm120_smem_bytes(nvfp4_dtype_t d, int* limit);
+// The same for the MXFP4 kernel (BF16 output only; 0 bytes for another dtype).
+std::string sm120_mx_compare_scale_layout(int64_t rows, int64_t k);
+int sm120_mx_smem_bytes(nvfp4_dtype_t d, int* limit);
 #endif
 
 }  // namespace nvfp4::detail

@@ -4,6 +4,7 @@
 //   a  = block_scale_dequantize(A [M,K] FP4_E2M1, SFA FP8_E4M3 F8_128x4, block 1x16)
 //   b  = block_scale_dequantize(B [K,N] FP4_E2M1, SFB FP8_E4M3 F8_128x4, block 16x1)
 //   D  = beta * C + (alpha * matmul(a, b) + bias[n]), fp32 throughout, stored in D's dtype
+//   (MXFP4 operands: SFA / SFB FP8_E8M0, blocks 1x32 / 32x1, alpha = 1)
 // Hopper (cc 90), exact emulation: our FP4 -> BF16 decode (sm90_decode_bf16, value times
 // block scale, exact in BF16) of A and B into the workspace, then a cuDNN BF16 matmul
 // graph with the same epilogue. The per-tensor scales stay out of the operands (that
@@ -201,6 +202,7 @@ struct Key {
   int64_t m, n, k;
   int d_dtype, c_dtype, bias_dtype;
   bool has_c, has_bias;
+  bool mx;  // MXFP4 operands (E8M0 scales over 32 values) rather than NVFP4
   Path path;
   bool fused;  // epilogue inside the graph (else: matmul to fp32, then gemm_epilogue)
   int candidates;  // plans built for timing (0: the heuristic's first choice only)
@@ -208,7 +210,7 @@ struct Key {
   cudnnHandle_t handle;
   bool operator==(const Key& o) const {
     return m == o.m && n == o.n && k == o.k && d_dtype == o.d_dtype && c_dtype == o.c_dtype &&
-           bias_dtype == o.bias_dtype && has_c == o.has_c && has_bias == o.has_bias && path == o.path &&
+           bias_dtype == o.bias_dtype && has_c == o.has_c && has_bias == o.has_bias && mx == o.mx && path == o.path &&
            fused == o.fused && candidates == o.candidates && cc == o.cc && device == o.device && handle == o.handle;
   }
 };
@@ -222,7 +224,7 @@ struct KeyHash {
     mix(uint64_t(k.k));
     mix(uint64_t(k.d_dtype) | uint64_t(k.c_dtype) << 8 | uint64_t(k.bias_dtype) << 16 | uint64_t(k.has_c) << 24 |
         uint64_t(k.has_bias) << 25 | uint64_t(k.path) << 26 | uint64_t(k.fused) << 28 |
-        uint64_t(uint32_t(k.candidates)) << 32);
+        uint64_t(k.mx) << 30 | uint64_t(uint32_t(k.candidates)) << 32);
     mix(uint64_t(k.cc) << 32 | uint32_t(k.device));
     mix(reinterpret_cast<uintptr_t>(k.handle));
     return h;
@@ -272,24 +274,27 @@ std::shared_ptr<Entry> define_graph(const Key& key) {
   TensorPtr a_in, b_in;
   if (key.path == Path::kNative) {
     const int64_t mp = (M + 127) / 128 * 128, np = (N + 127) / 128 * 128;
-    const int64_t cp = (K / 16 + 3) / 4 * 4;
+    // NVFP4: E4M3 scales over 16 values; MXFP4: E8M0 scales over 32.
+    const int32_t blk = key.mx ? 32 : 16;
+    const fe::DataType_t sdt = key.mx ? fe::DataType_t::FP8_E8M0 : fe::DataType_t::FP8_E4M3;
+    const int64_t cp = (K / blk + 3) / 4 * 4;
     e->a = graph.tensor(g::Tensor_attributes().set_name("a").set_data_type(fe::DataType_t::FP4_E2M1)
                             .set_dim({1, M, K}).set_stride({M * K, K, 1}));
     e->b = graph.tensor(g::Tensor_attributes().set_name("b").set_data_type(fe::DataType_t::FP4_E2M1)
                             .set_dim({1, K, N}).set_stride({N * K, 1, K}));
     // The 128x4 swizzle is cuDNN's F8_128x4 reordering of the padded scale matrix.
-    e->sfa = graph.tensor(g::Tensor_attributes().set_name("sfa").set_data_type(fe::DataType_t::FP8_E4M3)
+    e->sfa = graph.tensor(g::Tensor_attributes().set_name("sfa").set_data_type(sdt)
                               .set_dim({1, mp, cp}).set_stride({mp * cp, cp, 1})
                               .set_reordering_type(fe::TensorReordering_t::F8_128x4));
-    e->sfb = graph.tensor(g::Tensor_attributes().set_name("sfb").set_data_type(fe::DataType_t::FP8_E4M3)
+    e->sfb = graph.tensor(g::Tensor_attributes().set_name("sfb").set_data_type(sdt)
                               .set_dim({1, cp, np}).set_stride({np * cp, 1, cp})
                               .set_reordering_type(fe::TensorReordering_t::F8_128x4));
     a_in = graph.block_scale_dequantize(e->a, e->sfa,
                                         g::Block_scale_dequantize_attributes().set_name("dequant_a")
-                                            .set_block_size(std::vector<int32_t>{1, 16}));
+                                            .set_block_size(std::vector<int32_t>{1, blk}));
     b_in = graph.block_scale_dequantize(e->b, e->sfb,
                                         g::Block_scale_dequantize_attributes().set_name("dequant_b")
-                                            .set_block_size(std::vector<int32_t>{16, 1}));
+                                            .set_block_size(std::vector<int32_t>{blk, 1}));
   } else {
     e->a = graph.tensor(g::Tensor_attributes().set_name("a_bf16").set_data_type(fe::DataType_t::BFLOAT16)
                             .set_dim({1, M, K}).set_stride({M * K, K, 1}));
@@ -594,8 +599,8 @@ void check_native(const GemmJob& job) {
 Key make_key(const GemmJob& job, Path path, bool fused, int candidates, int cc, int device, cudnnHandle_t handle) {
   const bool has_c = job.c != nullptr && job.beta != 0.0f;
   return Key{job.m, job.n, job.k, int(job.d_dtype), has_c ? int(job.c_dtype) : 0,
-             job.bias ? int(job.bias_dtype) : 0, has_c, job.bias != nullptr, path, fused, candidates, cc, device,
-             handle};
+             job.bias ? int(job.bias_dtype) : 0, has_c, job.bias != nullptr, job.format == Format::kMxfp4, path, fused,
+             candidates, cc, device, handle};
 }
 
 Path path_for(const GemmJob& job, int cc) {
@@ -681,7 +686,7 @@ int cudnn_available(int cc) {
   }
 }
 
-nvfp4_status_t cudnn_check_graphs(int cc, int* checked) {
+nvfp4_status_t cudnn_check_graphs(int cc, bool mx, int* checked) {
   return guarded([&] {
     if (checked != nullptr) *checked = 0;
     const Library& lib = library();
@@ -690,7 +695,7 @@ nvfp4_status_t cudnn_check_graphs(int cc, int* checked) {
     struct Problem {
       int64_t m, n, k;
     };
-    const Problem problems[] = {{1, 8, 32}, {7, 40, 96}, {129, 264, 4096}, {4096, 14336, 4096}};
+    const Problem problems[] = {{1, 8, 32}, {7, 40, 96}, {129, 264, 4096}, {4096, 14336, 4096}};  // K % 32 == 0
     const nvfp4_dtype_t dtypes[] = {NVFP4_DTYPE_FLOAT32, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_BFLOAT16};
     int n = 0;
     for (const Problem& pr : problems)
@@ -699,12 +704,13 @@ nvfp4_status_t cudnn_check_graphs(int cc, int* checked) {
           for (int fused = 0; fused < 2; ++fused) {
             const bool has_c = (epi & 1) != 0, has_bias = (epi & 2) != 0;
             Key key{pr.m, pr.n, pr.k, int(d), has_c ? int(d) : 0, has_bias ? int(NVFP4_DTYPE_FLOAT32) : 0,
-                    has_c, has_bias, path, fused != 0, 0, cc, 0, nullptr};
+                    has_c, has_bias, mx, path, fused != 0, 0, cc, 0, nullptr};
             std::shared_ptr<Entry> e = define_graph(key);
             fe::error_t err = e->graph.validate();
             if (err.is_bad())
               raise(NVFP4_ERROR_NOT_SUPPORTED,
-                    "cudnn: graph validation failed (" + std::string(path == Path::kNative ? "native fp4" : "bf16") +
+                    "cudnn: graph validation failed (" +
+                        std::string(path == Path::kNative ? (mx ? "native mxfp4" : "native nvfp4") : "bf16") +
                         (fused ? ", fused epilogue" : ", separate epilogue") + ", M=" + std::to_string(pr.m) +
                         " N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) + " d=" + dtype_name(int(d)) +
                         (has_c ? " +C" : "") + (has_bias ? " +bias" : "") + ", cc=" + cc_str(cc) +
@@ -736,15 +742,17 @@ nvfp4_status_t cudnn_gemm(const GemmJob& job, int cc, void* workspace, size_t wo
     auto* ws = static_cast<uint8_t*>(workspace);
     auto* scalars = reinterpret_cast<float*>(ws + p.ws.scalars);
 
+    // MXFP4 has no per-tensor scale: null amax pointers give alpha = 1.
     nvfp4_status_t st = cudnn_gemm_scalars(job.amax_a, job.amax_b, job.beta, scalars, stream);
     if (st != NVFP4_SUCCESS) return st;
 
     const Entry& e = *p.entry;
     std::unordered_map<TensorPtr, void*> pack;
     if (p.path == Path::kBf16Emulation) {
-      st = sm90_decode_bf16(job.a, job.sfa, job.m, job.k, job.layout, ws + p.ws.a16, stream);
+      const bool mx = job.format == Format::kMxfp4;
+      st = sm90_decode_bf16(job.a, job.sfa, mx, job.m, job.k, job.layout, ws + p.ws.a16, stream);
       if (st != NVFP4_SUCCESS) return st;
-      st = sm90_decode_bf16(job.b, job.sfb, job.n, job.k, job.layout, ws + p.ws.b16, stream);
+      st = sm90_decode_bf16(job.b, job.sfb, mx, job.n, job.k, job.layout, ws + p.ws.b16, stream);
       if (st != NVFP4_SUCCESS) return st;
       pack[e.a] = ws + p.ws.a16;
       pack[e.b] = ws + p.ws.b16;

@@ -12,7 +12,8 @@ namespace nvfp4::detail {
 namespace {
 
 __global__ void scalars_kernel(const float* amax_a, const float* amax_b, float beta, float* out) {
-  out[0] = core::global_decode_scale(*amax_a) * core::global_decode_scale(*amax_b);
+  // null amax pointers: operands without a per-tensor scale (MXFP4), alpha = 1
+  out[0] = amax_a == nullptr ? 1.0f : core::global_decode_scale(*amax_a) * core::global_decode_scale(*amax_b);
   out[4] = beta;
 }
 

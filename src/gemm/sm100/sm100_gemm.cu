@@ -23,6 +23,9 @@ using Cluster = Shape<_2, _1, _1>;
 using CfgF32 = blockscaled::BlockScaledGemm<Arch, Tile, Cluster, float>;
 using CfgF16 = blockscaled::BlockScaledGemm<Arch, Tile, Cluster, cutlass::half_t>;
 using CfgBF16 = blockscaled::BlockScaledGemm<Arch, Tile, Cluster, cutlass::bfloat16_t>;
+// MXFP4 x MXFP4 (mx_float4_t: E8M0 scales over 32 values), BF16 output only: the dtype
+// training writes; one more instantiation per output dtype would lengthen every build.
+using CfgMxBF16 = blockscaled::BlockScaledGemm<Arch, Tile, Cluster, cutlass::bfloat16_t, blockscaled::ElementMxfp4>;
 
 constexpr const char* kArch = "sm100";
 
@@ -33,10 +36,15 @@ constexpr int kSmemLimit = 232448;
 static_assert(CfgF32::kSmemBytes <= kSmemLimit, "sm100 fp32-output GEMM exceeds the shared memory of its target");
 static_assert(CfgF16::kSmemBytes <= kSmemLimit, "sm100 fp16-output GEMM exceeds the shared memory of its target");
 static_assert(CfgBF16::kSmemBytes <= kSmemLimit, "sm100 bf16-output GEMM exceeds the shared memory of its target");
+static_assert(CfgMxBF16::kSmemBytes <= kSmemLimit, "sm100 mxfp4 GEMM exceeds the shared memory of its target");
 
 template <class F>
-nvfp4_status_t by_dtype(nvfp4_dtype_t d, F&& f) {
-  switch (d) {
+nvfp4_status_t by_job(const GemmJob& job, F&& f) {
+  if (job.format == Format::kMxfp4) {
+    if (job.d_dtype == NVFP4_DTYPE_BFLOAT16) return f(blockscaled::Runner<CfgMxBF16>{});
+    return fail(NVFP4_ERROR_NOT_SUPPORTED, "cutlass sm100 mxfp4: the output dtype must be bfloat16");
+  }
+  switch (job.d_dtype) {
     case NVFP4_DTYPE_FLOAT32: return f(blockscaled::Runner<CfgF32>{});
     case NVFP4_DTYPE_FLOAT16: return f(blockscaled::Runner<CfgF16>{});
     case NVFP4_DTYPE_BFLOAT16: return f(blockscaled::Runner<CfgBF16>{});
@@ -48,7 +56,7 @@ nvfp4_status_t by_dtype(nvfp4_dtype_t d, F&& f) {
 
 size_t sm100_gemm_workspace_size(const GemmJob& job) {
   size_t bytes = 0;
-  by_dtype(job.d_dtype, [&](auto r) {
+  by_job(job, [&](auto r) {
     bytes = decltype(r)::plan(job).total;
     return NVFP4_SUCCESS;
   });
@@ -56,13 +64,24 @@ size_t sm100_gemm_workspace_size(const GemmJob& job) {
 }
 
 nvfp4_status_t sm100_gemm_can_implement(const GemmJob& job) {
-  return by_dtype(job.d_dtype, [&](auto r) { return decltype(r)::can_implement(job, kArch); });
+  return by_job(job, [&](auto r) { return decltype(r)::can_implement(job, kArch); });
 }
 
 nvfp4_status_t sm100_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream) {
-  return by_dtype(job.d_dtype, [&](auto r) {
+  return by_job(job, [&](auto r) {
     return decltype(r)::run(job, workspace, workspace_bytes, reinterpret_cast<cudaStream_t>(stream), kArch);
   });
+}
+
+bool sm100_mx_applicable(const GemmJob& job) { return job.d_dtype == NVFP4_DTYPE_BFLOAT16; }
+
+std::string sm100_mx_compare_scale_layout(int64_t rows, int64_t k) {
+  return blockscaled::compare_scale_layout<CfgMxBF16::SfConfig>(rows, k);
+}
+
+int sm100_mx_smem_bytes(nvfp4_dtype_t d, int* limit) {
+  if (limit != nullptr) *limit = kSmemLimit;
+  return d == NVFP4_DTYPE_BFLOAT16 ? CfgMxBF16::kSmemBytes : 0;
 }
 
 std::string sm100_compare_scale_layout(int64_t rows, int64_t k) {

@@ -1,6 +1,7 @@
 // The Hopper (sm_90a) two-step runner of the CUTLASS backend: an exact emulation of the
 // NVFP4 GEMM on BF16 tensor cores, for every shape the fused small-M kernel
-// (sm90_small_m.cu, a row before this one in the runner table) does not take:
+// (sm90_small_m.cu, a row before this one in the runner table) does not take, and of
+// the MXFP4 GEMM (E8M0 scales over 32 values decoded the same way, alpha = 1):
 //
 //   one launch decodes A and B to BF16 in the workspace (and forms alpha and an fp32
 //   bias), then a CUTLASS TMA + wgmma GEMM computes D = beta*C + (alpha*acc + bias) in its
@@ -71,6 +72,8 @@ nvfp4_status_t make_plan(const GemmJob& job, Plan& pl) {
   if (job.m > INT32_MAX || job.n > INT32_MAX - 8 || job.k > INT32_MAX)
     return fail(NVFP4_ERROR_NOT_SUPPORTED, "gemm (cutlass sm90): M, N and K must each be below 2^31");
   if (job.k % 16 != 0) return fail(NVFP4_ERROR_INVALID_ARGUMENT, "gemm: K must be a multiple of 16");
+  if (job.format == Format::kMxfp4 && job.k % 32 != 0)
+    return fail(NVFP4_ERROR_INVALID_ARGUMENT, "gemm: MXFP4 operands need K % 32 == 0");
 
   const size_t out_bytes = dtype_size(job.d_dtype);
   const bool d_ok = (job.n * static_cast<int64_t>(out_bytes)) % 16 == 0 && aligned16(job.d);
@@ -141,8 +144,9 @@ nvfp4_status_t sm90_gemm(const GemmJob& job, void* workspace, size_t workspace_b
   float* t = pl.fallback ? reinterpret_cast<float*>(ws + pl.off_t) : nullptr;
 
   GemmPrep prep;
-  prep.a = {job.a, job.sfa, job.m, job.k, job.layout, a_bf16, job.k};
-  prep.b = {job.b, job.sfb, job.n, job.k, job.layout, b_bf16, job.k};
+  const bool mx = job.format == Format::kMxfp4;  // E8M0 scales over 32 values, alpha = 1
+  prep.a = {job.a, job.sfa, mx, job.m, job.k, job.layout, a_bf16, job.k};
+  prep.b = {job.b, job.sfb, mx, job.n, job.k, job.layout, b_bf16, job.k};
   prep.amax_a = job.amax_a;
   prep.amax_b = job.amax_b;
   prep.alpha = alpha;
