@@ -286,9 +286,9 @@ int test_cpu_gemm() {
   bad.d = ds.get();
   EXPECT_BAD(nvfp4_mx_gemm(&bad, nullptr, 0, nullptr), "d: expected shape");
   // K = 48: a whole number of bytes but not of 32-value blocks.
-  nvfp4_mx_quantized_t k48 = *a.get();
-  k48.data.shape[1] = 24;
-  k48.scales.shape[1] = 1;
+  nvfp4_mx_quantized_t k48{};
+  k48.data = nvfp4::TensorView(ad.data(), NVFP4_DTYPE_UINT8, {R, 24}).c();
+  k48.scales = nvfp4::TensorView(as.data(), NVFP4_DTYPE_UINT8, {R, 1}).c();
   bad = args;
   bad.a = &k48;
   bad.b = &k48;
