@@ -13,7 +13,9 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/block.h"
 #include "core/mx.h"
+#include "core/philox.h"
 #include "core/swizzle.h"
 #include "mx_internal.h"
 #include "quant/codec.cuh"
@@ -110,18 +112,25 @@ struct Encoded {
   uint32_t scale;  // E8M0 byte
 };
 
-// core::mx_encode_rn / core::mx_encode_sr of v under `rule`; idx0 = Philox index of v[0].
+// core::mx_encode_rn / core::mx_encode_sr of v under `rule`; idx0 = Philox index of v[0],
+// keys the round keys of the seed (computed once on the host).
 template <bool kSR>
-__device__ __forceinline__ Encoded encode_block(const float (&v)[kBlock], uint32_t rule, uint64_t seed,
+__device__ __forceinline__ Encoded encode_block(const float (&v)[kBlock], uint32_t rule, const core::PhiloxKeys& keys,
                                                 uint64_t offset, uint64_t idx0) {
   Encoded o;
   o.scale = core::mx_scale_byte(block_amax(v), rule);
-  if constexpr (kSR) {
-    const core::Packed32 p = core::mx_encode_sr(v, o.scale, seed, offset, idx0);
-    o.codes = make_uint4(p.w[0], p.w[1], p.w[2], p.w[3]);
-  } else if (o.scale == core::kE8M0Nan) {
-    // every x * NaN is NaN, which the reference encodes as 0x7
+  if (o.scale == core::kE8M0Nan) {
+    // every x * NaN is NaN, which the reference encodes as 0x7 (RTN and SR alike)
     o.codes = make_uint4(0x77777777u, 0x77777777u, 0x77777777u, 0x77777777u);
+  } else if constexpr (kSR) {
+    // core::mx_encode_sr: per 16 elements one Philox group, element i taking byte i % 4
+    // of word i / 4, which is what encode8_sr reads from the two words it is given.
+    const float e = core::e8m0_encode_factor(o.scale);
+    const core::Philox4 p0 = core::philox_words16(keys, offset, idx0);
+    const core::Philox4 p1 = core::philox_words16(keys, offset, idx0 + 16u);
+    o.codes = make_uint4(quant::encode8_sr(v, e, p0.v[0], p0.v[1]), quant::encode8_sr(v + 8, e, p0.v[2], p0.v[3]),
+                         quant::encode8_sr(v + 16, e, p1.v[0], p1.v[1]),
+                         quant::encode8_sr(v + 24, e, p1.v[2], p1.v[3]));
   } else {
     // encode8_rn(x, e) is e2m1_encode_rn(clamp(x * e, +-6)) for e > 0 (codec.cuh)
     const float e = core::e8m0_encode_factor(o.scale);

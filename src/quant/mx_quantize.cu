@@ -43,7 +43,8 @@ struct Args {
   uint8_t* cscales;        // linear [cols, ncs] or swizzled [roundup(cols,128), roundup(ncs,4)]
   uint32_t crule;
   int swizzled;
-  uint64_t seed, offset;
+  core::PhiloxKeys keys;   // round keys of the seed (in the constant bank, like every argument)
+  uint64_t offset;
   const uint64_t* offset_device;  // optional: added to offset, read when the kernel runs
   int64_t tiles_c, tiles;  // tile grid (columns of tiles, total)
 };
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) mx_quantize_kernel(const Args a) {
           float v[kBlock];
           to_float<T>(raw, v);
           const uint64_t e0 = static_cast<uint64_t>(r) * a.cols + b * kBlock;  // Philox index of v[0]
-          const Encoded o = encode_block<kRowSR>(v, a.rrule, a.seed, offset, e0);
+          const Encoded o = encode_block<kRowSR>(v, a.rrule, a.keys, offset, e0);
           *reinterpret_cast<uint4*>(a.rdata + e0 / 2) = o.codes;
           a.rscales[a.swizzled ? core::swizzle_offset(r, b, a.nb) : r * a.nb + b] = static_cast<uint8_t>(o.scale);
         } else if (a.swizzled && r < r_sw_rows && b < r_sw_cols) {
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) mx_quantize_kernel(const Args a) {
 #pragma unroll
         for (int i = 0; i < kBlock; ++i) v[i] = smem_elem<T>(sm.buf, kb * kBlock + i, cb);
         const uint64_t e0 = static_cast<uint64_t>(c) * a.rp + k * kBlock;  // Philox index in x^T
-        const Encoded o = encode_block<kColSR>(v, a.crule, a.seed, offset, e0);
+        const Encoded o = encode_block<kColSR>(v, a.crule, a.keys, offset, e0);
         *reinterpret_cast<uint4*>(a.cdata + e0 / 2) = o.codes;
         a.cscales[a.swizzled ? core::swizzle_offset(c, k, a.ncs) : c * a.ncs + k] = static_cast<uint8_t>(o.scale);
       } else if (a.swizzled && c < c_sw_rows && k < c_sw_cols) {
@@ -181,7 +182,7 @@ nvfp4_status_t cuda_mx_quantize(const MxQuantJob& job, nvfp4_stream_t s) {
   a.cscales = job.col.scales;
   a.crule = job.col.rule;
   a.swizzled = job.swizzled;
-  a.seed = job.seed;
+  a.keys = core::philox_keys(job.seed);
   a.offset = job.offset;
   a.offset_device = job.offset_device;
   // Rows and columns to cover: the data, and the padding of the swizzled scales.
