@@ -359,17 +359,18 @@ void judge(const char* entry, const Expect& e, nvfp4_status_t st, const std::set
 
 // The descriptors of one quantized direction of a rows x cols orientation. Returns true
 // when its expected shapes do not fit in int64 (no valid call can have them).
+// mx: an MXFP4 direction (uint8 E8M0 scales over 32 values; amax unused).
 bool set_quantized(Tensor& data, Tensor& scales, Tensor& amax, const std::string& n, int64_t rows, int64_t cols,
-                   bool swizzled) {
+                   bool swizzled, bool mx = false) {
   data.name = n + ".data";
   scales.name = n + ".scales";
   amax.name = n + ".amax";
   data.dtype = NVFP4_DTYPE_UINT8;
-  scales.dtype = NVFP4_DTYPE_E4M3;
+  scales.dtype = mx ? NVFP4_DTYPE_UINT8 : NVFP4_DTYPE_E4M3;
   amax.dtype = NVFP4_DTYPE_FLOAT32;
   data.set_shape({rows, cols / 2});
   amax.set_shape({1});
-  const int64_t sc = cols / 16;
+  const int64_t sc = cols / (mx ? 32 : 16);
   if (!swizzled) {
     scales.set_shape({rows, sc});
     return false;
@@ -623,19 +624,28 @@ const std::set<std::string> kGemmNames = {"args", "a", "b", "a.data", "a.scales"
                                           "b.scales", "b.amax", "c", "d", "bias", "beta", "backend",
                                           "scale_layout", "workspace", "bytes"};
 
-void fuzz_gemm(Source& s, uint64_t case_seed) {
+// nvfp4_gemm, or (mx) nvfp4_mx_gemm: the same arguments without the amax tensors, K % 32.
+void fuzz_gemm(Source& s, uint64_t case_seed, bool mx) {
   Expect e;
+  const int64_t kb = mx ? 32 : 16;
   int64_t M = static_cast<int64_t>(s.below(40)), N = static_cast<int64_t>(s.below(40)),
-          K = 16 * (1 + static_cast<int64_t>(s.below(6)));
+          K = kb * (1 + static_cast<int64_t>(s.below(6)));
   if (s.pct(6)) {
     M = s.pick<int64_t>({int64_t{1} << 62, kMax, 0, 3});
-    K = s.pick<int64_t>({int64_t{1} << 62, 16, (int64_t{1} << 62) + 16});
+    K = s.pick<int64_t>({int64_t{1} << 62, kb, (int64_t{1} << 62) + kb});
+  }
+  if (mx && s.pct(4)) {
+    K = 16 * (2 * static_cast<int64_t>(s.below(4)) + 1);  // whole bytes, not whole 32-value blocks
+    e.bad("a", "K not a multiple of 32");
   }
   const bool swz = s.pct(60);
   int32_t layout = swz, backend = s.pick<int32_t>({NVFP4_BACKEND_AUTO, NVFP4_BACKEND_REFERENCE});
   Tensor ad, as, aa, bd, bs, ba, d, c, bias;
-  if (set_quantized(ad, as, aa, "a", M, K, swz)) e.bad("a.scales", "a: swizzled overflow");
-  if (set_quantized(bd, bs, ba, "b", N, K, swz)) e.bad("b.scales", "b: swizzled overflow");
+  if (set_quantized(ad, as, aa, "a", M, K, swz, mx)) e.bad("a.scales", "a: swizzled overflow");
+  if (set_quantized(bd, bs, ba, "b", N, K, swz, mx)) e.bad("b.scales", "b: swizzled overflow");
+  // MXFP4 has no amax: the operand tensors are data and scales only.
+  std::vector<Tensor*> operands = {&ad, &as, &bd, &bs};
+  if (!mx) operands = {&ad, &as, &aa, &bd, &bs, &ba};
   d.name = "d";
   c.name = "c";
   bias.name = "bias";
@@ -647,12 +657,14 @@ void fuzz_gemm(Source& s, uint64_t case_seed) {
   bias.set_shape({N});
   const bool use_c = s.pct(40), use_bias = s.pct(40), c_is_d = use_c && s.pct(30);
   float beta = use_c ? s.pick<float>({0.0f, 1.0f, -0.5f, __builtin_nanf("")}) : 0.0f;
-  for (Tensor* t : {&ad, &as, &aa, &bd, &bs, &ba, &d}) {
+  std::vector<Tensor*> with_d = operands;
+  with_d.push_back(&d);
+  for (Tensor* t : with_d) {
     t->compute_claim();
     if (t->claim.over) e.bad(t->name, t->name + ": overflow (base)");
   }
   if (static_cast<__int128>(M) * K > kMax) e.bad("a", "M*K overflows");
-  for (Tensor* t : {&ad, &as, &aa, &bd, &bs, &ba}) mutate_tensor(s, *t, e, 5);
+  for (Tensor* t : operands) mutate_tensor(s, *t, e, 5);
   mutate_tensor(s, d, e, 10);
   if (use_c && !c_is_d) mutate_tensor(s, c, e, 10);
   if (use_bias) mutate_tensor(s, bias, e, 10);
@@ -674,7 +686,8 @@ void fuzz_gemm(Source& s, uint64_t case_seed) {
   }
   const int null_part = s.pct(3) ? static_cast<int>(1 + s.below(4)) : 0;  // args, a, b, d
   if (null_part) e.bad(null_part == 1 ? "args" : null_part == 2 ? "a" : null_part == 3 ? "b" : "d", "null part");
-  allocate_all(s, e, {&ad, &as, &aa, &bd, &bs, &ba, &d});
+  if (mx) allocate_all(s, e, {&ad, &as, &bd, &bs, &d}, {&aa, &ba});
+  else allocate_all(s, e, {&ad, &as, &aa, &bd, &bs, &ba, &d});
   if (use_c && !c_is_d) allocate_all(s, e, {&c});
   else allocate_all(s, e, {}, {&c});
   if (use_bias) allocate_all(s, e, {&bias});
@@ -692,6 +705,7 @@ void fuzz_gemm(Source& s, uint64_t case_seed) {
   }
   // The size query first: it takes no workspace, so its expectations are those so far.
   nvfp4_quantized_t qa{ad.desc(), as.desc(), aa.desc()}, qb{bd.desc(), bs.desc(), ba.desc()};
+  nvfp4_mx_quantized_t mqa{ad.desc(), as.desc()}, mqb{bd.desc(), bs.desc()};
   nvfp4_tensor_t dt = d.desc(), ct = c_is_d ? d.desc() : c.desc(), bt = bias.desc();
   nvfp4_gemm_args_t args;
   std::memset(&args, 0, sizeof args);
@@ -703,13 +717,27 @@ void fuzz_gemm(Source& s, uint64_t case_seed) {
   args.bias = use_bias ? &bt : nullptr;
   args.beta = beta;
   args.d = null_part == 4 ? nullptr : &dt;
+  nvfp4_mx_gemm_args_t margs;
+  std::memset(&margs, 0, sizeof margs);
+  margs.a = null_part == 2 ? nullptr : &mqa;
+  margs.b = null_part == 3 ? nullptr : &mqb;
+  std::memcpy(&margs.scale_layout, &layout, sizeof layout);
+  std::memcpy(&margs.backend, &backend, sizeof backend);
+  margs.c = args.c;
+  margs.bias = args.bias;
+  margs.beta = beta;
+  margs.d = args.d;
   const nvfp4_gemm_args_t* ap = null_part == 1 ? nullptr : &args;
+  const nvfp4_mx_gemm_args_t* map = null_part == 1 ? nullptr : &margs;
+  const char* entry = mx ? "mx_gemm" : "gemm";
   if (s.pct(50)) {
     size_t bytes = 0;
     Expect eq = e;
     const bool bytes_null = s.pct(4);
     if (bytes_null) eq.bad("bytes", "bytes null");
-    judge("gemm_ws", eq, nvfp4_gemm_workspace_size(ap, bytes_null ? nullptr : &bytes), kGemmNames, case_seed);
+    size_t* bp = bytes_null ? nullptr : &bytes;
+    judge(mx ? "mx_gemm_ws" : "gemm_ws", eq,
+          mx ? nvfp4_mx_gemm_workspace_size(map, bp) : nvfp4_gemm_workspace_size(ap, bp), kGemmNames, case_seed);
   }
   // Workspace: none, a valid one, or a bad one.
   std::vector<unsigned char> ws(64);
@@ -726,8 +754,8 @@ void fuzz_gemm(Source& s, uint64_t case_seed) {
     case 3: wsp = ws.data(); ws_bytes = SIZE_MAX; e.bad("workspace", "workspace past the address space"); break;
     default: break;
   }
-  const nvfp4_status_t st = nvfp4_gemm(ap, wsp, ws_bytes, nullptr);
-  judge("gemm", e, st, kGemmNames, case_seed);
+  const nvfp4_status_t st = mx ? nvfp4_mx_gemm(map, wsp, ws_bytes, nullptr) : nvfp4_gemm(ap, wsp, ws_bytes, nullptr);
+  judge(entry, e, st, kGemmNames, case_seed);
 }
 
 // ---- small entry points ---------------------------------------------------------------
@@ -827,7 +855,7 @@ void run_case(Source& s, uint64_t case_seed) {
     case 2: fuzz_dequantize(s, case_seed); break;
     case 3: fuzz_swizzle(s, case_seed, true); break;
     case 4: fuzz_swizzle(s, case_seed, false); break;
-    case 5: fuzz_gemm(s, case_seed); break;
+    case 5: fuzz_gemm(s, case_seed, s.pct(35)); break;
     case 6: fuzz_fp8(s, case_seed); break;
     default: fuzz_misc(s); break;
   }
