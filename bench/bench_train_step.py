@@ -8,7 +8,9 @@ the same run:
 - fakequant: the same recipe written with torch ops only (FakeQuantLinear below): quantize
              and dequantize in FP32 torch code, BF16 matmuls, the BF16 input saved;
 - fp8, fp8_delayed (on request, --variants): every block's Linear converted to the FP8
-             baseline recipes (E4M3 forward, E5M2 gradients, torch._scaled_mm).
+             baseline recipes (E4M3 forward, E5M2 gradients, torch._scaled_mm);
+- any other name of nvfp4.nn.RECIPES (on request, e.g. mx_baseline, tetrajet): every
+             block's Linear converted with that recipe.
 A step is forward + backward + fused AdamW. Times are medians over --steps steps after
 --warmup (CUDA events on the GPU). Also: bytes each Linear keeps for its backward pass
 (saved-tensor hooks; plus a memory_allocated delta on the GPU), and peak memory per step.
@@ -375,7 +377,7 @@ def main(argv=None):
                 nn4.convert(model, a.recipe_obj, include="blocks.*")
             elif name == "fakequant":
                 fakequant_convert(model, a.recipe_obj)
-            elif name in FP8_VARIANTS:
+            elif name in FP8_VARIANTS or (name in nn4.RECIPES and name not in ("nvfp4", "bf16")):
                 nn4.convert(model, name, include="blocks.*")
             elif name != "bf16":
                 ap.error(f"--variants: unknown variant {name!r}")
@@ -408,7 +410,9 @@ def main(argv=None):
     ratios = {}
     for mode in modes:
         b, q = rows.get(f"bf16/{mode}", {}), rows.get(f"nvfp4/{mode}", {})
-        for f8 in FP8_VARIANTS:
+        others = [v for v in a.variants.split(",")
+                  if v in FP8_VARIANTS or (v in nn4.RECIPES and v not in ("nvfp4", "bf16"))]
+        for f8 in others:
             r8 = rows.get(f"{f8}/{mode}", {})
             if "step_ms" in b and "step_ms" in r8:
                 ratios[f"{f8}_over_bf16_step_time/{mode}"] = r8["step_ms"] / b["step_ms"]

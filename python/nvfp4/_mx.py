@@ -290,12 +290,23 @@ def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dty
             raise ValueError("beta: nonzero beta needs out= (it is read as C)")
         d = torch.empty((m, n), dtype=out_dtype, device=a.device)
     c2 = d if (out is not None and beta != 0.0) else None
-    layout = SCALE_LAYOUTS[a.scale_layout]
-    args = (a.rowwise.data, a.rowwise.scales.view(torch.uint8), b.rowwise.data, b.rowwise.scales.view(torch.uint8),
-            layout, c2, bias, float(beta), d, BACKENDS[backend])
+    mx_gemm_raw(a.rowwise.data, a.rowwise.scales, b.rowwise.data, b.rowwise.scales, SCALE_LAYOUTS[a.scale_layout],
+                d, c=c2, bias=bias, beta=beta, backend=BACKENDS[backend])
+    return out if out is not None else d.view(lead + (n,))
+
+
+def mx_gemm_raw(a_data: torch.Tensor, a_scales: torch.Tensor, b_data: torch.Tensor, b_scales: torch.Tensor,
+                layout: int, d: torch.Tensor, *, c: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+                beta: float = 0.0, backend: int = 0) -> torch.Tensor:
+    """d [M, N] = A^ @ B^ᵀ (+ beta * c) (+ bias) on raw MXFP4 directions (data [M, K/2], E8M0
+    scales in `layout`), through nvfp4_mx_gemm, which checks every argument. For callers that
+    hold the tensors already (nvfp4.nn's per-operand path); returns d."""
+    m, n, k = a_data.shape[0], b_data.shape[0], a_data.shape[1] * 2
+    args = (a_data, a_scales.view(torch.uint8), b_data, b_scales.view(torch.uint8), layout, c, bias, float(beta), d,
+            backend)
     # The workspace size depends only on the problem, the backend, the device and the GEMM
     # environment variables (nvfp4_gemm_env_key); asked once per key.
-    key = (m, n, ka, layout, backend, d.dtype, c2 is not None, None if bias is None else bias.dtype, a.device,
+    key = (m, n, k, layout, backend, d.dtype, c is not None, None if bias is None else bias.dtype, d.device,
            _C.gemm_env_key())
     ws_bytes = _WS_CACHE.get(key)
     if ws_bytes is None:
@@ -303,6 +314,6 @@ def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dty
         if len(_WS_CACHE) > 4096:
             _WS_CACHE.clear()
         _WS_CACHE[key] = ws_bytes
-    ws = torch.empty((ws_bytes,), dtype=torch.uint8, device=a.device) if ws_bytes else None
-    _C.mx_gemm(*args, ws, stream_of(a.device), False)
-    return out if out is not None else d.view(lead + (n,))
+    ws = torch.empty((ws_bytes,), dtype=torch.uint8, device=d.device) if ws_bytes else None
+    _C.mx_gemm(*args, ws, stream_of(d.device), False)
+    return d

@@ -174,42 +174,43 @@ const Runner kRunners[] = {
     // MXFP4 x MXFP4 (E8M0 scales over 32 values, alpha = 1). Hopper: the same two-step
     // emulation as NVFP4's (the fused small-M kernel is NVFP4-only).
     {"reference-mxfp4", NVFP4_BACKEND_REFERENCE, Format::kMxfp4, "cpu", 0, 0, 0, "", "K % 32 == 0",
-     "CPU reference: decoded values, float64 accumulation", true, nullptr, nullptr, &reference_workspace,
+     "MXFP4 CPU reference: decoded values, float64 accumulation", true, nullptr, nullptr, &reference_workspace,
      &reference_run},
     {"cutlass-sm90-mxfp4", NVFP4_BACKEND_CUTLASS, Format::kMxfp4, "sm_90", 90, 90, kCuda | kObjSm90,
      "gemm_prep_kernel;gemm_finalize_kernel;device_kernel.*GemmUniversal.*Sm90", "K % 32 == 0",
-     "exact emulation: MXFP4 -> BF16 decode + CUTLASS sm90 BF16 GEMM (TMA, wgmma), bias/beta*C in its epilogue",
+     "MXFP4 exact emulation: MXFP4 -> BF16 decode + CUTLASS sm90 BF16 GEMM (TMA, wgmma), bias/beta*C in its "
+     "epilogue",
      NVFP4_SM90_TWO_STEP},
     {"cutlass-sm100-mxfp4", NVFP4_BACKEND_CUTLASS, Format::kMxfp4, "sm_100", 100, 109, kCuda | kObjSm100,
      "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
      "device_kernel.*GemmUniversal.*Sm100",
      "K % 32 == 0, bfloat16 output, N % 8 == 0, swizzled scales, 16-byte aligned operands",
-     "native: CUTLASS sm100 block-scaled GEMM on mx_float4 (built, not run on hardware)", NVFP4_SM100_MX},
+     "MXFP4 native: CUTLASS sm100 block-scaled GEMM on mx_float4 (built, not run on hardware)", NVFP4_SM100_MX},
     {"cutlass-sm110-mxfp4", NVFP4_BACKEND_CUTLASS, Format::kMxfp4, "sm_110", 110, 119, kCuda | kObjSm100,
      "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
      "device_kernel.*GemmUniversal.*Sm100",
      "K % 32 == 0, bfloat16 output, N % 8 == 0, swizzled scales, 16-byte aligned operands",
-     "native: the sm100 mx_float4 GEMM compiled for sm_110 (built, not run on hardware)", NVFP4_SM100_MX},
+     "MXFP4 native: the sm100 mx_float4 GEMM compiled for sm_110 (built, not run on hardware)", NVFP4_SM100_MX},
     {"cutlass-sm120-mxfp4", NVFP4_BACKEND_CUTLASS, Format::kMxfp4, "sm_120", 120, 129, kCuda | kObjSm120,
      "blockscaled::alpha_kernel<cutlass::arch::Sm120>;blockscaled::widen_kernel<cutlass::arch::Sm120>;"
      "device_kernel.*GemmUniversal.*Sm120",
      "K % 32 == 0, bfloat16 output, N % 8 == 0, swizzled scales, 16-byte aligned operands",
-     "native: CUTLASS sm120 block-scaled GEMM on mx_float4 (built, not run on hardware)", NVFP4_SM120_MX},
+     "MXFP4 native: CUTLASS sm120 block-scaled GEMM on mx_float4 (built, not run on hardware)", NVFP4_SM120_MX},
     {"cudnn-sm90-mxfp4", NVFP4_BACKEND_CUDNN, Format::kMxfp4, "sm_90", 90, 90, kCuda | kObjCudnn,
      "scalars_kernel;gemm_prep_kernel", "K % 32 == 0",
-     "exact emulation: MXFP4 -> BF16 decode + cuDNN BF16 matmul graph (cuDNN 9)", NVFP4_CUDNN},
+     "MXFP4 exact emulation: MXFP4 -> BF16 decode + cuDNN BF16 matmul graph (cuDNN 9)", NVFP4_CUDNN},
     {"cudnn-sm100-mxfp4", NVFP4_BACKEND_CUDNN, Format::kMxfp4, "sm_100", 100, 109, kCuda | kObjCudnn,
      "scalars_kernel;gemm_epilogue_kernel", "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
-     "native: cuDNN block_scale_dequantize (E8M0, 32-value blocks) + matmul graph (cuDNN >= 9.7; built, not run "
-     "on hardware)",
+     "MXFP4 native: cuDNN block_scale_dequantize (E8M0, 32-value blocks) + matmul graph (cuDNN >= 9.7; built, "
+     "not run on hardware)",
      NVFP4_CUDNN},
     {"cudnn-sm110-mxfp4", NVFP4_BACKEND_CUDNN, Format::kMxfp4, "sm_110", 110, 119, kCuda | kObjCudnn,
      "scalars_kernel;gemm_epilogue_kernel", "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
-     "native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
+     "MXFP4 native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
      NVFP4_CUDNN},
     {"cudnn-sm120-mxfp4", NVFP4_BACKEND_CUDNN, Format::kMxfp4, "sm_120", 120, 129, kCuda | kObjCudnn,
      "scalars_kernel;gemm_epilogue_kernel", "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
-     "native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
+     "MXFP4 native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
      NVFP4_CUDNN},
 };
 constexpr int kRunnerCount = static_cast<int>(sizeof(kRunners) / sizeof(kRunners[0]));

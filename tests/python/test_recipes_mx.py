@@ -235,3 +235,28 @@ def test_non_contiguous_and_batched_inputs():
     assert y.shape == (3, 32, 96)
     assert torch.equal(y, layer(x.contiguous()))
     y.sum().backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mx_pairs_keep_quantized_operands_for_backward(device):
+    """An all-MXFP4 recipe keeps Xᵀ and Wᵀ for its backward GEMMs as MXFP4 codes and E8M0
+    scales (uint8: 0.53 bytes per element), not as decoded values."""
+    torch.manual_seed(0)
+    m, k, n = 40, 64, 96
+
+    def saved_dtypes(recipe):
+        lin = nn4.Linear(k, n, recipe=recipe).to(device)
+        x = torch.randn(m, k, device=device, requires_grad=True)
+        seen = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: seen.append(t) or t, lambda t: t):
+            y = lin(x)
+        y.sum().backward()
+        assert x.grad is not None and torch.isfinite(x.grad).all() and torch.isfinite(lin.weight.grad).all()
+        return seen
+
+    seen = saved_dtypes("mx_baseline")
+    # Xᵀ: codes [k, m_pad/2] and scales [k, m_pad/32]; Wᵀ: codes [k, n/2] and scales [k, n/32]
+    mp = (m + TOKEN_ALIGN - 1) // TOKEN_ALIGN * TOKEN_ALIGN
+    shapes = sorted(tuple(t.shape) for t in seen if t.dtype == torch.uint8)
+    assert shapes == sorted([(k, mp // 2), (k, mp // 32), (k, n // 2), (k, n // 32)]), shapes
+    assert not any(t.dtype.is_floating_point and t.dim() == 2 and t.shape[0] == k for t in seen)

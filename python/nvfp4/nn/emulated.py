@@ -2,17 +2,21 @@
 (an MXFP4 operand, double quantization).
 
 Each operand is quantized as its QuantConfig says (nvfp4.quantize or nvfp4.quantize_mxfp4,
-linear scale layout), decoded exactly and multiplied with FP32 accumulation:
+linear scale layout) and multiplied with FP32 accumulation:
 
     decoded = e2m1(code) * block_scale        exact in BF16 and FP32 (NVFP4: an E4M3 scale,
                                               MXFP4: a power of two within BF16's range)
     GEMM    = (A_dec · B_decᵀ) * alpha_A * alpha_B   alpha: NVFP4's 1 / S_enc, MXFP4's 1
 
-On CUDA the product runs on the BF16 tensor cores with FP32 output (torch.mm with
-out_dtype=float32); on the CPU in FP32 (the products are exact there too). Every product of
-two decoded values is exact, so the result matches a float64 product of the decoded operands
-to within FP32 accumulation, as the fused Hopper path does. MXFP4 values of magnitude
->= 2^128 decode to infinity (outside BF16's range).
+A GEMM whose two operands are MXFP4 runs on the library's MXFP4 GEMM runners
+(nvfp4_mx_gemm: on Hopper the decode + BF16 tensor-core emulation, on the CPU the float64
+reference), and the MXFP4 operands a backward GEMM needs are kept quantized (0.53 bytes per
+element) until then. Other pairs (a mixed NVFP4/MXFP4 GEMM, an NVFP4 pair with double
+quantization) are decoded here and multiplied with FP32 output: on CUDA on the BF16 tensor
+cores (torch.mm with out_dtype=float32), on the CPU in FP32. Every product of two decoded
+values is exact, so each result matches a float64 product of the decoded operands to within
+FP32 accumulation, as the fused Hopper path does. MXFP4 values of magnitude >= 2^128 decode
+to infinity (outside BF16's range).
 
 The weight is quantized from the master weight (not from an autocast copy), as the fused
 path does. Orientations: fprop quantizes X and W along K; dgrad quantizes dY along N and W along N
@@ -37,7 +41,7 @@ import torch.nn.functional as F
 
 from .. import _C
 from .._format import SCALE_LAYOUTS, global_decode_scale
-from .._mx import MXFP4Tensor, decode_stored, mm_fp32, quantize_mxfp4
+from .._mx import MXFP4Tensor, mm_fp32, mx_gemm_raw, quantize_mxfp4
 from .._ops import TOKEN_ALIGN
 from .._quantize import quantize
 from .._tensor import _stream
@@ -63,17 +67,32 @@ def check_shapes(r: Recipe, in_features: int, out_features: int) -> None:
             raise ValueError(f"{name}: must be a multiple of 32 for the MXFP4 operands of {', '.join(uses)}, got {v}")
 
 
-def _decode(q, columnwise: bool, dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    """One stored orientation of q, decoded without its per-tensor scale: (values [rows,
-    width] as stored, padding included; alpha, a float32 [1] tensor)."""
+# An operand as a GEMM takes it: (t0, t1, mx). mx: t0 = the MXFP4 codes [rows, width/2] of
+# the stored orientation, t1 = its E8M0 scales (linear). Otherwise t0 = the values decoded
+# without the per-tensor scale [rows, width] (padding included), t1 = alpha, float32 [1].
+Op = Tuple[torch.Tensor, torch.Tensor, bool]
+
+
+def _decode(q, columnwise: bool, dtype: torch.dtype) -> Op:
+    """One stored orientation of q: MXFP4 as it is, NVFP4 decoded with S_enc = 1 (amax 2688)
+    and the real 1 / S_enc as alpha."""
     d = q.columnwise if columnwise else q.rowwise
-    if isinstance(q, MXFP4Tensor):  # no per-tensor scale
-        return decode_stored(d, _LINEAR, dtype), torch.ones((1,), dtype=torch.float32, device=d.data.device)
-    # NVFP4: decoded with S_enc = 1 (amax 2688), the real 1 / S_enc as alpha
+    if isinstance(q, MXFP4Tensor):
+        return d.data, d.scales.view(torch.uint8), True
     out = torch.empty((d.data.shape[0], d.data.shape[1] * 2), dtype=dtype, device=d.data.device)
     one = torch.full((1,), 2688.0, dtype=torch.float32, device=d.data.device)
     _C.dequantize(d.data, d.scales.view(torch.uint8), one, _LINEAR, out, _stream(out.device))
-    return out, global_decode_scale(d.amax)
+    return out, global_decode_scale(d.amax), False
+
+
+def _values(op: Op, dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(decoded values, alpha) of an operand (an MXFP4 one is decoded here: alpha 1)."""
+    t0, t1, mx = op
+    if not mx:
+        return t0, t1
+    out = torch.empty((t0.shape[0], t0.shape[1] * 2), dtype=dtype, device=t0.device)
+    _C.mx_dequantize(t0, t1, _LINEAR, out, _stream(out.device))
+    return out, torch.ones((1,), dtype=torch.float32, device=t0.device)
 
 
 def _quantize(t: torch.Tensor, c: QuantConfig, columnwise: bool, seed: int, offset: int, rht_signs):
@@ -88,14 +107,19 @@ def _quantize(t: torch.Tensor, c: QuantConfig, columnwise: bool, seed: int, offs
 
 
 def _operand(t, c: QuantConfig, columnwise: bool, seed: int, offset: int, rht_signs, dtype):
-    """(decoded values as stored, alpha, the full dequantized tensor for double quantization)."""
+    """(the operand (Op), the quantized tensor: the source of a double quantization)."""
     q = _quantize(t, c, columnwise, seed, offset, rht_signs)
-    return (*_decode(q, columnwise, dtype), q)
+    return _decode(q, columnwise, dtype), q
 
 
-def _mm(a: torch.Tensor, b: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """(a · bᵀ) * alpha in FP32; a, b hold decoded values (exact in BF16)."""
-    return mm_fp32(a, b) * alpha
+def _mm(a: Op, b: Op, dtype: torch.dtype) -> torch.Tensor:
+    """(A · Bᵀ) * alpha_A * alpha_B in FP32 [rows of a, rows of b]: two MXFP4 operands through
+    nvfp4_mx_gemm, any other pair decoded (exact in BF16) and multiplied here."""
+    if a[2] and b[2]:
+        out = torch.empty((a[0].shape[0], b[0].shape[0]), dtype=torch.float32, device=a[0].device)
+        return mx_gemm_raw(a[0], a[1], b[0], b[1], _LINEAR, out)
+    (av, aal), (bv, bal) = _values(a, dtype), _values(b, dtype)
+    return mm_fp32(av, bv) * (aal * bal)
 
 
 def _dequantized(q, columnwise: bool) -> torch.Tensor:
@@ -131,9 +155,9 @@ class EmulatedLinearFn(torch.autograd.Function):
 
         qx_full = qw_full = None
         if r.fprop:
-            ax, alx, qx = _operand(x2, r.x, False, seeds["x"], offset, signs, ddt)
-            aw, alw, qw = _operand(weight_c, r.w, False, seeds["w"], offset, signs, ddt)
-            y = _mm(ax, aw, alx * alw)
+            ox, qx = _operand(x2, r.x, False, seeds["x"], offset, signs, ddt)
+            ow, qw = _operand(weight_c, r.w, False, seeds["w"], offset, signs, ddt)
+            y = _mm(ox, ow, ddt)
             if b is not None:
                 y = y + b.float()
             y = y.to(cdt)
@@ -144,19 +168,21 @@ class EmulatedLinearFn(torch.autograd.Function):
         else:
             y = F.linear(x2, w, b)
 
-        wt = alwt = None
+        wt = (None, None, False)
         if fp4_dgrad:  # W quantized along N: the columnwise orientation of W [n, k]
             src = qw_full if r.w.double_quant else weight_c
-            wt, alwt, _ = _operand(src, r.w, True, seeds["w"], offset, signs, ddt)
-        xt = alxt = None
+            wt = _operand(src, r.w, True, seeds["w"], offset, signs, ddt)[0]
+        xt = (None, None, False)
         pad = (-m) % TOKEN_ALIGN if fp4_wgrad else 0
         if fp4_wgrad:
             src = qx_full if r.wgrad_x.double_quant else x2
-            xt, alxt, _ = _operand(F.pad(src, (0, 0, 0, pad)) if pad else src, r.wgrad_x, True, seeds["wgrad_x"],
-                                   offset, signs, ddt)
+            xt = _operand(F.pad(src, (0, 0, 0, pad)) if pad else src, r.wgrad_x, True, seeds["wgrad_x"], offset,
+                          signs, ddt)[0]
         saved_x = x2 if (need_dw and not fp4_wgrad) else None
         saved_w = weight if (need_dx and not fp4_dgrad) else None
-        ctx.save_for_backward(saved_x, saved_w, xt, alxt, wt, alwt)
+        # xt / wt: MXFP4 codes and scales, or decoded values and alpha (Op)
+        ctx.save_for_backward(saved_x, saved_w, xt[0], xt[1], wt[0], wt[1])
+        ctx.op_mx = (xt[2], wt[2])
         ctx.counter = counter
         ctx.recipe = r
         ctx.meta = (tuple(x.shape), m, k, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw,
@@ -169,7 +195,8 @@ class EmulatedLinearFn(torch.autograd.Function):
         r = ctx.recipe
         (x_shape, m, k, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw, need_db, w_dtype, b_dtype, seeds, uses_sr,
          ddt) = ctx.meta
-        saved_x, saved_w, xt, alxt, wt, alwt = ctx.saved_tensors
+        saved_x, saved_w, xt0, xt1, wt0, wt1 = ctx.saved_tensors
+        xt, wt = (xt0, xt1, ctx.op_mx[0]), (wt0, wt1, ctx.op_mx[1])
         cdt = dy.dtype
         dy2 = dy.reshape(-1, n).contiguous()
         offset = int(ctx.counter) if uses_sr else 0
@@ -177,8 +204,8 @@ class EmulatedLinearFn(torch.autograd.Function):
         dx = dw = db = None
         dy_full = None
         if fp4_dgrad:
-            ady, aldy, qdy = _operand(dy2, r.dy, False, seeds["dy"], offset, signs, ddt)
-            dx = _mm(ady, wt, aldy * alwt)[:, :k].to(cdt)
+            ody, qdy = _operand(dy2, r.dy, False, seeds["dy"], offset, signs, ddt)
+            dx = _mm(ody, wt, ddt)[:, :k].to(cdt)
             if r.wgrad_dy.double_quant:
                 dy_full = _dequantized(qdy, False)
         if fp4_wgrad:
@@ -187,8 +214,8 @@ class EmulatedLinearFn(torch.autograd.Function):
             src = dy_full if r.wgrad_dy.double_quant else dy2
             if pad:
                 src = F.pad(src, (0, 0, 0, pad))
-            adyt, aldyt, _ = _operand(src, r.wgrad_dy, True, seeds["wgrad_dy"], offset, signs, ddt)
-            dw = _mm(adyt, xt, aldyt * alxt).to(w_dtype)
+            odyt = _operand(src, r.wgrad_dy, True, seeds["wgrad_dy"], offset, signs, ddt)[0]
+            dw = _mm(odyt, xt, ddt).to(w_dtype)
         if uses_sr:
             ctx.counter.add_(1)
         if need_dx:
