@@ -272,22 +272,31 @@ def test_static_shared_memory_fits():
 # The block-scaled MMA of each family, as the disassembler prints it: tcgen05's UTCOMMA
 # with four scale vectors per K block (NVFP4: one E4M3 scale per 16 values) on
 # sm_100/103/110, OMMA.SF with E2M1 operands and UE4M3 scales on sm_120/121.
+# The block-scaled MMA of each family in SASS: NVFP4 (E4M3 scales over 16 values: "4X" scale
+# vectors, UE4M3) and MXFP4 (E8M0 scales over 32 values: no "4X", E8).
 MMA = {10: r"\bUTCOMMA\.\S*4X", 11: r"\bUTCOMMA\.\S*4X", 12: r"\bOMMA\.SF\.\S*E2M1\.E2M1\.UE4M3"}
+MMA_MX = {10: r"\bUTCOMMA(\.2CTA)?\s", 11: r"\bUTCOMMA(\.2CTA)?\s", 12: r"\bOMMA\.SF\.\S*E2M1\.E2M1\.E8\b"}
 
 
 @needs_blackwell
 @needs_disassembler
 def test_blackwell_gemms_hold_the_block_scaled_mma():
-    checked = 0
+    checked = checked_mx = 0
     for arch, name, mangled, _ in images():
         major = int(re.match(r"sm_(\d+)", arch).group(1)) // 10
         if major not in MMA or not re.search(r"device_kernel.*GemmUniversal.*Sm1[02]0", name):
             continue
         sass = _sass(mangled, arch)
+        if "ue8m0" in mangled:  # the MXFP4 kernel (mx_float4_t: float_ue8m0_t scales)
+            assert re.search(MMA_MX[major], sass), f"{arch} {name[:160]}: no MXFP4 block-scaled MMA in its SASS"
+            assert not re.search(MMA[major], sass), f"{arch} {name[:160]}: an NVFP4 MMA in the MXFP4 kernel"
+            checked_mx += 1
+            continue
         assert re.search(MMA[major], sass), f"{arch} {name[:160]}: no block-scaled MMA in its SASS"
         checked += 1
-    want = sum(1 for t in ARCHS if not t.startswith("9")) * 3  # three output dtypes per target
-    assert checked >= want, f"checked {checked} Blackwell GEMM kernels, expected {want} ({ARCHS})"
+    targets = sum(1 for t in ARCHS if not t.startswith("9"))
+    assert checked >= 3 * targets, f"checked {checked} NVFP4 GEMM kernels, expected {3 * targets} ({ARCHS})"
+    assert checked_mx >= targets, f"checked {checked_mx} MXFP4 GEMM kernels, expected {targets} ({ARCHS})"
 
 
 @needs_cuda_build
