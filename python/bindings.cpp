@@ -318,6 +318,18 @@ NB_MODULE(_C, m) {
                                amax ? &ta : nullptr, stream_of(stream)));
         });
 
+  // fp8_delayed_update_raw(history, len, scale, format, margin, algo, device_type, device_id,
+  //                        stream): nvfp4_fp8_delayed_update on raw addresses (float32 [len], [1]).
+  m.def("fp8_delayed_update_raw",
+        [](uintptr_t history, int64_t len, uintptr_t scale, int format, float margin, int algo, int dev_type,
+           int dev_id, uintptr_t stream) {
+          nvfp4_tensor_t th = raw1(history, NVFP4_DTYPE_FLOAT32, len, dev_type, dev_id);
+          nvfp4_tensor_t ts = raw1(scale, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id);
+          nb::gil_scoped_release nogil;
+          check(nvfp4_fp8_delayed_update(&th, &ts, static_cast<nvfp4_fp8_format_t>(format), margin,
+                                         static_cast<nvfp4_fp8_amax_algo_t>(algo), stream_of(stream)));
+        });
+
   // gemm_raw(a (data, scales, amax), b (...), m, n, k, layout, c, c_dtype, bias, bias_dtype, beta,
   //          d, d_dtype, backend, workspace, workspace_bytes, device_type, device_id, stream);
   // with workspace_bytes == -1 it only returns the workspace size the call needs.

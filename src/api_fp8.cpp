@@ -121,4 +121,37 @@ NVFP4_API nvfp4_status_t nvfp4_fp8_cast(const nvfp4_tensor_t* x, const nvfp4_fp8
   });
 }
 
+NVFP4_API nvfp4_status_t nvfp4_fp8_delayed_update(nvfp4_tensor_t* history, nvfp4_tensor_t* scale,
+                                                  nvfp4_fp8_format_t format, float margin,
+                                                  nvfp4_fp8_amax_algo_t algo, nvfp4_stream_t stream) {
+  return guarded([&]() -> nvfp4_status_t {
+    check_descriptor(history, "history", alignof(float));
+    if (history->dtype != NVFP4_DTYPE_FLOAT32)
+      invalid(std::string("history: dtype must be float32, got ") + dtype_name(history->dtype));
+    if (history->ndim != 1 || history->shape[0] < 1)
+      invalid("history: must have 1 dimension of at least 1 element, got " + shape_str(*history));
+    check_scalar(*history, scale, "scale");
+    const auto fmt = checked_enum(format, NVFP4_FP8_E5M2 + 1, "format", "E4M3 or E5M2");
+    const auto a = checked_enum(algo, NVFP4_FP8_AMAX_MOST_RECENT + 1, "algo", "AMAX_MAX or AMAX_MOST_RECENT");
+    if (!std::isfinite(margin)) invalid("margin: must be finite, got " + std::to_string(margin));
+    check_disjoint(byte_range(*scale, "scale"), byte_range(*history, "history"));
+    require_cuda_build(*history, "history");
+    Fp8DelayedJob job;
+    job.history = static_cast<float*>(history->data);
+    job.len = history->shape[0];
+    job.scale = static_cast<float*>(scale->data);
+    const double fmax = fmt == NVFP4_FP8_E5M2 ? 57344.0 : 448.0;
+    job.scaled_max = static_cast<float>(fmax * std::exp2(-static_cast<double>(margin)));
+    job.most_recent = a == NVFP4_FP8_AMAX_MOST_RECENT;
+    if (on_cuda(*history)) {
+#if defined(NVFP4_WITH_CUDA)
+      DeviceGuard g(*history);
+      return cuda_fp8_delayed_update(job, stream);
+#endif
+    }
+    (void)stream;
+    return cpu_fp8_delayed_update(job);
+  });
+}
+
 }  // extern "C"

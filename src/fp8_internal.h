@@ -36,9 +36,29 @@ NVFP4_HD float fp8_current_scale(float scaled_max, float amax) {
   return ok ? s : 1.0f;
 }
 
+// Delayed scaling's update (nvfp4_fp8_delayed_update): history [len] in place, scale [1].
+struct Fp8DelayedJob {
+  float* history = nullptr;
+  int64_t len = 0;
+  float* scale = nullptr;
+  float scaled_max = 448.0f;  // fmax * 2^-margin, rounded once to fp32
+  bool most_recent = false;   // amax = history[0] rather than max(history)
+};
+
+// The new scale from the history's amax a: scaled_max / a (FLT_MAX for inf) when a is
+// finite and > 0, else the old scale (host and device share it).
+NVFP4_HD float fp8_delayed_scale(float scaled_max, float a, float old) {
+  float s = scaled_max / a;
+  if (s > 3.40282346638528859812e+38f) s = 3.40282346638528859812e+38f;  // +inf -> FLT_MAX
+  const bool ok = a > 0.0f && a <= 3.40282346638528859812e+38f;        // false for 0, inf, NaN
+  return ok ? s : old;
+}
+
 nvfp4_status_t cpu_fp8_cast(const Fp8Job& job);
+nvfp4_status_t cpu_fp8_delayed_update(const Fp8DelayedJob& job);
 #if defined(NVFP4_WITH_CUDA)
 nvfp4_status_t cuda_fp8_cast(const Fp8Job& job, nvfp4_stream_t stream);
+nvfp4_status_t cuda_fp8_delayed_update(const Fp8DelayedJob& job, nvfp4_stream_t stream);
 #endif
 
 }  // namespace nvfp4::detail

@@ -149,7 +149,9 @@ inline int64_t checked_numel(const nvfp4_tensor_t& t, const std::string& name) {
 
 // ---- one descriptor ------------------------------------------------------------------
 
-inline void check_descriptor(const nvfp4_tensor_t* t, const char* name_c) {
+// cuda_align: the alignment a CUDA pointer needs (16 for every tensor a kernel reads in
+// 16-byte chunks; the FP8 scaling state takes 4, a row or slot of a larger buffer).
+inline void check_descriptor(const nvfp4_tensor_t* t, const char* name_c, uintptr_t cuda_align = 16) {
   const std::string name(name_c);
   if (!t) invalid(name + ": null descriptor");
   if (t->ndim < 0 || t->ndim > NVFP4_MAX_DIMS)
@@ -177,7 +179,7 @@ inline void check_descriptor(const nvfp4_tensor_t* t, const char* name_c) {
   }
   const uintptr_t addr = reinterpret_cast<uintptr_t>(t->data);
   if (t->device_type == NVFP4_DEVICE_CUDA) {
-    if (addr % 16 != 0) invalid(name + ": CUDA pointer must be 16-byte aligned");
+    if (addr % cuda_align != 0) invalid(name + ": CUDA pointer must be " + std::to_string(cuda_align) + "-byte aligned");
   } else if (addr % static_cast<uintptr_t>(dtype_bytes(dt)) != 0) {
     invalid(name + ": CPU pointer must be aligned to its element size (" + std::to_string(dtype_bytes(dt)) +
             " bytes for " + dtype_name(dt) + ")");

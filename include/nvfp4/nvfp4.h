@@ -229,6 +229,22 @@ NVFP4_API nvfp4_status_t nvfp4_fp8_cast(const nvfp4_tensor_t* x, const nvfp4_fp8
                                         nvfp4_tensor_t* qt, nvfp4_tensor_t* scale_inv, nvfp4_tensor_t* amax,
                                         nvfp4_stream_t stream);
 
+/* Delayed scaling (TransformerEngine's DelayedScaling), the update before a cast, in place:
+ *   a = max over history of the entries, a NaN entry counting as 0 (AMAX_MAX), or history[0]
+ *       (AMAX_MOST_RECENT);
+ *   scale[0] = fl(fl(max * 2^-margin) / a) (FLT_MAX where that is inf) if a is finite and
+ *       > 0, else unchanged (max: 448 for E4M3, 57344 for E5M2);
+ *   history rolls left by one (entry i takes entry i+1, the last takes the old entry 0), then
+ *       history[0] = 0, the slot the next cast's amax goes to.
+ * history: float32 [L], L >= 1, contiguous; scale: float32 [1]. Both on one device, 4-byte
+ * alignment suffices (a row and a slot of larger buffers); they must not overlap. On CUDA one
+ * kernel on `stream`, no host synchronization. */
+typedef enum { NVFP4_FP8_AMAX_MAX = 0, NVFP4_FP8_AMAX_MOST_RECENT = 1 } nvfp4_fp8_amax_algo_t;
+
+NVFP4_API nvfp4_status_t nvfp4_fp8_delayed_update(nvfp4_tensor_t* history, nvfp4_tensor_t* scale,
+                                                  nvfp4_fp8_format_t format, float margin,
+                                                  nvfp4_fp8_amax_algo_t algo, nvfp4_stream_t stream);
+
 /* ---- GEMM runners: what this build can run where ----
  * Every way this library computes a GEMM is one runner: a backend, an operand format, an
  * architecture family, the CUDA targets its kernels were compiled for, a shape rule and a

@@ -207,6 +207,30 @@ for _k in ("CPU", "CUDA"):
 torch.library.register_fake("nvfp4::fp8_cast", _fp8_cast_fake, lib=lib)
 
 
+# Delayed scaling's update of one role (nvfp4_fp8_delayed_update): history float32 [L] and
+# scale float32 [] or [1], both updated in place on their device.
+lib.define("fp8_delayed_update(Tensor(a!) history, Tensor(b!) scale, int format, float margin, int algo) -> ()")
+
+
+def _fp8_delayed_update_impl(history, scale, format, margin, algo):
+    if history.dim() != 1 or not history.is_contiguous():
+        raise ValueError(f"history: must be a contiguous 1D tensor, got shape {tuple(history.shape)}")
+    if scale.numel() != 1:
+        raise ValueError(f"scale: must hold one element, got shape {tuple(scale.shape)}")
+    if history.dtype != torch.float32 or scale.dtype != torch.float32:
+        raise ValueError(f"history/scale: must be float32, got {history.dtype} / {scale.dtype}")
+    if scale.device != history.device:
+        raise ValueError(f"scale: on {scale.device}, but history is on {history.device}")
+    dt, di, st = _device(history)
+    _C.fp8_delayed_update_raw(history.data_ptr(), history.shape[0], scale.data_ptr(), format, margin, algo, dt, di,
+                              st)
+
+
+for _k in ("CPU", "CUDA"):
+    lib.impl("fp8_delayed_update", lambda *a: _fp8_delayed_update_impl(*a), _k)
+torch.library.register_fake("nvfp4::fp8_delayed_update", lambda *a: None, lib=lib)
+
+
 # ------------------------------------------------------------------------------ quantize
 lib.define("quantize(Tensor x, int block, int rounding, int rht, int sign_mask, int seed, int offset, "
            "Tensor? offset_device, bool rowwise, bool columnwise) -> Tensor[]")

@@ -82,4 +82,21 @@ nvfp4_status_t cpu_fp8_cast(const Fp8Job& job) {
   return NVFP4_SUCCESS;
 }
 
+nvfp4_status_t cpu_fp8_delayed_update(const Fp8DelayedJob& job) {
+  float* h = job.history;
+  float a = 0.0f;
+  if (job.most_recent) {
+    a = h[0];
+  } else {
+    for (int64_t i = 0; i < job.len; ++i)
+      if (!std::isnan(h[i]) && h[i] > a) a = h[i];  // NaN entries count as 0; entries are >= 0
+  }
+  *job.scale = fp8_delayed_scale(job.scaled_max, a, *job.scale);
+  const float first = h[0];
+  for (int64_t i = 0; i + 1 < job.len; ++i) h[i] = h[i + 1];
+  h[job.len - 1] = first;
+  h[0] = 0.0f;
+  return NVFP4_SUCCESS;
+}
+
 }  // namespace nvfp4::detail

@@ -8,6 +8,7 @@
 //    keeps NaN, the round-to-nearest-even conversion with saturation, which after the
 //    clamp changes nothing), writes q row by row and, through a padded shared tile, q^T
 //    column by column; both stores are 32 contiguous bytes per warp.
+//  - fp8_delayed_kernel: nvfp4_fp8_delayed_update, one CTA (the history is short).
 // No host synchronization; every output byte is written.
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -118,6 +119,48 @@ nvfp4_status_t run(const Fp8Job& job, cudaStream_t stream) {
   return check_launch("nvfp4 fp8 cast kernel");
 }
 
+// nvfp4_fp8_delayed_update: one CTA. The history's amax (a block max reduction, NaN
+// counting as 0), the new scale, then the left roll in place, chunk by chunk of blockDim
+// entries in increasing order: every thread reads entry i + 1 before the barrier, writes
+// entry i after it, so an entry is always read before it is overwritten.
+constexpr int kDelayedThreads = 256;
+
+__global__ void __launch_bounds__(kDelayedThreads) fp8_delayed_kernel(Fp8DelayedJob j) {
+  __shared__ float red[kDelayedThreads / 32];
+  float* h = j.history;
+  const int t = threadIdx.x;
+  float a = 0.0f;
+  if (j.most_recent) {
+    a = h[0];
+  } else {
+    for (int64_t i = t; i < j.len; i += kDelayedThreads) {
+      const float v = h[i];
+      if (!isnan(v) && v > a) a = v;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    if ((t & 31) == 0) red[t >> 5] = a;
+    __syncthreads();
+    a = red[0];
+#pragma unroll
+    for (int w = 1; w < kDelayedThreads / 32; ++w) a = fmaxf(a, red[w]);
+  }
+  const float first = h[0];
+  if (t == 0) *j.scale = fp8_delayed_scale(j.scaled_max, a, *j.scale);
+  __syncthreads();  // every thread has read h[0] and the history's amax
+  for (int64_t base = 0; base + 1 < j.len; base += kDelayedThreads) {
+    const int64_t i = base + t;
+    const float next = i + 1 < j.len ? h[i + 1] : 0.0f;
+    __syncthreads();
+    if (i + 1 < j.len) h[i] = next;
+    __syncthreads();
+  }
+  if (t == 0) {
+    h[j.len - 1] = first;
+    h[0] = 0.0f;
+  }
+}
+
 }  // namespace
 }  // namespace nvfp4::detail::quant
 
@@ -131,6 +174,11 @@ nvfp4_status_t cuda_fp8_cast(const Fp8Job& job, nvfp4_stream_t stream_in) {
     case NVFP4_DTYPE_BFLOAT16: return quant::run<quant::BF16>(job, stream);
     default: return fail(NVFP4_ERROR_INVALID_ARGUMENT, "nvfp4_fp8_cast: unsupported input dtype");
   }
+}
+
+nvfp4_status_t cuda_fp8_delayed_update(const Fp8DelayedJob& job, nvfp4_stream_t stream) {
+  quant::fp8_delayed_kernel<<<1, quant::kDelayedThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(job);
+  return quant::check_launch("nvfp4 fp8 delayed-scaling update kernel");
 }
 
 }  // namespace nvfp4::detail

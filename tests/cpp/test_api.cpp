@@ -1458,6 +1458,45 @@ int test_fp8() {
     nvfp4_tensor_t overlap = desc(x.data(), NVFP4_DTYPE_FLOAT32, {1});
     EXPECT_BAD(nvfp4_fp8_cast(&in, &cfg, &tq, nullptr, &overlap, &ta, nullptr), "overlaps");
   }
+  // Delayed scaling's update, hand-worked: history [3, 5, NaN, 1] (NaN counts as 0).
+  {
+    float h[4] = {3.0f, 5.0f, NAN, 1.0f}, sc = 7.0f;
+    nvfp4_tensor_t th = desc(h, NVFP4_DTYPE_FLOAT32, {4}), tsc = desc(&sc, NVFP4_DTYPE_FLOAT32, {1});
+    CHECK(nvfp4_fp8_delayed_update(&th, &tsc, NVFP4_FP8_E4M3, 0.0f, NVFP4_FP8_AMAX_MAX, nullptr) == NVFP4_SUCCESS);
+    CHECK(sc == 448.0f / 5.0f);  // the max of the history
+    // rolled left by one (the old entry 0 last), slot 0 cleared
+    CHECK(h[0] == 0.0f && std::isnan(h[1]) && h[2] == 1.0f && h[3] == 3.0f);
+    float h2[4] = {3.0f, 5.0f, 0.0f, 1.0f};
+    nvfp4_tensor_t th2 = desc(h2, NVFP4_DTYPE_FLOAT32, {4});
+    CHECK(nvfp4_fp8_delayed_update(&th2, &tsc, NVFP4_FP8_E5M2, 1.0f, NVFP4_FP8_AMAX_MOST_RECENT, nullptr) ==
+          NVFP4_SUCCESS);
+    CHECK(sc == 28672.0f / 3.0f);  // 57344 * 2^-1 / history[0]
+    float zero[2] = {0.0f, 0.0f}, inf1[1] = {INFINITY};
+    nvfp4_tensor_t tz = desc(zero, NVFP4_DTYPE_FLOAT32, {2}), ti = desc(inf1, NVFP4_DTYPE_FLOAT32, {1});
+    const float before = sc;
+    CHECK(nvfp4_fp8_delayed_update(&tz, &tsc, NVFP4_FP8_E4M3, 0.0f, NVFP4_FP8_AMAX_MAX, nullptr) == NVFP4_SUCCESS);
+    CHECK(sc == before);  // amax 0: unchanged
+    CHECK(nvfp4_fp8_delayed_update(&ti, &tsc, NVFP4_FP8_E4M3, 0.0f, NVFP4_FP8_AMAX_MAX, nullptr) == NVFP4_SUCCESS);
+    CHECK(sc == before && inf1[0] == 0.0f);  // amax inf: unchanged; a length-1 history just clears
+    float tiny[1] = {1e-45f};
+    nvfp4_tensor_t tt = desc(tiny, NVFP4_DTYPE_FLOAT32, {1});
+    CHECK(nvfp4_fp8_delayed_update(&tt, &tsc, NVFP4_FP8_E4M3, 0.0f, NVFP4_FP8_AMAX_MAX, nullptr) == NVFP4_SUCCESS);
+    CHECK(sc == 3.40282346638528859812e+38f);  // the quotient overflows: FLT_MAX
+    // refusals
+    EXPECT_BAD(nvfp4_fp8_delayed_update(nullptr, &tsc, NVFP4_FP8_E4M3, 0.0f, NVFP4_FP8_AMAX_MAX, nullptr), "history");
+    EXPECT_BAD(nvfp4_fp8_delayed_update(&th, nullptr, NVFP4_FP8_E4M3, 0.0f, NVFP4_FP8_AMAX_MAX, nullptr), "scale");
+    EXPECT_BAD(nvfp4_fp8_delayed_update(&th, &tsc, static_cast<nvfp4_fp8_format_t>(2), 0.0f, NVFP4_FP8_AMAX_MAX,
+                                        nullptr), "format");
+    EXPECT_BAD(nvfp4_fp8_delayed_update(&th, &tsc, NVFP4_FP8_E4M3, 0.0f, static_cast<nvfp4_fp8_amax_algo_t>(-1),
+                                        nullptr), "algo");
+    EXPECT_BAD(nvfp4_fp8_delayed_update(&th, &tsc, NVFP4_FP8_E4M3, NAN, NVFP4_FP8_AMAX_MAX, nullptr), "margin");
+    nvfp4_tensor_t empty = desc(h, NVFP4_DTYPE_FLOAT32, {0});
+    EXPECT_BAD(nvfp4_fp8_delayed_update(&empty, &tsc, NVFP4_FP8_E4M3, 0.0f, NVFP4_FP8_AMAX_MAX, nullptr), "history");
+    nvfp4_tensor_t h2d = desc(h, NVFP4_DTYPE_FLOAT32, {2, 2});
+    EXPECT_BAD(nvfp4_fp8_delayed_update(&h2d, &tsc, NVFP4_FP8_E4M3, 0.0f, NVFP4_FP8_AMAX_MAX, nullptr), "history");
+    nvfp4_tensor_t in_h = desc(h + 2, NVFP4_DTYPE_FLOAT32, {1});
+    EXPECT_BAD(nvfp4_fp8_delayed_update(&th, &in_h, NVFP4_FP8_E4M3, 0.0f, NVFP4_FP8_AMAX_MAX, nullptr), "overlaps");
+  }
   return finish("fp8");
 }
 

@@ -194,3 +194,57 @@ def test_gpu_fp8linear_fused_equals_torch_path(recipe):
         if recipe == "fp8_delayed":
             for buf in ("fp8_amax_history", "fp8_scale"):
                 assert torch.equal(getattr(layers[True], buf), getattr(layers[False], buf)), f"step {step}: {buf}"
+
+
+# ---- delayed scaling's update: the library call against the torch ops ----------------------
+_DEVS = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", _DEVS)
+@pytest.mark.parametrize("length", [1, 2, 7, 256, 257, 1024, 3000])
+@pytest.mark.parametrize("algo", ["max", "most_recent"])
+@pytest.mark.parametrize("fmt", [torch.float8_e4m3fn, torch.float8_e5m2], ids=["e4m3", "e5m2"])
+def test_delayed_update_matches_torch_ops(device, length, algo, fmt):
+    """nvfp4_fp8_delayed_update ≡ the torch-op update, bit for bit (history and scale), over
+    histories with zeros, NaN, inf, tiny and huge entries; every role updated, the others
+    untouched."""
+    from nvfp4.nn.fp8 import delayed_scale_update, delayed_scale_update_torch, fp8_max
+    g = torch.Generator().manual_seed(length)
+    cases = []
+    h = torch.rand(3, length, generator=g) * torch.exp2(torch.randint(-30, 30, (3, length), generator=g).float())
+    cases.append(h)
+    z = h.clone()
+    z[0] = 0.0                          # all zero: the scale stays
+    z[1, ::3] = float("nan")            # NaN entries count as 0
+    z[2, -1] = float("inf")             # inf amax: the scale stays
+    cases.append(z)
+    t = torch.full((3, length), 1e-45)  # a subnormal amax: the quotient overflows to FLT_MAX
+    cases.append(t)
+    for hist in cases:
+        for margin in (0.0, 2.0, -1.5):
+            h1, h2 = hist.clone().to(device), hist.clone().to(device)
+            s1 = torch.tensor([0.5, 2.0, 3.0], device=device)
+            s2 = s1.clone()
+            for role in range(3):
+                delayed_scale_update(h1, s1, role, fp8_max(fmt), margin, algo)
+                delayed_scale_update_torch(h2, s2, role, fp8_max(fmt), margin, algo)
+                assert torch.equal(h1.view(torch.int32), h2.view(torch.int32)), (role, margin)
+                assert torch.equal(s1.view(torch.int32), s2.view(torch.int32)), (role, margin, s1, s2)
+
+
+def test_delayed_update_refusals():
+    h = torch.zeros(3, 8)
+    s = torch.ones(3)
+    op = torch.ops.nvfp4.fp8_delayed_update
+    with pytest.raises(ValueError, match="history"):
+        op(h, s[0], 0, 0.0, 0)                        # 2D history
+    with pytest.raises(ValueError, match="scale"):
+        op(h[0], s, 0, 0.0, 0)                        # three scale elements
+    with pytest.raises(ValueError, match="^format"):
+        op(h[0], s[0], 2, 0.0, 0)
+    with pytest.raises(ValueError, match="^algo"):
+        op(h[0], s[0], 0, 0.0, 5)
+    with pytest.raises(ValueError, match="^margin"):
+        op(h[0], s[0], 0, float("nan"), 0)
+    with pytest.raises(ValueError, match="^history: must have 1 dimension of at least 1"):
+        op(torch.zeros(0), s[0], 0, 0.0, 0)

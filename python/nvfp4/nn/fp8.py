@@ -170,12 +170,30 @@ def current_scale(amax: torch.Tensor, fmax: float, margin: float = 0.0) -> torch
     return torch.where(ok, s, torch.ones_like(s))
 
 
+_FMAX_FORMAT = {448.0: 0, 57344.0: 1}
+_ALGO_CODE = {"max": 0, "most_recent": 1}
+
+
 def delayed_scale_update(history: torch.Tensor, scale: torch.Tensor, role: int, fmax: float, margin: float,
                          algo: str) -> None:
     """TransformerEngine's delayed-scaling update of one role, in place on the device:
     amax = max(history[role]) (NaN entries ignored) or history[role, 0]; scale[role] = fmax *
     2^-margin / amax unless amax is 0, inf or NaN (then unchanged; FLT_MAX if it overflows);
-    history[role] rolls left by one and its slot 0 is cleared for the next amax."""
+    history[role] rolls left by one and its slot 0 is cleared for the next amax.
+    One library call (nvfp4_fp8_delayed_update: one kernel on CUDA) in place of ~15 torch
+    ops; delayed_scale_update_torch is the same update in torch ops."""
+    h = history[role]
+    if fmax in _FMAX_FORMAT and algo in _ALGO_CODE and h.is_contiguous() and h.dtype == torch.float32 and \
+            scale.dtype == torch.float32 and h.device.type in ("cpu", "cuda") and \
+            (h.device.type == "cpu" or _HAS_CUDA_KERNELS):
+        torch.ops.nvfp4.fp8_delayed_update(h, scale[role], _FMAX_FORMAT[fmax], float(margin), _ALGO_CODE[algo])
+        return
+    delayed_scale_update_torch(history, scale, role, fmax, margin, algo)
+
+
+def delayed_scale_update_torch(history: torch.Tensor, scale: torch.Tensor, role: int, fmax: float, margin: float,
+                               algo: str) -> None:
+    """delayed_scale_update in torch ops (the reference the library call is tested against)."""
     h = history[role]
     if algo == "max":
         amax = torch.where(torch.isnan(h), torch.zeros_like(h), h).amax()
