@@ -10,6 +10,7 @@ torch.cuda.device_count() >= 2:
     python3 -m pytest tests/python/test_distributed.py -q
 """
 import copy
+import functools
 import os
 import socket
 
@@ -62,6 +63,15 @@ def _recipe(rank):
     return nn4.get_recipe("nvfp4", seed=1000 + rank)
 
 
+@functools.lru_cache(maxsize=None)
+def _mesh(device_type):
+    """The 1-D data-parallel mesh on the workers' device type, named: left to itself, FSDP2
+    picks the CUDA device of a machine that has one, also for the CPU/gloo variant."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device_type, (WORLD,))
+
+
 def _worker(rank, port, mode, device_type, ckpt_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NCCL_NVLS_ENABLE="0")
     if device_type == "cuda":
@@ -92,8 +102,8 @@ def _worker(rank, port, mode, device_type, ckpt_dir):
             from torch.distributed.fsdp import fully_shard
 
             for b in model.blocks:
-                fully_shard(b)
-            fully_shard(model)
+                fully_shard(b, mesh=_mesh(device_type))
+            fully_shard(model, mesh=_mesh(device_type))
             dmodel = model
         opt = torch.optim.AdamW(dmodel.parameters(), lr=1e-3, weight_decay=0.0)
         ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3, weight_decay=0.0)
@@ -150,8 +160,8 @@ def _worker(rank, port, mode, device_type, ckpt_dir):
             dfresh = DDP(fresh, device_ids=[rank] if device_type == "cuda" else None)
         else:
             for b in fresh.blocks:
-                fully_shard(b)
-            fully_shard(fresh)
+                fully_shard(b, mesh=_mesh(device_type))
+            fully_shard(fresh, mesh=_mesh(device_type))
             dfresh = fresh
         sd = get_model_state_dict(dfresh)
         dcp.load(sd, checkpoint_id=ckpt_dir)
@@ -232,8 +242,8 @@ def _lora_worker(rank, port, mode, device_type, ckpt_dir):
             from torch.distributed.fsdp import fully_shard
 
             for b in model.blocks:
-                fully_shard(b)
-            fully_shard(model)
+                fully_shard(b, mesh=_mesh(device_type))
+            fully_shard(model, mesh=_mesh(device_type))
             dmodel = model
         opt = torch.optim.AdamW(nn4.lora_parameters(model), lr=1e-2, weight_decay=0.0)
         ref_opt = torch.optim.AdamW(nn4.lora_parameters(ref), lr=1e-2, weight_decay=0.0)
