@@ -285,11 +285,15 @@ def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dty
             if t is not None and _overlaps(out, t):
                 raise ValueError(f"out: shares memory with {name}; the result would overwrite an input")
         d = out.view(m, n)
-    else:
-        if beta != 0.0:
-            raise ValueError("beta: nonzero beta needs out= (it is read as C)")
-        d = torch.empty((m, n), dtype=out_dtype, device=a.device)
-    c2 = d if (out is not None and beta != 0.0) else None
+    elif beta != 0.0:
+        raise ValueError("beta: nonzero beta needs out= (it is read as C)")
+    if out is None:
+        # one op (torch.ops.nvfp4.mx_gemm): traceable by torch.compile
+        d = torch.ops.nvfp4.mx_gemm(a.rowwise.data, a.rowwise.scales.view(torch.uint8), b.rowwise.data,
+                                    b.rowwise.scales.view(torch.uint8), SCALE_LAYOUTS[a.scale_layout],
+                                    BACKENDS[backend], out_dtype, bias)
+        return d.view(lead + (n,))
+    c2 = d if beta != 0.0 else None
     mx_gemm_raw(a.rowwise.data, a.rowwise.scales, b.rowwise.data, b.rowwise.scales, SCALE_LAYOUTS[a.scale_layout],
                 d, c=c2, bias=bias, beta=beta, backend=BACKENDS[backend])
     return out if out is not None else d.view(lead + (n,))

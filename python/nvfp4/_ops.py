@@ -332,6 +332,34 @@ def gemm(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], backend: int = 0,
     return torch.ops.nvfp4.gemm(a[0], a[1], a[2], b[0], b[1], b[2], backend, out_dtype, bias)
 
 
+# MXFP4 GEMM (nvfp4_mx_gemm) as an op: A^ @ B^ᵀ (+ bias) of two rowwise MXFP4 directions
+# (codes [rows, K/2], E8M0 scales in `layout`: 0 linear, 1 swizzled), [rows_a, rows_b].
+lib.define("mx_gemm(Tensor a_data, Tensor a_scales, Tensor b_data, Tensor b_scales, int layout, int backend, "
+           "ScalarType out_dtype, Tensor? bias) -> Tensor")
+
+
+def _mx_gemm_impl(a_data, a_scales, b_data, b_scales, layout, backend, out_dtype, bias):
+    from ._mx import mx_gemm_raw  # here: _mx imports nothing of this module, but the package order does
+
+    _need_2d("a_data", a_data)
+    _need_2d("b_data", b_data)
+    d = torch.empty((a_data.shape[0], b_data.shape[0]), dtype=out_dtype, device=a_data.device)
+    if d.numel() == 0:
+        return d
+    bias = None if bias is None else bias.contiguous()
+    return mx_gemm_raw(a_data.contiguous(), a_scales.contiguous(), b_data.contiguous(), b_scales.contiguous(), layout,
+                       d, bias=bias, backend=backend)
+
+
+def _mx_gemm_fake(a_data, a_scales, b_data, b_scales, layout, backend, out_dtype, bias):
+    return a_data.new_empty((a_data.shape[0], b_data.shape[0]), dtype=out_dtype)
+
+
+for _k in ("CPU", "CUDA"):
+    lib.impl("mx_gemm", lambda *a: _mx_gemm_impl(*a), _k)
+torch.library.register_fake("nvfp4::mx_gemm", _mx_gemm_fake, lib=lib)
+
+
 # ------------------------------------------------------------------------------ dequantize and the scale swizzle
 # The library's decode and its 128x4 layout (core::swizzle_offset) as ops, so that layers
 # that need them inside a compiled graph (nvfp4.nn.FrozenLinear) call the one definition.

@@ -218,3 +218,22 @@ def test_cuda_on_grid_exact_and_refusals():
         assert torch.equal(nvfp4.gemm(a, a, out_dtype=torch.float32, backend=backend).cpu().double(), exact)
     with pytest.raises(ValueError, match="^backend:"):
         nvfp4.gemm(a, a, backend="reference")  # CUDA tensors: not the CPU reference
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_op_traces_under_compile(device):
+    """nvfp4.gemm_mxfp4 without out= is one op (torch.ops.nvfp4.mx_gemm): torch.compile with
+    fullgraph=True traces it, with the eager result."""
+    g = torch.Generator().manual_seed(9)
+    a = nvfp4.quantize_mxfp4(torch.randn(24, 96, generator=g).to(device))
+    b = nvfp4.quantize_mxfp4(torch.randn(40, 96, generator=g).to(device))
+    bias = torch.randn(40, generator=g).to(device)
+
+    def f(ad, as_, bd, bs, bias):
+        return torch.ops.nvfp4.mx_gemm(ad, as_, bd, bs, 1, 0, torch.float32, bias) * 2.0
+
+    args = (a.rowwise.data, a.rowwise.scales.view(torch.uint8), b.rowwise.data, b.rowwise.scales.view(torch.uint8),
+            bias)
+    want = nvfp4.gemm(a, b, out_dtype=torch.float32, bias=bias) * 2.0
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(*args)
+    assert torch.equal(got, want)
