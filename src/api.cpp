@@ -301,9 +301,17 @@ static void check_gemm_epilogue(const nvfp4_tensor_t* c, const nvfp4_tensor_t* b
   }
 }
 
-// Checks every part of the NVFP4 GEMM arguments and returns the job, plus the byte ranges
-// of the buffers it reads (for the workspace overlap check).
-static GemmJob make_gemm_job(const nvfp4_gemm_args_t* args, std::vector<ByteRange>* reads = nullptr) {
+// The checks both GEMM entry points make of their operands' codes before the scales: the
+// enums, d, two 2-D code tensors [M, K/2] and [N, K/2] with the same K, K a positive
+// multiple of `block` (16 for NVFP4, 32 for MXFP4), M x K and N x K countable.
+struct GemmDims {
+  nvfp4_scale_layout_t layout;
+  int64_t m, n, k;
+};
+
+extern "C++" {
+template <class Args>
+GemmDims check_gemm_operands(const Args* args, int64_t block) {
   if (!args) invalid("args: null");
   if (!args->a) invalid("a: null");
   if (!args->b) invalid("b: null");
@@ -318,10 +326,19 @@ static GemmJob make_gemm_job(const nvfp4_gemm_args_t* args, std::vector<ByteRang
   const int64_t K = checked_mul(args->a->data.shape[1], 2, "a.data");
   const int64_t Kb = checked_mul(args->b->data.shape[1], 2, "b.data");
   if (Kb != K) invalid("b: K mismatch: a has K=" + std::to_string(K) + ", b has K=" + std::to_string(Kb));
-  if (K % 16 != 0 || K == 0) invalid("a: K must be a positive multiple of 16, got " + std::to_string(K));
+  if (K % block != 0 || K == 0)
+    invalid("a: K must be a positive multiple of " + std::to_string(block) + ", got " + std::to_string(K));
   // The decoded operands (M x K and N x K values) must be countable.
   checked_mul(M, K, "a");
   checked_mul(N, K, "b");
+  return {layout, M, N, K};
+}
+}  // extern "C++"
+
+// Checks every part of the NVFP4 GEMM arguments and returns the job, plus the byte ranges
+// of the buffers it reads (for the workspace overlap check).
+static GemmJob make_gemm_job(const nvfp4_gemm_args_t* args, std::vector<ByteRange>* reads = nullptr) {
+  const auto [layout, M, N, K] = check_gemm_operands(args, 16);
   const nvfp4_tensor_t& ref = *args->d;
   check_quantized(ref, args->a, "a", M, K, layout);
   check_quantized(ref, args->b, "b", N, K, layout);
@@ -346,23 +363,7 @@ static GemmJob make_gemm_job(const nvfp4_gemm_args_t* args, std::vector<ByteRang
 
 // The same for MXFP4 operands (E8M0 scales over 32 values, no per-tensor scale).
 static GemmJob make_mx_gemm_job(const nvfp4_mx_gemm_args_t* args, std::vector<ByteRange>* reads = nullptr) {
-  if (!args) invalid("args: null");
-  if (!args->a) invalid("a: null");
-  if (!args->b) invalid("b: null");
-  const nvfp4_scale_layout_t layout = checked_layout(args->scale_layout, "scale_layout");
-  checked_enum(args->backend, NVFP4_BACKEND_CUDNN + 1, "backend", "AUTO, REFERENCE, CUTLASS or CUDNN");
-  check_descriptor(args->d, "d");
-  check_descriptor(&args->a->data, "a.data");
-  check_descriptor(&args->b->data, "b.data");
-  if (args->a->data.ndim != 2) invalid("a.data: must have 2 dimensions [M, K/2], got " + shape_str(args->a->data));
-  if (args->b->data.ndim != 2) invalid("b.data: must have 2 dimensions [N, K/2], got " + shape_str(args->b->data));
-  const int64_t M = args->a->data.shape[0], N = args->b->data.shape[0];
-  const int64_t K = checked_mul(args->a->data.shape[1], 2, "a.data");
-  const int64_t Kb = checked_mul(args->b->data.shape[1], 2, "b.data");
-  if (Kb != K) invalid("b: K mismatch: a has K=" + std::to_string(K) + ", b has K=" + std::to_string(Kb));
-  if (K % 32 != 0 || K == 0) invalid("a: K must be a positive multiple of 32, got " + std::to_string(K));
-  checked_mul(M, K, "a");
-  checked_mul(N, K, "b");
+  const auto [layout, M, N, K] = check_gemm_operands(args, 32);
   const nvfp4_tensor_t& ref = *args->d;
   const bool swizzled = layout == NVFP4_SCALES_SWIZZLED;
   check_mx_quantized(ref, args->a, "a", M, K, swizzled);

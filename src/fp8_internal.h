@@ -28,13 +28,6 @@ struct Fp8Job {
   float* amax = nullptr;      // [1]; required with current scaling
 };
 
-// The scale of current scaling, as the C API documents it (host and device share it).
-NVFP4_HD float fp8_current_scale(float scaled_max, float amax) {
-  float s = scaled_max / amax;
-  if (s > 3.40282346638528859812e+38f) s = 3.40282346638528859812e+38f;  // +inf -> FLT_MAX
-  const bool ok = amax > 0.0f && amax <= 3.40282346638528859812e+38f;  // false for 0, inf, NaN
-  return ok ? s : 1.0f;
-}
 
 // Delayed scaling's update (nvfp4_fp8_delayed_update): history [len] in place, scale [1].
 struct Fp8DelayedJob {
@@ -45,13 +38,15 @@ struct Fp8DelayedJob {
   bool most_recent = false;   // amax = history[0] rather than max(history)
 };
 
-// The new scale from the history's amax a: scaled_max / a (FLT_MAX for inf) when a is
-// finite and > 0, else the old scale (host and device share it).
-NVFP4_HD float fp8_delayed_scale(float scaled_max, float a, float old) {
-  float s = scaled_max / a;
+
+// The one FP8 scale rule (host and device share it): scaled_max / amax (FLT_MAX where that
+// is inf) when amax is finite and > 0, else `fallback`. Current scaling falls back to 1,
+// delayed scaling to the scale it had.
+NVFP4_HD float fp8_scale(float scaled_max, float amax, float fallback) {
+  float s = scaled_max / amax;
   if (s > 3.40282346638528859812e+38f) s = 3.40282346638528859812e+38f;  // +inf -> FLT_MAX
-  const bool ok = a > 0.0f && a <= 3.40282346638528859812e+38f;        // false for 0, inf, NaN
-  return ok ? s : old;
+  const bool ok = amax > 0.0f && amax <= 3.40282346638528859812e+38f;  // false for 0, inf, NaN
+  return ok ? s : fallback;
 }
 
 nvfp4_status_t cpu_fp8_cast(const Fp8Job& job);

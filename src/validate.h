@@ -224,6 +224,20 @@ inline void check_disjoint(const ByteRange& out, const ByteRange& other) {
 
 // Expected shapes of one quantized direction of an orientation [rows, cols]; cols is a
 // multiple of 16.
+// The scales of `rows` rows of `blocks` blocks each: linear [rows, blocks] or swizzled
+// [roundup(rows, 128), roundup(blocks, 4)] (both formats use the one 128x4 layout).
+inline void check_scale_shape(const nvfp4_tensor_t* scales, const std::string& name, int64_t rows, int64_t blocks,
+                              bool swizzled) {
+  if (swizzled) {
+    const int64_t sr = checked_round_up(rows, 128, name);
+    const int64_t scp = checked_round_up(blocks, 4, name);
+    checked_mul(sr, scp, name);
+    check_shape2(scales, name.c_str(), sr, scp);
+  } else {
+    check_shape2(scales, name.c_str(), rows, blocks);
+  }
+}
+
 inline void check_quantized(const nvfp4_tensor_t& ref, const nvfp4_quantized_t* q, const char* name, int64_t rows,
                             int64_t cols, nvfp4_scale_layout_t layout) {
   const std::string n(name);
@@ -237,15 +251,7 @@ inline void check_quantized(const nvfp4_tensor_t& ref, const nvfp4_quantized_t* 
   if (q->amax.dtype != NVFP4_DTYPE_FLOAT32 || numel(q->amax) != 1)
     invalid(n + ".amax: must be float32 with 1 element, got " + dtype_name(q->amax.dtype) + " " + shape_str(q->amax));
   check_shape2(&q->data, (n + ".data").c_str(), rows, cols / 2);
-  const int64_t sc = cols / 16;
-  if (layout == NVFP4_SCALES_SWIZZLED) {
-    const int64_t sr = checked_round_up(rows, 128, n + ".scales");
-    const int64_t scp = checked_round_up(sc, 4, n + ".scales");
-    checked_mul(sr, scp, n + ".scales");
-    check_shape2(&q->scales, (n + ".scales").c_str(), sr, scp);
-  } else {
-    check_shape2(&q->scales, (n + ".scales").c_str(), rows, sc);
-  }
+  check_scale_shape(&q->scales, n + ".scales", rows, cols / 16, layout == NVFP4_SCALES_SWIZZLED);
   check_same_device(ref, &q->data, (n + ".data").c_str());
   check_same_device(ref, &q->scales, (n + ".scales").c_str());
   check_same_device(ref, &q->amax, (n + ".amax").c_str());
@@ -262,15 +268,7 @@ inline void check_mx_quantized(const nvfp4_tensor_t& ref, const nvfp4_mx_quantiz
   if (q->scales.dtype != NVFP4_DTYPE_UINT8)
     invalid(n + ".scales: dtype must be uint8 (E8M0 bytes), got " + dtype_name(q->scales.dtype));
   check_shape2(&q->data, (n + ".data").c_str(), rows, cols / 2);
-  const int64_t nb = cols / core::kMxBlock;
-  if (swizzled) {
-    const int64_t sr = checked_round_up(rows, 128, n + ".scales");
-    const int64_t scp = checked_round_up(nb, 4, n + ".scales");
-    checked_mul(sr, scp, n + ".scales");
-    check_shape2(&q->scales, (n + ".scales").c_str(), sr, scp);
-  } else {
-    check_shape2(&q->scales, (n + ".scales").c_str(), rows, nb);
-  }
+  check_scale_shape(&q->scales, n + ".scales", rows, cols / core::kMxBlock, swizzled);
   check_same_device(ref, &q->data, (n + ".data").c_str());
   check_same_device(ref, &q->scales, (n + ".scales").c_str());
 }

@@ -495,35 +495,34 @@ inline void unswizzle_scales(const TensorView& swizzled, TensorView& linear, nvf
   check(nvfp4_unswizzle_scales(swizzled.get(), linear.get(), stream), "nvfp4_unswizzle_scales");
 }
 
-/// D [M, N] = alpha * (A^ @ B^T) + beta * C (+ bias), alpha = S_dec(A) * S_dec(B) read on
-/// the device. A: rowwise QuantizedView of [M, K]; B: of [N, K] (K-major, "TN"); both
-/// with the same scale layout. Holds copies of the descriptors (the views' memory must
-/// outlive the calls), so a Gemm may be copied, stored and run repeatedly.
-class Gemm {
+namespace detail {
+/// The options and calls both GEMM builders share (nvfp4::Gemm, nvfp4::mx::Gemm): Derived
+/// names the builder, Q the C struct of a quantized operand, Args the C argument struct,
+/// Traits its two C entry points and their names.
+template <class Derived, class Q, class Args, class Traits>
+class GemmBuilder {
  public:
-  Gemm(const QuantizedView& a, const QuantizedView& b, const TensorView& d)
-      : a_(*a.get()), b_(*b.get()), d_(d.c()), layout_(a.layout().scale_layout) {
-    if (b.layout().scale_layout != layout_) detail::invalid("Gemm: a and b have different scale layouts");
+  Derived& backend(nvfp4_backend_t b) noexcept {
+    backend_ = b;
+    return static_cast<Derived&>(*this);
   }
-
-  Gemm& backend(nvfp4_backend_t b) noexcept { backend_ = b; return *this; }
   /// C [M, N] (float32/float16/bfloat16) read with beta; may alias d.
-  Gemm& accumulate(const TensorView& c, float beta) noexcept {
+  Derived& accumulate(const TensorView& c, float beta) noexcept {
     c_ = c.c();
     has_c_ = true;
     beta_ = beta;
-    return *this;
+    return static_cast<Derived&>(*this);
   }
-  /// bias [N], d's dtype or float32.
-  Gemm& bias(const TensorView& bias) noexcept {
+  /// bias [N] (float32/float16/bfloat16).
+  Derived& bias(const TensorView& bias) noexcept {
     bias_ = bias.c();
     has_bias_ = true;
-    return *this;
+    return static_cast<Derived&>(*this);
   }
 
   /// The C struct, pointing into this object: valid while *this lives and is unchanged.
-  nvfp4_gemm_args_t args() const noexcept {
-    nvfp4_gemm_args_t g;
+  Args args() const noexcept {
+    Args g;
     std::memset(&g, 0, sizeof g);
     g.a = &a_;
     g.b = &b_;
@@ -538,20 +537,24 @@ class Gemm {
 
   /// Scratch bytes run() needs on d's device (0 is common). Validates the whole call.
   std::size_t workspace_bytes() const {
-    const nvfp4_gemm_args_t g = args();
+    const Args g = args();
     std::size_t bytes = 0;
-    check(nvfp4_gemm_workspace_size(&g, &bytes), "nvfp4_gemm_workspace_size");
+    check(Traits::workspace_size(&g, &bytes), Traits::kWorkspaceName);
     return bytes;
   }
 
   /// workspace: at least workspace_bytes() on d's device (may be null when that is 0).
   void run(void* workspace = nullptr, std::size_t workspace_bytes = 0, nvfp4_stream_t stream = nullptr) const {
-    const nvfp4_gemm_args_t g = args();
-    check(nvfp4_gemm(&g, workspace, workspace_bytes, stream), "nvfp4_gemm");
+    const Args g = args();
+    check(Traits::run(&g, workspace, workspace_bytes, stream), Traits::kRunName);
   }
 
+ protected:
+  GemmBuilder(const Q& a, const Q& b, const nvfp4_tensor_t& d, nvfp4_scale_layout_t layout)
+      : a_(a), b_(b), d_(d), layout_(layout) {}
+
  private:
-  nvfp4_quantized_t a_, b_;
+  Q a_, b_;
   nvfp4_tensor_t d_;
   nvfp4_tensor_t c_{};
   nvfp4_tensor_t bias_{};
@@ -559,6 +562,32 @@ class Gemm {
   float beta_ = 0.0f;
   nvfp4_scale_layout_t layout_;
   nvfp4_backend_t backend_ = NVFP4_BACKEND_AUTO;
+};
+
+struct Nvfp4GemmCalls {
+  static nvfp4_status_t workspace_size(const nvfp4_gemm_args_t* g, std::size_t* b) {
+    return nvfp4_gemm_workspace_size(g, b);
+  }
+  static nvfp4_status_t run(const nvfp4_gemm_args_t* g, void* w, std::size_t n, nvfp4_stream_t s) {
+    return nvfp4_gemm(g, w, n, s);
+  }
+  static constexpr const char* kWorkspaceName = "nvfp4_gemm_workspace_size";
+  static constexpr const char* kRunName = "nvfp4_gemm";
+};
+}  // namespace detail
+
+/// D [M, N] = alpha * (A^ @ B^T) + beta * C (+ bias), alpha = S_dec(A) * S_dec(B) read on
+/// the device. A: rowwise QuantizedView of [M, K]; B: of [N, K] (K-major, "TN"); both
+/// with the same scale layout. Holds copies of the descriptors (the views' memory must
+/// outlive the calls), so a Gemm may be copied, stored and run repeatedly. Options:
+/// backend(), accumulate(c, beta), bias(); then workspace_bytes() and run().
+class Gemm : public detail::GemmBuilder<Gemm, nvfp4_quantized_t, nvfp4_gemm_args_t, detail::Nvfp4GemmCalls> {
+ public:
+  Gemm(const QuantizedView& a, const QuantizedView& b, const TensorView& d)
+      : GemmBuilder(*a.get(), *b.get(), d.c(), a.layout().scale_layout) {
+    if (b.layout().scale_layout != a.layout().scale_layout)
+      detail::invalid("Gemm: a and b have different scale layouts");
+  }
 };
 
 // =====================================================================================
@@ -816,69 +845,30 @@ inline void dequantize(const QuantizedView& q, TensorView& out, nvfp4_stream_t s
   check(nvfp4_mx_dequantize(q.get(), q.layout().scale_layout, out.get(), stream), "nvfp4_mx_dequantize");
 }
 
+namespace detail {
+struct MxGemmCalls {
+  static nvfp4_status_t workspace_size(const nvfp4_mx_gemm_args_t* g, std::size_t* b) {
+    return nvfp4_mx_gemm_workspace_size(g, b);
+  }
+  static nvfp4_status_t run(const nvfp4_mx_gemm_args_t* g, void* w, std::size_t n, nvfp4_stream_t s) {
+    return nvfp4_mx_gemm(g, w, n, s);
+  }
+  static constexpr const char* kWorkspaceName = "nvfp4_mx_gemm_workspace_size";
+  static constexpr const char* kRunName = "nvfp4_mx_gemm";
+};
+}  // namespace detail
+
 /// D [M, N] = A^ @ B^T (+ beta * C) (+ bias) of two rowwise MXFP4 operands (nvfp4_mx_gemm):
-/// a [M, K] and b [N, K] quantized along K with the same scale layout. Same use as
-/// nvfp4::Gemm: set the options, ask workspace_bytes(), run().
-class Gemm {
+/// a [M, K] and b [N, K] quantized along K with the same scale layout. The options and
+/// calls of nvfp4::Gemm.
+class Gemm : public nvfp4::detail::GemmBuilder<Gemm, nvfp4_mx_quantized_t, nvfp4_mx_gemm_args_t,
+                                                detail::MxGemmCalls> {
  public:
   Gemm(const QuantizedView& a, const QuantizedView& b, const TensorView& d)
-      : a_(*a.get()), b_(*b.get()), d_(d.c()), layout_(a.layout().scale_layout) {
-    if (b.layout().scale_layout != layout_) nvfp4::detail::invalid("mx::Gemm: a and b have different scale layouts");
+      : GemmBuilder(*a.get(), *b.get(), d.c(), a.layout().scale_layout) {
+    if (b.layout().scale_layout != a.layout().scale_layout)
+      nvfp4::detail::invalid("mx::Gemm: a and b have different scale layouts");
   }
-
-  Gemm& backend(nvfp4_backend_t b) noexcept { backend_ = b; return *this; }
-  /// C [M, N] (float32/float16/bfloat16) read with beta; may alias d.
-  Gemm& accumulate(const TensorView& c, float beta) noexcept {
-    c_ = c.c();
-    has_c_ = true;
-    beta_ = beta;
-    return *this;
-  }
-  /// bias [N] (float32/float16/bfloat16).
-  Gemm& bias(const TensorView& bias) noexcept {
-    bias_ = bias.c();
-    has_bias_ = true;
-    return *this;
-  }
-
-  /// The C struct, pointing into this object: valid while *this lives and is unchanged.
-  nvfp4_mx_gemm_args_t args() const noexcept {
-    nvfp4_mx_gemm_args_t g;
-    std::memset(&g, 0, sizeof g);
-    g.a = &a_;
-    g.b = &b_;
-    g.scale_layout = layout_;
-    g.c = has_c_ ? &c_ : nullptr;
-    g.bias = has_bias_ ? &bias_ : nullptr;
-    g.beta = beta_;
-    g.d = const_cast<nvfp4_tensor_t*>(&d_);
-    g.backend = backend_;
-    return g;
-  }
-
-  /// Scratch bytes run() needs on d's device. Validates the whole call.
-  std::size_t workspace_bytes() const {
-    const nvfp4_mx_gemm_args_t g = args();
-    std::size_t bytes = 0;
-    check(nvfp4_mx_gemm_workspace_size(&g, &bytes), "nvfp4_mx_gemm_workspace_size");
-    return bytes;
-  }
-
-  /// workspace: at least workspace_bytes() on d's device (may be null when that is 0).
-  void run(void* workspace = nullptr, std::size_t workspace_bytes = 0, nvfp4_stream_t stream = nullptr) const {
-    const nvfp4_mx_gemm_args_t g = args();
-    check(nvfp4_mx_gemm(&g, workspace, workspace_bytes, stream), "nvfp4_mx_gemm");
-  }
-
- private:
-  nvfp4_mx_quantized_t a_, b_;
-  nvfp4_tensor_t d_;
-  nvfp4_tensor_t c_{};
-  nvfp4_tensor_t bias_{};
-  bool has_c_ = false, has_bias_ = false;
-  float beta_ = 0.0f;
-  nvfp4_scale_layout_t layout_;
-  nvfp4_backend_t backend_ = NVFP4_BACKEND_AUTO;
 };
 
 }  // namespace mx

@@ -140,3 +140,11 @@ def stream_of(device: torch.device) -> int:
 
 def default_rht_mask() -> int:
     return _C.default_rht_sign_mask()
+
+
+def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether two contiguous tensors on one device share a byte."""
+    if x.device != y.device or x.numel() == 0 or y.numel() == 0:
+        return False
+    x0, y0 = x.data_ptr(), y.data_ptr()
+    return x0 < y0 + y.numel() * y.element_size() and y0 < x0 + x.numel() * x.element_size()

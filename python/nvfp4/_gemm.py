@@ -6,7 +6,7 @@ from typing import Optional
 import torch
 
 from . import _C, _mx, _ops
-from ._format import SCALE_LAYOUTS, check_choice, check_dtype, check_real, stream_of
+from ._format import SCALE_LAYOUTS, check_choice, check_dtype, check_real, overlaps, stream_of
 from ._mx import MXFP4Tensor, gemm_mxfp4
 from ._tensor import NVFP4Tensor
 from .backends import BACKENDS, check_backend
@@ -23,14 +23,6 @@ def clear_workspace_cache() -> None:
     _WS_CACHE.clear()
     _ops.clear_workspace_cache()
     _mx.clear_workspace_cache()
-
-
-def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Whether two contiguous tensors on one device share a byte."""
-    if x.device != y.device or x.numel() == 0 or y.numel() == 0:
-        return False
-    x0, y0 = x.data_ptr(), y.data_ptr()
-    return x0 < y0 + y.numel() * y.element_size() and y0 < x0 + x.numel() * x.element_size()
 
 
 def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: torch.dtype = torch.bfloat16,
@@ -93,7 +85,7 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
             raise ValueError("out: must be contiguous")
         for name, t in (("a.data", a.data), ("a.scales", a.scales), ("a.amax", a.amax), ("b.data", b.data),
                         ("b.scales", b.scales), ("b.amax", b.amax), ("bias", bias)):
-            if t is not None and _overlaps(out, t):
+            if t is not None and overlaps(out, t):
                 raise ValueError(f"out: shares memory with {name}; the result would overwrite an input")
         d = out
     else:

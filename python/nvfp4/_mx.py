@@ -13,7 +13,7 @@ import torch
 
 from . import _C
 from ._format import (ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype, check_int, check_real,
-                      stream_of, swizzled_shape)
+                      overlaps, stream_of, swizzled_shape)
 from ._quantize import as_torch
 from ._tensor import _TwoOrientations
 
@@ -187,10 +187,11 @@ _GEMM_OUT = (torch.bfloat16, torch.float16, torch.float32)
 _mm_out_dtype_ok: Optional[bool] = None
 
 
-def decode_stored(d: "_MXDirection", layout: int, dtype: torch.dtype) -> torch.Tensor:
-    """One orientation decoded as stored: [rows, width] of e2m1 * 2^scale, padding included."""
-    out = torch.empty((d.data.shape[0], d.data.shape[1] * 2), dtype=dtype, device=d.data.device)
-    _C.mx_dequantize(d.data, d.scales.view(torch.uint8), layout, out, stream_of(out.device))
+def decode_stored(data: torch.Tensor, scales: torch.Tensor, layout: int, dtype: torch.dtype) -> torch.Tensor:
+    """One MXFP4 orientation (codes [rows, width/2], E8M0 scales in `layout`) decoded as
+    stored: [rows, width] of e2m1 * 2^scale, padding included."""
+    out = torch.empty((data.shape[0], data.shape[1] * 2), dtype=dtype, device=data.device)
+    _C.mx_dequantize(data, scales.view(torch.uint8), layout, out, stream_of(out.device))
     return out
 
 
@@ -215,13 +216,6 @@ _WS_CACHE: dict = {}
 def clear_workspace_cache() -> None:
     """Forget the cached MXFP4 GEMM workspace sizes (nvfp4.gemm's clear_workspace_cache calls it)."""
     _WS_CACHE.clear()
-
-
-def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
-    if x.device != y.device or x.numel() == 0 or y.numel() == 0:
-        return False
-    x0, y0 = x.data_ptr(), y.data_ptr()
-    return x0 < y0 + y.numel() * y.element_size() and y0 < x0 + x.numel() * x.element_size()
 
 
 def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dtype: torch.dtype = torch.bfloat16,
@@ -282,7 +276,7 @@ def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dty
             raise ValueError(f"out: expected a contiguous tensor of {m * n} elements shaped [..., {n}], "
                              f"got {tuple(out.shape)}")
         for name, t in ops + (("bias", bias),):
-            if t is not None and _overlaps(out, t):
+            if t is not None and overlaps(out, t):
                 raise ValueError(f"out: shares memory with {name}; the result would overwrite an input")
         d = out.view(m, n)
     elif beta != 0.0:

@@ -18,6 +18,13 @@ NVFP4_HD float global_encode_scale(float amax) {
 
 NVFP4_HD float global_decode_scale(float amax) { return 1.0f / global_encode_scale(amax); }
 
+// The GEMM's alpha: S_dec(A) * S_dec(B) in fp32 for NVFP4 operands; 1 for operands without a
+// per-tensor scale (MXFP4), which pass null amax pointers. Every runner and the CPU reference
+// compute it here.
+NVFP4_HD float gemm_alpha(const float* amax_a, const float* amax_b) {
+  return amax_a == nullptr ? 1.0f : global_decode_scale(*amax_a) * global_decode_scale(*amax_b);
+}
+
 NVFP4_HD uint8_t block_scale_e4m3(float block_amax, float s_enc) {
   float v = block_amax * (s_enc * (1.0f / 6.0f));
   return e4m3_encode(clamp_sym(min_flt_max(v), kE4M3Max));

@@ -86,8 +86,7 @@ nvfp4_status_t cpu_gemm(const GemmJob& job) {
   const std::vector<float> a = decode(job.a, job.sfa, M);
   const std::vector<float> b = decode(job.b, job.sfb, N);
   // The same fp32 alpha every backend applies (MXFP4 has no per-tensor scale).
-  const float alpha =
-      mx ? 1.0f : core::global_decode_scale(*job.amax_a) * core::global_decode_scale(*job.amax_b);
+  const float alpha = core::gemm_alpha(job.amax_a, job.amax_b);
   for (int64_t i = 0; i < M; ++i) {
     const float* ar = &a[i * K];
     for (int64_t j = 0; j < N; ++j) {

@@ -65,7 +65,7 @@ nvfp4_status_t cpu_fp8_cast(const Fp8Job& job) {
     }
     const float amax = nan ? std::nanf("") : m;
     if (job.amax) *job.amax = amax;
-    if (job.scale == nullptr) s = fp8_current_scale(job.scaled_max, amax);
+    if (job.scale == nullptr) s = fp8_scale(job.scaled_max, amax, 1.0f);
   }
   if (job.scale != nullptr) s = *job.scale;
   if (job.scale_inv) *job.scale_inv = 1.0f / s;
@@ -91,7 +91,7 @@ nvfp4_status_t cpu_fp8_delayed_update(const Fp8DelayedJob& job) {
     for (int64_t i = 0; i < job.len; ++i)
       if (!std::isnan(h[i]) && h[i] > a) a = h[i];  // NaN entries count as 0; entries are >= 0
   }
-  *job.scale = fp8_delayed_scale(job.scaled_max, a, *job.scale);
+  *job.scale = fp8_scale(job.scaled_max, a, *job.scale);
   const float first = h[0];
   for (int64_t i = 0; i + 1 < job.len; ++i) h[i] = h[i + 1];
   h[job.len - 1] = first;

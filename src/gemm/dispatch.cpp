@@ -119,6 +119,23 @@ bool cudnn_usable(int cc) { return cudnn_available(cc) != 0; }
 
 constexpr uint32_t kCuda = kObjCommon;  // every CUDA row: its operands come from these kernels
 
+// What rows of the two operand formats share: the kernels one runner launches and its
+// shape rule, in the table's terms.
+constexpr const char kSm90TwoStepKernels[] = "gemm_prep_kernel;gemm_finalize_kernel;device_kernel.*GemmUniversal.*Sm90";
+constexpr const char kSm100Kernels[] =
+    "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
+    "device_kernel.*GemmUniversal.*Sm100";
+constexpr const char kSm120Kernels[] =
+    "blockscaled::alpha_kernel<cutlass::arch::Sm120>;blockscaled::widen_kernel<cutlass::arch::Sm120>;"
+    "device_kernel.*GemmUniversal.*Sm120";
+constexpr const char kBlockscaledShapes[] =
+    "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales, 16-byte aligned operands";
+constexpr const char kBlockscaledMxShapes[] =
+    "K % 32 == 0, bfloat16 output, N % 8 == 0, swizzled scales, 16-byte aligned operands";
+constexpr const char kCudnnEmulationKernels[] = "scalars_kernel;gemm_prep_kernel";
+constexpr const char kCudnnNativeKernels[] = "scalars_kernel;gemm_epilogue_kernel";
+constexpr const char kCudnnNativeShapes[] = "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales";
+
 // Table order is preference order (see the top of the file).
 const Runner kRunners[] = {
     {"reference", NVFP4_BACKEND_REFERENCE, Format::kNvfp4, "cpu", 0, 0, 0, "", "any shape",
@@ -130,44 +147,41 @@ const Runner kRunners[] = {
      "1 <= M <= 128, K % 32 == 0 (K % 64 with linear scales), 16-byte aligned data",
      "exact emulation, fused: FP4 decoded in registers, mma.sync BF16, FP32 accumulation", NVFP4_SM90_SMALL_M},
     {"cutlass-sm90", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90,
-     "gemm_prep_kernel;gemm_finalize_kernel;device_kernel.*GemmUniversal.*Sm90", "any shape",
+     kSm90TwoStepKernels, "any shape",
      "exact emulation: FP4 -> BF16 decode + CUTLASS sm90 BF16 GEMM (TMA, wgmma), alpha/bias/beta*C in its epilogue",
      NVFP4_SM90_TWO_STEP},
 
     {"cutlass-sm100", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_100", 100, 109, kCuda | kObjSm100,
-     "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
-     "device_kernel.*GemmUniversal.*Sm100",
-     "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales, 16-byte aligned operands",
+     kSm100Kernels,
+     kBlockscaledShapes,
      "native: CUTLASS sm100 block-scaled GEMM, tcgen05 2-SM MMA (built, not run on hardware)", NVFP4_SM100},
     {"cutlass-sm110", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_110", 110, 119, kCuda | kObjSm100,
-     "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
-     "device_kernel.*GemmUniversal.*Sm100",
-     "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales, 16-byte aligned operands",
+     kSm100Kernels,
+     kBlockscaledShapes,
      "native: the sm100 block-scaled GEMM compiled for sm_110 (built, not run on hardware)", NVFP4_SM100},
     {"cutlass-sm120", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_120", 120, 129, kCuda | kObjSm120,
-     "blockscaled::alpha_kernel<cutlass::arch::Sm120>;blockscaled::widen_kernel<cutlass::arch::Sm120>;"
-     "device_kernel.*GemmUniversal.*Sm120",
-     "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales, 16-byte aligned operands",
+     kSm120Kernels,
+     kBlockscaledShapes,
      "native: CUTLASS sm120 block-scaled GEMM, warp-level block-scaled MMA (built, not run on hardware)",
      NVFP4_SM120},
 
     {"cudnn-sm90", NVFP4_BACKEND_CUDNN, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjCudnn,
-     "scalars_kernel;gemm_prep_kernel", "any shape",
+     kCudnnEmulationKernels, "any shape",
      "exact emulation: FP4 -> BF16 decode + cuDNN BF16 matmul graph (cuDNN 9)", NVFP4_CUDNN},
     {"cudnn-sm100", NVFP4_BACKEND_CUDNN, Format::kNvfp4, "sm_100", 100, 109, kCuda | kObjCudnn,
-     "scalars_kernel;gemm_epilogue_kernel",
-     "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
+     kCudnnNativeKernels,
+     kCudnnNativeShapes,
      "native: cuDNN block_scale_dequantize + matmul graph, epilogue fused or, where cuDNN refuses that, "
      "applied by nvfp4's own kernel (cuDNN >= 9.7; built, not run on hardware)",
      NVFP4_CUDNN},
     {"cudnn-sm110", NVFP4_BACKEND_CUDNN, Format::kNvfp4, "sm_110", 110, 119, kCuda | kObjCudnn,
-     "scalars_kernel;gemm_epilogue_kernel",
-     "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
+     kCudnnNativeKernels,
+     kCudnnNativeShapes,
      "native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
      NVFP4_CUDNN},
     {"cudnn-sm120", NVFP4_BACKEND_CUDNN, Format::kNvfp4, "sm_120", 120, 129, kCuda | kObjCudnn,
-     "scalars_kernel;gemm_epilogue_kernel",
-     "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
+     kCudnnNativeKernels,
+     kCudnnNativeShapes,
      "native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
      NVFP4_CUDNN},
 
@@ -177,39 +191,36 @@ const Runner kRunners[] = {
      "MXFP4 CPU reference: decoded values, float64 accumulation", true, nullptr, nullptr, &reference_workspace,
      &reference_run},
     {"cutlass-sm90-mxfp4", NVFP4_BACKEND_CUTLASS, Format::kMxfp4, "sm_90", 90, 90, kCuda | kObjSm90,
-     "gemm_prep_kernel;gemm_finalize_kernel;device_kernel.*GemmUniversal.*Sm90", "K % 32 == 0",
+     kSm90TwoStepKernels, "K % 32 == 0",
      "MXFP4 exact emulation: MXFP4 -> BF16 decode + CUTLASS sm90 BF16 GEMM (TMA, wgmma), bias/beta*C in its "
      "epilogue",
      NVFP4_SM90_TWO_STEP},
     {"cutlass-sm100-mxfp4", NVFP4_BACKEND_CUTLASS, Format::kMxfp4, "sm_100", 100, 109, kCuda | kObjSm100,
-     "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
-     "device_kernel.*GemmUniversal.*Sm100",
-     "K % 32 == 0, bfloat16 output, N % 8 == 0, swizzled scales, 16-byte aligned operands",
+     kSm100Kernels,
+     kBlockscaledMxShapes,
      "MXFP4 native: CUTLASS sm100 block-scaled GEMM on mx_float4 (built, not run on hardware)", NVFP4_SM100_MX},
     {"cutlass-sm110-mxfp4", NVFP4_BACKEND_CUTLASS, Format::kMxfp4, "sm_110", 110, 119, kCuda | kObjSm100,
-     "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
-     "device_kernel.*GemmUniversal.*Sm100",
-     "K % 32 == 0, bfloat16 output, N % 8 == 0, swizzled scales, 16-byte aligned operands",
+     kSm100Kernels,
+     kBlockscaledMxShapes,
      "MXFP4 native: the sm100 mx_float4 GEMM compiled for sm_110 (built, not run on hardware)", NVFP4_SM100_MX},
     {"cutlass-sm120-mxfp4", NVFP4_BACKEND_CUTLASS, Format::kMxfp4, "sm_120", 120, 129, kCuda | kObjSm120,
-     "blockscaled::alpha_kernel<cutlass::arch::Sm120>;blockscaled::widen_kernel<cutlass::arch::Sm120>;"
-     "device_kernel.*GemmUniversal.*Sm120",
-     "K % 32 == 0, bfloat16 output, N % 8 == 0, swizzled scales, 16-byte aligned operands",
+     kSm120Kernels,
+     kBlockscaledMxShapes,
      "MXFP4 native: CUTLASS sm120 block-scaled GEMM on mx_float4 (built, not run on hardware)", NVFP4_SM120_MX},
     {"cudnn-sm90-mxfp4", NVFP4_BACKEND_CUDNN, Format::kMxfp4, "sm_90", 90, 90, kCuda | kObjCudnn,
-     "scalars_kernel;gemm_prep_kernel", "K % 32 == 0",
+     kCudnnEmulationKernels, "K % 32 == 0",
      "MXFP4 exact emulation: MXFP4 -> BF16 decode + cuDNN BF16 matmul graph (cuDNN 9)", NVFP4_CUDNN},
     {"cudnn-sm100-mxfp4", NVFP4_BACKEND_CUDNN, Format::kMxfp4, "sm_100", 100, 109, kCuda | kObjCudnn,
-     "scalars_kernel;gemm_epilogue_kernel", "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
+     kCudnnNativeKernels, kCudnnNativeShapes,
      "MXFP4 native: cuDNN block_scale_dequantize (E8M0, 32-value blocks) + matmul graph (cuDNN >= 9.7; built, "
      "not run on hardware)",
      NVFP4_CUDNN},
     {"cudnn-sm110-mxfp4", NVFP4_BACKEND_CUDNN, Format::kMxfp4, "sm_110", 110, 119, kCuda | kObjCudnn,
-     "scalars_kernel;gemm_epilogue_kernel", "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
+     kCudnnNativeKernels, kCudnnNativeShapes,
      "MXFP4 native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
      NVFP4_CUDNN},
     {"cudnn-sm120-mxfp4", NVFP4_BACKEND_CUDNN, Format::kMxfp4, "sm_120", 120, 129, kCuda | kObjCudnn,
-     "scalars_kernel;gemm_epilogue_kernel", "K % 32 == 0, N * sizeof(out) % 16 == 0, swizzled scales",
+     kCudnnNativeKernels, kCudnnNativeShapes,
      "MXFP4 native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
      NVFP4_CUDNN},
 };

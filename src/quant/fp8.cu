@@ -62,7 +62,7 @@ struct CastArgs {
 template <class T, bool kE5M2>
 __global__ void __launch_bounds__(256) fp8_cast_kernel(const CastArgs a) {
   __shared__ uint8_t tile[32][33];
-  const float s = a.scale != nullptr ? *a.scale : fp8_current_scale(a.scaled_max, *a.amax);
+  const float s = a.scale != nullptr ? *a.scale : fp8_scale(a.scaled_max, *a.amax, 1.0f);
   if (a.scale_inv != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0)
     *a.scale_inv = __frcp_rn(s);
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kDelayedThreads) fp8_delayed_kernel(Fp8Delayed
     for (int w = 1; w < kDelayedThreads / 32; ++w) a = fmaxf(a, red[w]);
   }
   const float first = h[0];
-  if (t == 0) *j.scale = fp8_delayed_scale(j.scaled_max, a, *j.scale);
+  if (t == 0) *j.scale = fp8_scale(j.scaled_max, a, *j.scale);
   __syncthreads();  // every thread has read h[0] and the history's amax
   for (int64_t base = 0; base + 1 < j.len; base += kDelayedThreads) {
     const int64_t i = base + t;

@@ -303,6 +303,19 @@ int test_cpu_gemm() {
   overlap.b = b4.get();
   overlap.d = d_on_a.get();
   EXPECT_BAD(nvfp4_mx_gemm(&overlap, nullptr, 0, nullptr), "overlap");
+  // The C++ builder refuses operands of different scale layouts by name.
+  {
+    const nvfp4::mx::Layout ls = nvfp4::mx::rowwise_layout(R, C, NVFP4_SCALES_SWIZZLED);
+    std::vector<uint8_t> sd(ls.data_bytes()), ss(ls.scale_bytes());
+    nvfp4::mx::QuantizedView swz(ls, sd.data(), ss.data());
+    bool threw = false;
+    try {
+      nvfp4::mx::Gemm mixed(a, swz, dv);
+    } catch (const nvfp4::Error& e) {
+      threw = std::string(e.what()).find("mx::Gemm: a and b have different scale layouts") != std::string::npos;
+    }
+    CHECK(threw);
+  }
   // CPU tensors run on the reference only.
   bad = args;
   bad.backend = NVFP4_BACKEND_CUTLASS;

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 from .. import _C
 from .._format import SCALE_LAYOUTS, global_decode_scale
-from .._mx import MXFP4Tensor, mm_fp32, mx_gemm_raw, quantize_mxfp4
+from .._mx import MXFP4Tensor, decode_stored, mm_fp32, mx_gemm_raw, quantize_mxfp4
 from .._ops import TOKEN_ALIGN
 from .._quantize import quantize
 from .._tensor import _stream
@@ -90,9 +90,7 @@ def _values(op: Op, dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
     t0, t1, mx = op
     if not mx:
         return t0, t1
-    out = torch.empty((t0.shape[0], t0.shape[1] * 2), dtype=dtype, device=t0.device)
-    _C.mx_dequantize(t0, t1, _LINEAR, out, _stream(out.device))
-    return out, torch.ones((1,), dtype=torch.float32, device=t0.device)
+    return decode_stored(t0, t1, _LINEAR, dtype), torch.ones((1,), dtype=torch.float32, device=t0.device)
 
 
 def _quantize(t: torch.Tensor, c: QuantConfig, columnwise: bool, seed: int, offset: int, rht_signs):

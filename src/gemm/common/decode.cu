@@ -57,9 +57,7 @@ __global__ void __launch_bounds__(kPrepThreads) gemm_prep_kernel(GemmPrep p, int
   const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
 
   if (tid == 0 && p.alpha != nullptr)
-    p.alpha[0] = p.amax_a == nullptr
-                     ? 1.0f
-                     : core::global_decode_scale(p.amax_a[0]) * core::global_decode_scale(p.amax_b[0]);
+    p.alpha[0] = core::gemm_alpha(p.amax_a, p.amax_b);
   if (p.bias_f32 != nullptr) {
     for (int64_t i = tid; i < p.n_pad; i += nthreads)
       p.bias_f32[i] = (p.bias != nullptr && i < p.n) ? load_as_float(p.bias, p.bias_dtype, i) : 0.0f;

@@ -92,7 +92,7 @@ struct BlockScaledGemm {
 // operands without a per-tensor scale (MXFP4: null amax pointers).
 template <class ArchTag>
 __global__ void alpha_kernel(const float* amax_a, const float* amax_b, float* alpha) {
-  *alpha = amax_a == nullptr ? 1.0f : core::global_decode_scale(*amax_a) * core::global_decode_scale(*amax_b);
+  *alpha = core::gemm_alpha(amax_a, amax_b);
 }
 
 // Widening copy (16-bit -> fp32 is exact), for a bias or C whose dtype the epilogue does

@@ -13,7 +13,7 @@ namespace {
 
 __global__ void scalars_kernel(const float* amax_a, const float* amax_b, float beta, float* out) {
   // null amax pointers: operands without a per-tensor scale (MXFP4), alpha = 1
-  out[0] = amax_a == nullptr ? 1.0f : core::global_decode_scale(*amax_a) * core::global_decode_scale(*amax_b);
+  out[0] = core::gemm_alpha(amax_a, amax_b);
   out[4] = beta;
 }
 
