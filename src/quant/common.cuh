@@ -1,6 +1,6 @@
 // Device-side pieces shared by the quantization kernels: input element types, 16-byte
-// loads, the per-block quantization step, NaN-propagating max reductions, and the host
-// helpers that size persistent grids.
+// loads, the per-block quantization step and NaN-propagating max reductions (launch
+// geometry comes from gemm/common/device.h).
 //
 // The format rules (global/block scales, E4M3, Philox, RHT, swizzle) come from src/core;
 // the only thing re-expressed here is the E2M1 rounding of an already-scaled value,
@@ -12,16 +12,14 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <mutex>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 
 #include "core/block.h"
 #include "core/rht.h"
 #include "core/scale.h"
 #include "core/swizzle.h"
+#include "gemm/common/device.h"
 #include "internal.h"
 #include "quant/codec.cuh"
 
@@ -256,53 +254,8 @@ __device__ __forceinline__ Encoded encode_block(const float (&v)[kBlock], uint32
 // ---- host helpers --------------------------------------------------------------------
 constexpr int kThreads = 256;
 
-inline int device_sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
-  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) return 1;
-  return n;
-}
-
-// Resident CTAs per SM of `kernel` on the current device, computed once per (kernel,
-// device) and cached (the occupancy query is not free, and a quantization launches 2-3
-// kernels).
-inline int blocks_per_sm(const void* kernel, int threads, size_t smem) {
-  static std::mutex mu;
-  static std::unordered_map<const void*, int> cache[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache[dev].find(kernel);
-  if (it != cache[dev].end()) return it->second;
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess || n < 1) {
-    cudaGetLastError();
-    n = 1;
-  }
-  cache[dev][kernel] = n;
-  return n;
-}
-
-// Persistent grid: as many CTAs as fit on the device at once (never more than there is
-// work). NVFP4_QUANT_GRID_CAP (testing only) caps it, so tests can check that results do
-// not depend on the launch configuration.
-template <class Kernel>
-inline unsigned persistent_grid(Kernel kernel, int threads, size_t smem, int64_t work_items) {
-  int64_t g = static_cast<int64_t>(blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, smem)) *
-              device_sm_count();
-  if (const char* cap = std::getenv("NVFP4_QUANT_GRID_CAP")) {
-    const long c = std::strtol(cap, nullptr, 10);
-    if (c > 0 && c < g) g = c;
-  }
-  if (g > work_items) g = work_items;
-  if (g < 1) g = 1;
-  return static_cast<unsigned>(g);
-}
-
-inline nvfp4_status_t check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return fail(NVFP4_ERROR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
-  return NVFP4_SUCCESS;
-}
+// Launch geometry and launch checks: the shared helpers of gemm/common/device.h.
+using gpu::check_launch;
+using gpu::persistent_grid;
 
 }  // namespace nvfp4::detail::quant

@@ -53,8 +53,8 @@ template <int kOutBytes, bool kBf16>
 nvfp4_status_t run(const DequantArgs& a, cudaStream_t stream) {
   auto kernel = mx_dequantize_kernel<kOutBytes, kBf16>;
   const int64_t blocks = a.rows * a.nb;
-  kernel<<<grid_for(kernel, (blocks + kThreads - 1) / kThreads), kThreads, 0, stream>>>(a);
-  return launch_status("nvfp4 MXFP4 dequantize kernel");
+  kernel<<<persistent_grid(kernel, kThreads, 0, (blocks + kThreads - 1) / kThreads), kThreads, 0, stream>>>(a);
+  return check_launch("nvfp4 MXFP4 dequantize kernel");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// Device and host helpers of the MXFP4 kernels (mx_quantize.cu, mx_dequantize.cu): input
-// element types, 16-byte loads of one 32-element block, the per-block MX step, and the
-// persistent-grid sizing. The format rules themselves come from src/core (mx.h, e8m0.h);
-// the round-to-nearest E2M1 encoding uses the exact eight-at-a-time form of codec.cuh.
+// Device helpers of the MXFP4 kernels (mx_quantize.cu, mx_dequantize.cu): input element
+// types, 16-byte loads of one 32-element block and the per-block MX step. The format rules
+// themselves come from src/core (mx.h, e8m0.h); the round-to-nearest E2M1 encoding uses
+// the exact eight-at-a-time form of codec.cuh.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -9,14 +9,13 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "core/block.h"
 #include "core/mx.h"
 #include "core/philox.h"
 #include "core/swizzle.h"
+#include "gemm/common/device.h"
 #include "mx_internal.h"
 #include "quant/codec.cuh"
 
@@ -140,51 +139,8 @@ __device__ __forceinline__ Encoded encode_block(const float (&v)[kBlock], uint32
   return o;
 }
 
-// ---- host helpers --------------------------------------------------------------------
-inline int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
-  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) return 1;
-  return n;
-}
-
-// Resident CTAs per SM of `kernel` on the current device, cached per (kernel, device).
-inline int resident_ctas(const void* kernel, int threads) {
-  static std::mutex mu;
-  static std::unordered_map<const void*, int> cache[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache[dev].find(kernel);
-  if (it != cache[dev].end()) return it->second;
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) != cudaSuccess || n < 1) {
-    cudaGetLastError();
-    n = 1;
-  }
-  cache[dev][kernel] = n;
-  return n;
-}
-
-// Persistent grid: as many CTAs as are resident at once, never more than the work items.
-// NVFP4_QUANT_GRID_CAP (tests only) caps it, as for the NVFP4 kernels, so tests can check
-// that no result depends on the launch configuration.
-template <class Kernel>
-inline unsigned grid_for(Kernel kernel, int64_t items) {
-  int64_t g = static_cast<int64_t>(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads)) * sm_count();
-  if (const char* cap = std::getenv("NVFP4_QUANT_GRID_CAP")) {
-    const long c = std::strtol(cap, nullptr, 10);
-    if (c > 0 && c < g) g = c;
-  }
-  if (g > items) g = items;
-  if (g < 1) g = 1;
-  return static_cast<unsigned>(g);
-}
-
-inline nvfp4_status_t launch_status(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return fail(NVFP4_ERROR_CUDA, std::string(what) + ": " + cudaGetErrorString(err));
-  return NVFP4_SUCCESS;
-}
+// ---- host helpers: launch geometry and launch checks from gemm/common/device.h --------
+using gpu::check_launch;
+using gpu::persistent_grid;
 
 }  // namespace nvfp4::detail::quant::mx

@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(kThreads) mx_quantize_kernel(const Args a) {
 template <class T, bool kRowSR, bool kColSR>
 nvfp4_status_t run(const Args& a, cudaStream_t stream) {
   auto kernel = mx_quantize_kernel<T, kRowSR, kColSR>;
-  kernel<<<grid_for(kernel, a.tiles), kThreads, 0, stream>>>(a);
-  return launch_status("nvfp4 MXFP4 quantize kernel");
+  kernel<<<persistent_grid(kernel, kThreads, 0, a.tiles), kThreads, 0, stream>>>(a);
+  return check_launch("nvfp4 MXFP4 quantize kernel");
 }
 
 template <class T>

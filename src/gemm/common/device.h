@@ -1,5 +1,6 @@
-// Small CUDA helpers that every GEMM runner needs, in one place: the current device and
-// its multiprocessor count (cached), workspace alignment, launch-error checks and, for
+// Small CUDA helpers that the GEMM runners and the quantization kernels share, in one
+// place: the current device and its multiprocessor count (cached), resident CTAs per SM
+// (cached) and persistent-grid sizing, workspace alignment, launch-error checks and, for
 // device code, loads and stores of the three floating-point dtypes through fp32.
 // Host functions work from plain C++ (cudnn_gemm.cpp) as well as from .cu files.
 #pragma once
@@ -9,7 +10,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
@@ -58,6 +62,42 @@ inline int sm_count(int dev, int fallback = 132) {
   }
   if (dev >= 0 && dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
   return v;
+}
+
+// Resident CTAs per SM of `kernel` with `threads` threads and `smem` bytes of dynamic
+// shared memory on the current device, queried once per (device, kernel) (each kernel is
+// launched with one block size and one shared-memory size); 1 when the query fails.
+inline int resident_ctas(const void* kernel, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, int> cache[kMaxDevices];
+  int dev = current_device();
+  if (dev < 0 || dev >= kMaxDevices) dev = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache[dev].find(kernel);
+  if (it != cache[dev].end()) return it->second;
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess || n < 1) {
+    (void)cudaGetLastError();
+    n = 1;
+  }
+  cache[dev][kernel] = n;
+  return n;
+}
+
+// Persistent grid: as many CTAs as are resident on the device at once, never more than
+// `work_items` (and at least 1). NVFP4_QUANT_GRID_CAP (tests only) caps it, so that tests
+// can check that no result depends on the launch configuration.
+template <class Kernel>
+inline unsigned persistent_grid(Kernel kernel, int threads, size_t smem, int64_t work_items) {
+  int64_t g = static_cast<int64_t>(resident_ctas(reinterpret_cast<const void*>(kernel), threads, smem)) *
+              sm_count(current_device());
+  if (const char* cap = std::getenv("NVFP4_QUANT_GRID_CAP")) {
+    const long c = std::strtol(cap, nullptr, 10);
+    if (c > 0 && c < g) g = c;
+  }
+  if (g > work_items) g = work_items;
+  if (g < 1) g = 1;
+  return static_cast<unsigned>(g);
 }
 
 inline nvfp4_status_t cuda_error(cudaError_t e, const std::string& what) {
