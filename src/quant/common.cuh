@@ -1,6 +1,6 @@
 // Device-side pieces shared by the quantization kernels: input element types, 16-byte
 // loads, the per-block quantization step and NaN-propagating max reductions (launch
-// geometry comes from gemm/common/device.h).
+// geometry comes from quant/grid.h).
 //
 // The format rules (global/block scales, E4M3, Philox, RHT, swizzle) come from src/core;
 // the only thing re-expressed here is the E2M1 rounding of an already-scaled value,
@@ -19,9 +19,9 @@
 #include "core/rht.h"
 #include "core/scale.h"
 #include "core/swizzle.h"
-#include "gemm/common/device.h"
 #include "internal.h"
 #include "quant/codec.cuh"
+#include "quant/grid.h"
 
 namespace nvfp4::detail::quant {
 
@@ -253,9 +253,5 @@ __device__ __forceinline__ Encoded encode_block(const float (&v)[kBlock], uint32
 
 // ---- host helpers --------------------------------------------------------------------
 constexpr int kThreads = 256;
-
-// Launch geometry and launch checks: the shared helpers of gemm/common/device.h.
-using gpu::check_launch;
-using gpu::persistent_grid;
 
 }  // namespace nvfp4::detail::quant

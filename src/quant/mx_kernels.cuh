@@ -15,9 +15,9 @@
 #include "core/mx.h"
 #include "core/philox.h"
 #include "core/swizzle.h"
-#include "gemm/common/device.h"
 #include "mx_internal.h"
 #include "quant/codec.cuh"
+#include "quant/grid.h"
 
 namespace nvfp4::detail::quant::mx {
 
@@ -138,9 +138,5 @@ __device__ __forceinline__ Encoded encode_block(const float (&v)[kBlock], uint32
   }
   return o;
 }
-
-// ---- host helpers: launch geometry and launch checks from gemm/common/device.h --------
-using gpu::check_launch;
-using gpu::persistent_grid;
 
 }  // namespace nvfp4::detail::quant::mx

@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -85,16 +84,12 @@ inline int resident_ctas(const void* kernel, int threads, size_t smem) {
 }
 
 // Persistent grid: as many CTAs as are resident on the device at once, never more than
-// `work_items` (and at least 1). NVFP4_QUANT_GRID_CAP (tests only) caps it, so that tests
-// can check that no result depends on the launch configuration.
+// `work_items` nor `cap` (when > 0), and at least 1.
 template <class Kernel>
-inline unsigned persistent_grid(Kernel kernel, int threads, size_t smem, int64_t work_items) {
+inline unsigned persistent_grid(Kernel kernel, int threads, size_t smem, int64_t work_items, int64_t cap = 0) {
   int64_t g = static_cast<int64_t>(resident_ctas(reinterpret_cast<const void*>(kernel), threads, smem)) *
               sm_count(current_device());
-  if (const char* cap = std::getenv("NVFP4_QUANT_GRID_CAP")) {
-    const long c = std::strtol(cap, nullptr, 10);
-    if (c > 0 && c < g) g = c;
-  }
+  if (cap > 0 && cap < g) g = cap;
   if (g > work_items) g = work_items;
   if (g < 1) g = 1;
   return static_cast<unsigned>(g);
