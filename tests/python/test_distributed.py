@@ -73,6 +73,20 @@ def _mesh(device_type):
     return init_device_mesh(device_type, (WORLD,))
 
 
+def _parallel(model, mode, rank, device_type, **ddp_kwargs):
+    """The model under DDP, or sharded per block and at the root by FSDP2 (in place)."""
+    if mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(model, device_ids=[rank] if device_type == "cuda" else None, **ddp_kwargs)
+    from torch.distributed.fsdp import fully_shard
+
+    for b in model.blocks:
+        fully_shard(b, mesh=_mesh(device_type))
+    fully_shard(model, mesh=_mesh(device_type))
+    return model
+
+
 def _in_process_group(body, rank, port, device_type, *args):
     """Runs body(rank, dev, d, batch, tokens, *args) in a WORLD-rank process group and tears
     the group down in a fixed order: every rank done (barrier), the body's models,
@@ -114,17 +128,7 @@ def _train_body(rank, dev, d, batch, tokens, mode, device_type, ckpt_dir):
     xs = [torch.randn(WORLD * batch, tokens, d, generator=g).to(dev) for _ in range(STEPS)]
     ys = [torch.randn(WORLD * batch, tokens, 64, generator=g).to(dev) for _ in range(STEPS)]
 
-    if mode == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        dmodel = DDP(model, device_ids=[rank] if device_type == "cuda" else None)
-    else:
-        from torch.distributed.fsdp import fully_shard
-
-        for b in model.blocks:
-            fully_shard(b, mesh=_mesh(device_type))
-        fully_shard(model, mesh=_mesh(device_type))
-        dmodel = model
+    dmodel = _parallel(model, mode, rank, device_type)
     opt = torch.optim.AdamW(dmodel.parameters(), lr=1e-3, weight_decay=0.0)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-3, weight_decay=0.0)
 
@@ -174,15 +178,7 @@ def _train_body(rank, dev, d, batch, tokens, mode, device_type, ckpt_dir):
     torch.manual_seed(123)
     fresh = Net(d).to(dev)
     nn4.convert(fresh, _recipe(rank), exclude=[])
-    if mode == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        dfresh = DDP(fresh, device_ids=[rank] if device_type == "cuda" else None)
-    else:
-        for b in fresh.blocks:
-            fully_shard(b, mesh=_mesh(device_type))
-        fully_shard(fresh, mesh=_mesh(device_type))
-        dfresh = fresh
+    dfresh = _parallel(fresh, mode, rank, device_type)
     sd = get_model_state_dict(dfresh)
     dcp.load(sd, checkpoint_id=ckpt_dir)
     set_model_state_dict(dfresh, sd)
@@ -194,7 +190,7 @@ def _train_body(rank, dev, d, batch, tokens, mode, device_type, ckpt_dir):
                                msg=lambda m: f"{mode} rank {rank} after a checkpoint round trip: {m}")
 
 
-def _run(mode, device_type, tmp_path):
+def _run(mode, device_type, tmp_path, worker=_worker):
     if mode == "fsdp2":
         from torch.distributed import fsdp
 
@@ -203,7 +199,7 @@ def _run(mode, device_type, tmp_path):
     if not dist.is_available():
         pytest.skip("torch.distributed is not available")
     os.environ["NCCL_NVLS_ENABLE"] = "0"  # NVLink multicast stays off on the shared machines
-    mp.spawn(_worker, args=(_free_port(), mode, device_type, str(tmp_path / "ckpt")), nprocs=WORLD, join=True)
+    mp.spawn(worker, args=(_free_port(), mode, device_type, str(tmp_path / "ckpt")), nprocs=WORLD, join=True)
 
 
 @pytest.mark.skipif(not HAS_GPUS, reason=f"needs {WORLD} CUDA GPUs")
@@ -245,17 +241,7 @@ def _lora_body(rank, dev, d, batch, tokens, mode, device_type):
     g = torch.Generator().manual_seed(1)
     xs = [torch.randn(WORLD * batch, tokens, d, generator=g).to(dev) for _ in range(STEPS)]
     ys = [torch.randn(WORLD * batch, tokens, 64, generator=g).to(dev) for _ in range(STEPS)]
-    if mode == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        dmodel = DDP(model, device_ids=[rank] if device_type == "cuda" else None, broadcast_buffers=False)
-    else:
-        from torch.distributed.fsdp import fully_shard
-
-        for b in model.blocks:
-            fully_shard(b, mesh=_mesh(device_type))
-        fully_shard(model, mesh=_mesh(device_type))
-        dmodel = model
+    dmodel = _parallel(model, mode, rank, device_type, broadcast_buffers=False)
     opt = torch.optim.AdamW(nn4.lora_parameters(model), lr=1e-2, weight_decay=0.0)
     ref_opt = torch.optim.AdamW(nn4.lora_parameters(ref), lr=1e-2, weight_decay=0.0)
     for step in range(STEPS):
@@ -288,26 +274,14 @@ def _lora_body(rank, dev, d, batch, tokens, mode, device_type):
     assert [int(m.sr_step) for m in frozen] == [0] + [STEPS] * (len(frozen) - 1)
 
 
-def _run_lora(mode, device_type, tmp_path):
-    if mode == "fsdp2":
-        from torch.distributed import fsdp
-
-        if not hasattr(fsdp, "fully_shard"):
-            pytest.skip("this torch has no torch.distributed.fsdp.fully_shard")
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available")
-    os.environ["NCCL_NVLS_ENABLE"] = "0"
-    mp.spawn(_lora_worker, args=(_free_port(), mode, device_type, str(tmp_path / "ckpt")), nprocs=WORLD, join=True)
-
-
 @pytest.mark.skipif(bool(os.environ.get("NVFP4_SKIP_GLOO")),
                     reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set on a GPU machine)")
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
 def test_frozen_base_lora_data_parallel_gloo(mode, tmp_path):
-    _run_lora(mode, "cpu", tmp_path)
+    _run(mode, "cpu", tmp_path, worker=_lora_worker)
 
 
 @pytest.mark.skipif(not HAS_GPUS, reason=f"needs {WORLD} CUDA GPUs")
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
 def test_frozen_base_lora_data_parallel(mode, tmp_path):
-    _run_lora(mode, "cuda", tmp_path)
+    _run(mode, "cuda", tmp_path, worker=_lora_worker)
