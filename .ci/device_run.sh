@@ -64,10 +64,15 @@ job_sanitize() {
   PYTHONPATH=$NEW timeout ${SAN_TIMEOUT:-120} compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_quant.py \
     2>&1 | tee "$OUT/sanitize.log" | tail -12
 }
-job_quant() {
+job_quant() {  # with a baseline build (base), the same benchmark on it right after, same machine
   step bench quant
   PYTHONPATH=$NEW timeout 150 python3 bench/bench_quant.py --sizes 8192 16384 --json "$OUT/bench_quant.json" 2>&1 \
     | tee "$OUT/bench_quant.log" | tail -30
+  if [[ -d /tmp/base/nvfp4 ]]; then
+    step bench quant, baseline build
+    PYTHONPATH=$BASE timeout 150 python3 bench/bench_quant.py --sizes 8192 16384 --json "$OUT/bench_quant_base.json" \
+      2>&1 | tee "$OUT/bench_quant_base.log" | tail -30
+  fi
 }
 job_quantlegacy() {
   step bench quant, legacy kernels
