@@ -7,7 +7,8 @@
 #   bash .ci/device_run.sh base tests step85 step400       (from the repository root)
 #
 # jobs: base, nobuild (reuse /tmp/new from an earlier call on the same warm machine),
-#       tests (every test file with GPU tests), quick (QUICK_TESTS), sanitize, quant,
+#       tests (every test file with GPU tests), quick (QUICK_TESTS), sanitize, quant, ncu
+#       (Nsight Compute sections of the quantization and decode kernels),
 #       quantlegacy, gemm, host, step85, step400 (LEGACY_TOO=1: also with the previous
 #       quantization kernels), step85c (compile + reduce-overhead rows), step400c, lora (the
 #       LoRA example, FP4 vs BF16 base), dist (the distributed tests, NCCL)
@@ -84,6 +85,16 @@ job_gemm() {
   PYTHONPATH=$NEW python3 bench/bench_gemm.py ${GEMM_BENCH_ARGS:-} --json "$OUT/bench_gemm.json" 2>&1 \
     | tee "$OUT/bench_gemm.log" | tail -40
 }
+job_ncu() {  # Nsight Compute on the quantization and decode kernels (bench/ncu_kernels.py)
+  step "ncu: quantization and decode kernels"
+  local names="regex:amax_|tile_kernel|rowwise_kernel|gemm_prep_kernel"
+  PYTHONPATH=$NEW timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --kernel-name "$names" \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section SchedulerStats python3 bench/ncu_kernels.py --repeat 1 > "$OUT/ncu.txt" 2>&1
+  echo "ncu exit $?"
+  grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall Long Scoreboard" \
+    "$OUT/ncu.txt" | head -150
+}
 job_host() {
   step bench host overhead
   PYTHONPATH=$NEW python3 bench/bench_host.py --json "$OUT/bench_host.json" 2>&1 | tee "$OUT/bench_host.log" | tail -30
@@ -126,7 +137,7 @@ job_dist() {
 for a in "${ARGS[@]}"; do
   case $a in
     base|nobuild) ;;
-    tests|quick|quant|quantlegacy|gemm|host|lora|dist) "job_$a" ;;
+    tests|quick|quant|quantlegacy|gemm|host|lora|dist|ncu) "job_$a" ;;
     sanitize) [[ -f tests/cuda/sanitize_quant.py ]] && job_sanitize ;;
     step85) job_step 85 ;;
     step400) job_step 400 ;;

@@ -151,3 +151,13 @@ def test_bench_scripts_run_on_cpu(tmp_path, script, args):
     results = res.get("results", [])
     assert results and any(x.get("us") for x in results), res
     assert nvfp4.__version__ in r.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
+def test_ncu_workloads_refuse_without_a_gpu(tmp_path):
+    """bench/ncu_kernels.py (the device job's Nsight Compute workloads) says why it cannot
+    run instead of failing inside a call."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "ncu_kernels.py")],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode != 0
+    assert "needs a CUDA GPU" in r.stderr
