@@ -161,6 +161,8 @@ def bench_shape(m, n, k, backends, timer, hopper, quick, graph=True, kernels=Fal
             if m <= 32:
                 variants.append(("cutlass-ring", be, {"NVFP4_SM90_SMALL_M_KERNEL": "ring"}))
             variants.append(("cutlass-2step", be, {"NVFP4_SM90_SMALL_M": "0"}))
+        if be == "cutlass" and hopper and k % 32 == 0:  # the FP4-reading kernel (opt-in while measured)
+            variants.append(("cutlass-direct", be, {"NVFP4_SM90_DIRECT": "1", "NVFP4_SM90_SMALL_M": "0"}))
     for name, be, env in variants:
         if not nvfp4.is_supported(be, dev):
             try:

@@ -31,6 +31,10 @@ namespace nvfp4::detail {
 // Fused small-M kernel (sm90_small_m.cu): no workspace.
 bool sm90_small_m_applicable(const GemmJob& job);
 nvfp4_status_t sm90_small_m_gemm(const GemmJob& job, nvfp4_stream_t stream);
+// FP4-reading warp-specialized wgmma GEMM (sm90_direct.cu): no workspace; opt-in
+// (NVFP4_SM90_DIRECT=1) while it is measured against the two-step path.
+bool sm90_direct_applicable(const GemmJob& job);
+nvfp4_status_t sm90_direct_gemm(const GemmJob& job, nvfp4_stream_t stream);
 // Decode to BF16 + CUTLASS wgmma GEMM (sm90_gemm.cu), any shape.
 size_t sm90_gemm_workspace_size(const GemmJob& job);
 nvfp4_status_t sm90_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream);

@@ -71,10 +71,20 @@ nvfp4_status_t sm90_two_step_workspace(const GemmJob& job, int, size_t* bytes) {
 nvfp4_status_t sm90_two_step_run(const GemmJob& job, int, void* ws, size_t ws_bytes, nvfp4_stream_t stream) {
   return sm90_gemm(job, ws, ws_bytes, stream);
 }
+bool sm90_direct_accepts(const GemmJob& job, int) { return sm90_direct_applicable(job); }
+nvfp4_status_t sm90_direct_workspace(const GemmJob&, int, size_t* bytes) {
+  *bytes = 0;
+  return NVFP4_SUCCESS;
+}
+nvfp4_status_t sm90_direct_run(const GemmJob& job, int, void*, size_t, nvfp4_stream_t stream) {
+  return sm90_direct_gemm(job, stream);
+}
 #define NVFP4_SM90_SMALL_M true, &sm90_small_m_accepts, nullptr, &sm90_small_m_workspace, &sm90_small_m_run
+#define NVFP4_SM90_DIRECT true, &sm90_direct_accepts, nullptr, &sm90_direct_workspace, &sm90_direct_run
 #define NVFP4_SM90_TWO_STEP true, nullptr, nullptr, &sm90_two_step_workspace, &sm90_two_step_run
 #else
 #define NVFP4_SM90_SMALL_M false, nullptr, nullptr, nullptr, nullptr
+#define NVFP4_SM90_DIRECT false, nullptr, nullptr, nullptr, nullptr
 #define NVFP4_SM90_TWO_STEP false, nullptr, nullptr, nullptr, nullptr
 #endif
 
@@ -146,6 +156,11 @@ const Runner kRunners[] = {
      "small_m_kernel;stream_kernel",
      "1 <= M <= 128, K % 32 == 0 (K % 64 with linear scales), 16-byte aligned data",
      "exact emulation, fused: FP4 decoded in registers, mma.sync BF16, FP32 accumulation", NVFP4_SM90_SMALL_M},
+    {"cutlass-sm90-direct", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90, "direct_kernel",
+     "K % 32 == 0, swizzled scales, 16-byte aligned operands; only with NVFP4_SM90_DIRECT=1 (experimental)",
+     "exact emulation, fused: FP4 codes and scales decoded into shared memory inside a warp-specialized wgmma "
+     "GEMM (128x256 tiles, BF16, FP32 accumulation); no BF16 copy of an operand in global memory",
+     NVFP4_SM90_DIRECT},
     {"cutlass-sm90", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90,
      kSm90TwoStepKernels, "any shape",
      "exact emulation: FP4 -> BF16 decode + CUTLASS sm90 BF16 GEMM (TMA, wgmma), alpha/bias/beta*C in its epilogue",

@@ -99,6 +99,29 @@ inline nvfp4_status_t cuda_error(cudaError_t e, const std::string& what) {
   return fail(NVFP4_ERROR_CUDA, what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
+// Lets `kernel` take `bytes` of dynamic shared memory (above 48 KiB a kernel must opt in),
+// once per (device, kernel): the attribute belongs to the device's context, and the
+// quantization kernels that need it run on every training step.
+template <class Kernel>
+inline nvfp4_status_t allow_dynamic_smem(Kernel kernel, int bytes) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, int> done[kMaxDevices];
+  int dev = current_device();
+  if (dev < 0 || dev >= kMaxDevices) dev = 0;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = done[dev].find(key);
+  if (it != done[dev].end() && it->second >= bytes) return NVFP4_SUCCESS;
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cuda_error(e, "cannot give a kernel " + std::to_string(bytes) + " bytes of shared memory");
+  }
+  done[dev][key] = bytes;
+  return NVFP4_SUCCESS;
+}
+
+
 // After a <<<>>> launch: NVFP4_ERROR_CUDA naming `what` if the launch failed.
 inline nvfp4_status_t check_launch(const std::string& what) {
   const cudaError_t e = cudaGetLastError();

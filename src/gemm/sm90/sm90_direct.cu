@@ -1,0 +1,351 @@
+// The FP4-reading Hopper GEMM: D[M,N] = beta*C + (alpha * (Â @ B̂ᵀ) + bias), Â and B̂ the
+// decoded NVFP4 operands (E2M1 value x E4M3 block scale, exact in BF16), alpha =
+// S_dec(A) * S_dec(B) applied to the FP32 accumulator.
+//
+// CTA tile 128 (M) x 256 (N), K in tiles of 64, 384 threads in three warpgroups:
+//  - WG0, the producer: copies each K tile's codes (A 128 x 32 bytes, B 256 x 32 bytes) and
+//    scales (one 512-byte swizzled scale tile for A, two for B) into a stage of shared
+//    memory by cp.async, one K tile ahead, then decodes B's 256 x 64 values into BF16 in the
+//    layout wgmma reads (K-major rows of 128 bytes, 16-byte chunks XOR-swizzled by row % 8:
+//    the 128-byte swizzle) and signals the stage full.
+//  - WG1, WG2, the consumers: each decodes its 64 rows of A the same way, then runs four
+//    wgmma m64n256k16 (both operands from shared memory) per K tile into 128 FP32
+//    accumulators per thread, and releases the stage.
+// Stages: 3 (codes, scales, decoded A and B of one K tile: 62 KiB each). Past M, N or K the
+// copies fill zeros and the decode writes zeros (a padded scale byte may hold anything).
+// Shared-memory budget per K tile, see docs/design.md ("What the Hopper emulation costs").
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include <cute/arch/mma_sm90_gmma.hpp>
+
+#include "core/e2m1.h"
+#include "core/e4m3.h"
+#include "core/scale.h"
+#include "gemm/common/device.h"
+#include "gemm/sm90/sm90_direct.h"
+
+namespace nvfp4::detail {
+namespace {
+
+constexpr int kBM = 128, kBN = 256, kBK = 64;
+constexpr int kStages = 3;
+constexpr int kThreads = 384;
+constexpr int kRowBytes = kBK * 2;  // one decoded row of a K tile: 64 BF16
+
+// One stage. The decoded tiles come first: the 128-byte swizzle wants 1024-byte alignment.
+constexpr int kOffDecA = 0;
+constexpr int kOffDecB = kOffDecA + kBM * kRowBytes;  // 16 KiB
+constexpr int kOffRawA = kOffDecB + kBN * kRowBytes;  // + 32 KiB
+constexpr int kOffRawB = kOffRawA + kBM * kBK / 2;    // + 4 KiB of A codes
+constexpr int kOffSfA = kOffRawB + kBN * kBK / 2;     // + 8 KiB of B codes
+constexpr int kOffSfB = kOffSfA + 512;                // one scale tile for A
+constexpr int kStageUsed = kOffSfB + 1024;            // two for B
+constexpr int kStageBytes = (kStageUsed + 1023) / 1024 * 1024;
+constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack to align the base
+static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
+static_assert(2 * 64 * (kBN + 8) * 4 <= kStages * kStageBytes, "the epilogue's staged accumulators fit the stages");
+
+struct Params {
+  const uint8_t* a;    // [m, k/2]
+  const uint8_t* sfa;  // swizzled [roundup(m,128), roundup(k/16,4)]
+  const uint8_t* b;    // [n, k/2]
+  const uint8_t* sfb;
+  const float* amax_a;
+  const float* amax_b;
+  int m, n, k;
+  int ktiles;          // ceil(k / 64)
+  int scols4;          // swizzled scale tiles per 128-row band: roundup(k/16, 4) / 4
+  int b_bands;         // 128-row bands of B's padded scales: roundup(n, 128) / 128
+  const void* c;
+  nvfp4_dtype_t c_dtype;
+  float beta;
+  const void* bias;
+  nvfp4_dtype_t bias_dtype;
+  void* d;
+  nvfp4_dtype_t d_dtype;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- cp.async, mbarrier, named barriers ---------------------------------------------------
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = smem_u32(bar);
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  }
+}
+// A barrier among the 128 threads of one warpgroup (ids 1..3; 0 is __syncthreads).
+__device__ __forceinline__ void wg_barrier(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+// Generic-proxy writes to shared memory (the decoded tiles) become visible to wgmma.
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// ---- wgmma ---------------------------------------------------------------------------------
+// Descriptor of a K-major BF16 tile in the 128-byte swizzle: rows of 128 bytes, 8-row groups
+// 1024 bytes apart (the stride), start address in 16-byte units. Advancing K by 16 elements
+// inside the 64-element row is +32 bytes on the start address.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
+  uint64_t d = static_cast<uint64_t>((addr & 0x3ffff) >> 4);
+  d |= static_cast<uint64_t>(1) << 16;             // leading byte offset (unused by this layout)
+  d |= static_cast<uint64_t>(1024 >> 4) << 32;     // stride byte offset
+  d |= static_cast<uint64_t>(1) << 62;             // 128-byte swizzle
+  return d;
+}
+
+using Wgmma = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+
+template <size_t... I>
+__device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&acc)[128], std::index_sequence<I...>) {
+  Wgmma::fma(da, db, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
+}
+
+__device__ __forceinline__ void fence_acc(float (&acc)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) cute::warpgroup_fence_operand(acc[i]);
+}
+
+// ---- decode ----------------------------------------------------------------------------------
+// Row r (of the tile), 16-value block j (of the K tile's 4): codes from `raw` (32 bytes per
+// row), the scale byte from the 512-byte swizzled scale tile `sf` holding the tile's 128-row
+// band, written as two 16-byte chunks of the 128-byte-swizzled decoded row. `ok`: the block
+// lies inside the matrix (row < rows, k < K); otherwise zeros.
+__device__ __forceinline__ void decode_block(const uint8_t* raw, const uint8_t* sf, uint8_t* dec, int r, int j,
+                                             bool ok, const float* lut) {
+  uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
+  if (ok) {
+    const uint2 codes = *reinterpret_cast<const uint2*>(raw + r * 32 + j * 8);
+    const int rb = r & 127;
+    const float s = core::e4m3_decode(sf[(r >> 7) * 512 + (rb & 31) * 16 + (rb >> 5) * 4 + j]);
+    uint32_t w[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t byte = ((i < 4 ? codes.x : codes.y) >> (8 * (i & 3))) & 0xffu;
+      // value * scale is exact in fp32 and in BF16 (at most 6 significant bits)
+      const __nv_bfloat162 v = __floats2bfloat162_rn(lut[byte & 15u] * s, lut[byte >> 4] * s);
+      w[i] = *reinterpret_cast<const uint32_t*>(&v);
+    }
+    lo = make_uint4(w[0], w[1], w[2], w[3]);
+    hi = make_uint4(w[4], w[5], w[6], w[7]);
+  }
+  uint8_t* row = dec + r * kRowBytes;
+  *reinterpret_cast<uint4*>(row + (((2 * j) ^ (r & 7)) << 4)) = lo;
+  *reinterpret_cast<uint4*>(row + (((2 * j + 1) ^ (r & 7)) << 4)) = hi;
+}
+
+__global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ uint64_t full[kStages], empty[kStages];
+  __shared__ float lut[16];
+
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const int tid = threadIdx.x, wg = tid / 128, t128 = tid % 128;
+  const int m0 = blockIdx.x * kBM, n0 = blockIdx.y * kBN;
+
+  if (tid < 16) lut[tid] = core::e2m1_decode(tid);
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 128);   // the producer's threads
+      mbar_init(&empty[s], 256);  // the consumers' threads
+    }
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---------------------------------------------------------------- producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+    const int64_t row_bytes = p.k / 2;
+    // Copies of K tile kt into stage s: 864 16-byte pieces over 128 threads.
+    auto load = [&](int kt) {
+      const int s = kt % kStages;
+      if (kt >= kStages) mbar_wait(&empty[s], ((kt / kStages) & 1) ^ 1);
+      const uint32_t base = smem_u32(smem + s * kStageBytes);
+      const int kbyte = kt * 32;
+      for (int c = t128; c < 864; c += 128) {
+        if (c < 256) {  // A codes: row c/2, half c%2
+          const int r = c >> 1, h = c & 1;
+          const bool ok = m0 + r < p.m && kbyte + 16 * h < row_bytes;
+          const uint8_t* src = ok ? p.a + static_cast<int64_t>(m0 + r) * row_bytes + kbyte + 16 * h : p.a;
+          cp_async16(base + kOffRawA + r * 32 + 16 * h, src, ok);
+        } else if (c < 768) {  // B codes
+          const int cc = c - 256, r = cc >> 1, h = cc & 1;
+          const bool ok = n0 + r < p.n && kbyte + 16 * h < row_bytes;
+          const uint8_t* src = ok ? p.b + static_cast<int64_t>(n0 + r) * row_bytes + kbyte + 16 * h : p.b;
+          cp_async16(base + kOffRawB + r * 32 + 16 * h, src, ok);
+        } else if (c < 800) {  // A's scale tile (band m0/128 always exists)
+          const int cc = c - 768;
+          const uint8_t* src = p.sfa + (static_cast<int64_t>(m0 / 128) * p.scols4 + kt) * 512 + 16 * cc;
+          cp_async16(base + kOffSfA + 16 * cc, src, true);
+        } else {  // B's two scale tiles (the second band may lie past the padded scales)
+          const int cc = c - 800, band = n0 / 128 + (cc >> 5);
+          const bool ok = band < p.b_bands;
+          const uint8_t* src = ok ? p.sfb + (static_cast<int64_t>(band) * p.scols4 + kt) * 512 + 16 * (cc & 31) : p.sfb;
+          cp_async16(base + kOffSfB + 16 * cc, src, ok);
+        }
+      }
+    };
+    load(0);
+    cp_async_commit();
+    if (p.ktiles > 1) load(1);
+    cp_async_commit();
+    for (int kt = 0; kt < p.ktiles; ++kt) {
+      cp_async_wait<1>();  // K tile kt has landed (this thread's copies)
+      wg_barrier(1);       // ... and every producer thread's
+      uint8_t* st = smem + (kt % kStages) * kStageBytes;
+      const int k0 = kt * kBK;
+#pragma unroll 2
+      for (int q = t128; q < kBN * 4; q += 128) {
+        const int r = q >> 2, j = q & 3;
+        decode_block(st + kOffRawB, st + kOffSfB, st + kOffDecB, r, j, n0 + r < p.n && k0 + 16 * j < p.k, lut);
+      }
+      fence_async_smem();
+      mbar_arrive(&full[kt % kStages]);
+      if (kt + 2 < p.ktiles) load(kt + 2);
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    return;
+  }
+
+  // ------------------------------------------------------------------ consumers
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
+  const int w = wg - 1;  // rows 64w .. 64w + 63 of the tile
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+
+  for (int kt = 0; kt < p.ktiles; ++kt) {
+    const int s = kt % kStages;
+    mbar_wait(&full[s], (kt / kStages) & 1);
+    uint8_t* st = smem + s * kStageBytes;
+    const int k0 = kt * kBK;
+#pragma unroll
+    for (int q = t128; q < 64 * 4; q += 128) {
+      const int r = 64 * w + (q >> 2), j = q & 3;
+      decode_block(st + kOffRawA, st + kOffSfA, st + kOffDecA, r, j, m0 + r < p.m && k0 + 16 * j < p.k, lut);
+    }
+    fence_async_smem();
+    wg_barrier(2 + w);  // this warpgroup's 64 rows of A are decoded
+    const uint32_t a_base = smem_u32(st + kOffDecA + 64 * w * kRowBytes);
+    const uint32_t b_base = smem_u32(st + kOffDecB);
+    fence_acc(acc);
+    cute::warpgroup_arrive();
+#pragma unroll
+    for (int j = 0; j < kBK / 16; ++j)
+      wgmma_call(sw128_desc(a_base + 32 * j), sw128_desc(b_base + 32 * j), acc, std::make_index_sequence<128>{});
+    cute::warpgroup_commit_batch();
+    cute::warpgroup_wait<0>();
+    fence_acc(acc);
+    mbar_arrive(&empty[s]);
+  }
+
+  // ---- epilogue: beta * C + (alpha * acc + bias), the association of every runner ----
+  // The accumulators go through shared memory (the stages are free once both consumer
+  // warpgroups are past their last wgmma), so that the stores to D are row-contiguous
+  // across a warp and the dtype switches are not unrolled 128 times. Accumulator i of the
+  // m64n256 fragment: row 16 * warp + lane / 4 (+ 8 for i % 4 >= 2), column
+  // 8 * (i / 4) + 2 * (lane % 4) + i % 2.
+  asm volatile("bar.sync 4, 256;\n" ::: "memory");
+  constexpr int kLd = kBN + 8;  // floats per staged row
+  float* tile = reinterpret_cast<float*>(smem) + w * 64 * kLd;
+  const int warp = t128 / 32, lane = t128 % 32;
+#pragma unroll
+  for (int i = 0; i < 128; i += 2) {
+    const int row = 16 * warp + lane / 4 + ((i & 2) ? 8 : 0);
+    const int col = 8 * (i / 4) + 2 * (lane % 4);
+    *reinterpret_cast<float2*>(tile + row * kLd + col) = make_float2(acc[i], acc[i + 1]);
+  }
+  wg_barrier(2 + w);
+  const float alpha = core::gemm_alpha(p.amax_a, p.amax_b);
+  const int64_t n_total = p.n;
+#pragma unroll 1
+  for (int e = t128; e < 64 * kBN; e += 128) {
+    const int r = e / kBN, cl = e % kBN;
+    const int row = m0 + 64 * w + r, col = n0 + cl;
+    if (row >= p.m || col >= p.n) continue;
+    const int64_t idx = static_cast<int64_t>(row) * n_total + col;
+    float v = alpha * tile[r * kLd + cl];
+    if (p.bias != nullptr) v = v + gpu::load_as_float(p.bias, p.bias_dtype, col);
+    if (p.c != nullptr) v = p.beta * gpu::load_as_float(p.c, p.c_dtype, idx) + v;
+    gpu::store_from_float(p.d, p.d_dtype, idx, v);
+  }
+}
+
+bool direct_enabled() {
+  const char* v = std::getenv("NVFP4_SM90_DIRECT");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+}  // namespace
+
+bool sm90_direct_applicable(const GemmJob& job) {
+  auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  return direct_enabled() && job.format == Format::kNvfp4 && job.layout == NVFP4_SCALES_SWIZZLED &&
+         job.m >= 1 && job.n >= 1 && job.k >= 32 && job.k % 32 == 0 && job.m < (int64_t{1} << 31) &&
+         job.n < (int64_t{1} << 31) && job.k < (int64_t{1} << 31) && (job.m + kBM - 1) / kBM <= INT32_MAX &&
+         (job.n + kBN - 1) / kBN <= 65535 && aligned16(job.a) && aligned16(job.b) && aligned16(job.sfa) &&
+         aligned16(job.sfb);
+}
+
+nvfp4_status_t sm90_direct_gemm(const GemmJob& job, nvfp4_stream_t stream) {
+  if (!sm90_direct_applicable(job))
+    return fail(NVFP4_ERROR_NOT_SUPPORTED, "gemm: the FP4-reading sm90 kernel does not take this job");
+  Params p{};
+  p.a = job.a;
+  p.sfa = job.sfa;
+  p.b = job.b;
+  p.sfb = job.sfb;
+  p.amax_a = job.amax_a;
+  p.amax_b = job.amax_b;
+  p.m = static_cast<int>(job.m);
+  p.n = static_cast<int>(job.n);
+  p.k = static_cast<int>(job.k);
+  p.ktiles = static_cast<int>((job.k + kBK - 1) / kBK);
+  p.scols4 = static_cast<int>((job.k / 16 + 3) / 4);
+  p.b_bands = static_cast<int>((job.n + 127) / 128);
+  p.c = job.c;
+  p.c_dtype = job.c_dtype;
+  p.beta = job.beta;
+  p.bias = job.bias;
+  p.bias_dtype = job.bias_dtype;
+  p.d = job.d;
+  p.d_dtype = job.d_dtype;
+  if (nvfp4_status_t s = gpu::allow_dynamic_smem(direct_kernel, kSmemBytes); s != NVFP4_SUCCESS) return s;
+  const dim3 grid(static_cast<unsigned>((job.m + kBM - 1) / kBM), static_cast<unsigned>((job.n + kBN - 1) / kBN));
+  direct_kernel<<<grid, kThreads, kSmemBytes, reinterpret_cast<cudaStream_t>(stream)>>>(p);
+  return gpu::check_launch("gemm: FP4-reading sm90 kernel launch");
+}
+
+}  // namespace nvfp4::detail
