@@ -8,9 +8,10 @@
 //    memory by cp.async, one K tile ahead, then decodes B's 256 x 64 values into BF16 in the
 //    layout wgmma reads (K-major rows of 128 bytes, 16-byte chunks XOR-swizzled by row % 8:
 //    the 128-byte swizzle) and signals the stage full.
-//  - WG1, WG2, the consumers: each decodes its 64 rows of A the same way, then runs four
+//  - WG1, WG2, the consumers: each decodes its 64 rows of A the same way, then issues four
 //    wgmma m64n256k16 (both operands from shared memory) per K tile into 128 FP32
-//    accumulators per thread, and releases the stage.
+//    accumulators per thread; one K tile's batch stays in flight while the next tile's A
+//    is decoded, and a stage is released once its batch has completed.
 // Stages: 3 (codes, scales, decoded A and B of one K tile: 62 KiB each). Past M, N or K the
 // copies fill zeros and the decode writes zeros (a padded scale byte may hold anything).
 // Shared-memory budget per K tile, see docs/design.md ("What the Hopper emulation costs").
@@ -128,8 +129,9 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
 using Wgmma = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
 
 template <size_t... I>
-__device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&acc)[128], std::index_sequence<I...>) {
-  Wgmma::fma(da, db, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
+__device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&acc)[128], bool accumulate,
+                                           std::index_sequence<I...>) {
+  Wgmma::fma(da, db, acc[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
 }
 
 __device__ __forceinline__ void fence_acc(float (&acc)[128]) {
@@ -242,9 +244,9 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
   // ------------------------------------------------------------------ consumers
   asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
   const int w = wg - 1;  // rows 64w .. 64w + 63 of the tile
+  // The first wgmma of the first K tile ignores the accumulators' contents (scale-d 0), so
+  // they need no zeroing (instructions defining them would serialize the wgmma pipeline).
   float acc[128];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
 
   for (int kt = 0; kt < p.ktiles; ++kt) {
     const int s = kt % kStages;
@@ -264,12 +266,17 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
     cute::warpgroup_arrive();
 #pragma unroll
     for (int j = 0; j < kBK / 16; ++j)
-      wgmma_call(sw128_desc(a_base + 32 * j), sw128_desc(b_base + 32 * j), acc, std::make_index_sequence<128>{});
+      wgmma_call(sw128_desc(a_base + 32 * j), sw128_desc(b_base + 32 * j), acc, kt > 0 || j > 0,
+                 std::make_index_sequence<128>{});
     cute::warpgroup_commit_batch();
-    cute::warpgroup_wait<0>();
+    // One batch stays in flight: this K tile's wgmmas run while the next tile's A is
+    // decoded; the previous tile's batch is complete here, so its stage is released.
+    cute::warpgroup_wait<1>();
     fence_acc(acc);
-    mbar_arrive(&empty[s]);
+    if (kt > 0) mbar_arrive(&empty[(kt - 1) % kStages]);
   }
+  cute::warpgroup_wait<0>();
+  fence_acc(acc);
 
   // ---- epilogue: beta * C + (alpha * acc + bias), the association of every runner ----
   // The accumulators go through shared memory (the stages are free once both consumer
