@@ -20,6 +20,7 @@ inline unsigned persistent_grid(Kernel kernel, int threads, size_t smem, int64_t
   return gpu::persistent_grid(kernel, threads, smem, work_items, grid_cap_from_env());
 }
 
+using gpu::allow_dynamic_smem;
 using gpu::check_launch;
 
 }  // namespace nvfp4::detail::quant

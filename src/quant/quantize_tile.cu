@@ -3,20 +3,23 @@
 // 16x16-tile quantization.
 //
 // Work unit: a tile of 128 rows x 64 columns of x, 256 threads, persistent grid, tiles
-// in descending order (the amax pass left the end of x in L2).
-//  A. Each thread loads two 16-element row blocks (16-byte loads, the same thread/row
-//     mapping as the rowwise kernel, so rowwise stores stay sector-sized), writes them to
-//     shared memory and, for 1D, quantizes them along the row right away (RHT in
-//     registers when asked). For 2D it folds their amax into the 16x16 tile amax
-//     (shared-memory atomics) and quantizes after the barrier.
-//  B. Each thread reads two column blocks (16 rows x 1 column) back with 4-byte shared
-//     loads, applies the RHT down the column when asked, and quantizes them: a warp's
-//     lanes cover 8 row blocks x 4 words, so each column's 8 x 8 bytes of codes are one
+// in descending order (the amax pass left the end of x in L2). Tiles arrive in shared
+// memory by cp.async, kStages - 1 tiles ahead of the one being quantized, so that the
+// loads in flight do not hold registers (a ring of kStages tile buffers; blocks outside x
+// arrive as zeros, the zero rows of x^T's padding).
+//  A. Each thread reads two 16-element row blocks (the blocks its own cp.async brought,
+//     16-byte shared loads; the same thread/row mapping as the rowwise kernel, so
+//     rowwise stores stay sector-sized) and, for 1D, quantizes them along the row (RHT
+//     in registers when asked). For 2D it folds their amax into the 16x16 tile amax
+//     (shared-memory atomics) and quantizes after a barrier.
+//  B. Each thread reads two column blocks (16 rows x 1 column) with 4-byte shared loads,
+//     applies the RHT down the column when asked, and quantizes them: a warp's lanes
+//     cover 8 row blocks x 4 words, so each column's 8 x 8 bytes of codes are one
 //     contiguous 64-byte run of x^T.
 // Shared memory holds 16-byte chunks XOR-swizzled by row ((row/16 ^ row) & 7) so that
-// the phase-A 16-byte stores and the phase-B column loads are free of bank conflicts
-// (fp32 stores keep a 2-way conflict). The next tile's loads are issued before phase A
-// (1D) or before phase B (2D, which still needs its registers after the barrier).
+// the cp.async 16-byte writes, the phase-A 16-byte loads and the phase-B column loads are
+// free of bank conflicts. One barrier per tile (two for 2D): at the top of a tile, after
+// its copies have landed, it also retires the buffer the next copy overwrites.
 // Every byte of every output is written, the padding of the swizzled scales and the
 // zero-padded rows of x^T included.
 #include "quant/common.cuh"
@@ -58,13 +61,27 @@ struct Cursor {
 template <class T>
 struct Smem {
   static constexpr int kRowBytes = 64 * T::kBytes;  // one tile row
-  uint8_t buf[128 * kRowBytes];
+  static constexpr int kTileBytes = 128 * kRowBytes;
+  // tiles in the ring: 3 x 16 KiB for 16-bit inputs, 2 x 32 KiB for fp32
+  static constexpr int kStages = T::kBytes == 4 ? 2 : 3;
+  static constexpr int kBytes = kStages * kTileBytes;
 };
 
 // Byte offset of 16-byte chunk j of tile row r.
 template <class T>
 __device__ __forceinline__ int chunk_offset(int r, int j) {
   return r * Smem<T>::kRowBytes + ((j ^ (((r >> 4) ^ r) & 7)) << 4);
+}
+
+// 16 bytes global -> shared, asynchronously; zeros when !valid (nothing is read then).
+__device__ __forceinline__ void cp_async16(uint8_t* dst, const void* src, bool valid) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Which outputs and transforms a launch has are template parameters, so that each variant's
@@ -76,7 +93,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   static_assert(!k2D || (!kRowRht && !kColRht), "the RHT is 1D only");
   static_assert(kRow || !kRowRht, "row RHT without rowwise output");
   static_assert(kCol || !kColRht, "column RHT without columnwise output");
-  __shared__ __align__(16) Smem<T> sm;
+  extern __shared__ __align__(128) uint8_t ring[];  // Smem<T>::kBytes, dynamic
   __shared__ EncodeTable tab_r, tab_c;
   __shared__ uint32_t tam[2][8][4];  // 2D: amax bits of the tile's 8 x 4 16x16 tiles, double-buffered
 
@@ -137,13 +154,25 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     return n;
   };
   auto valid = [&](const Cursor& c, int k) { return rt[k] < a.rows - c.tr * 128 && bq < a.nb - c.tc * 4; };
-  // A block outside x keeps whatever its registers held: nothing computed from it is
-  // stored, shared memory gets zeros in its place (the zero rows of x^T's padding), and
-  // the 2D tile amax skips it.
-  auto load = [&](RawBlock<T> (&b)[2], const Cursor& c) {
+  // A block outside x arrives as zeros (the zero rows of x^T's padding); nothing
+  // computed from it is stored, and the 2D tile amax skips it.
+  auto load = [&](uint8_t* buf, const Cursor& c) {
 #pragma unroll
-    for (int k = 0; k < 2; ++k)
-      if (valid(c, k)) load_block<T>(b[k], x + (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes);
+    for (int k = 0; k < 2; ++k) {
+      const bool ok = valid(c, k);
+      const char* src = ok ? x + (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes : x;
+#pragma unroll
+      for (int i = 0; i < Layout<T>::kChunks; ++i)
+        cp_async16(buf + chunk_offset<T>(rt[k], bq * Layout<T>::kChunks + i), ok ? src + 16 * i : src, ok);
+    }
+  };
+  // The row block this thread's own copies brought.
+  auto read_block = [&](const uint8_t* buf, int k) {
+    RawBlock<T> b;
+#pragma unroll
+    for (int i = 0; i < Layout<T>::kChunks; ++i)
+      b.c[i] = *reinterpret_cast<const uint4*>(buf + chunk_offset<T>(rt[k], bq * Layout<T>::kChunks + i));
+    return b;
   };
 
   // RHT signs as +-1 factors, folded into the butterfly's first stage (core::rht16_fma)
@@ -177,31 +206,22 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     if (store) base[a.swizzled ? soff_r[k] : soff_lin[k]] = ok ? static_cast<uint8_t>(o.scale) : uint8_t{0};
   };
 
-  auto phase_a = [&](const RawBlock<T> (&b)[2], const Cursor& c, int pb) {
+  auto phase_a = [&](const uint8_t* buf, const Cursor& c, int pb) {
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const bool ok = valid(c, k);
-      if constexpr (do_col) {
-#pragma unroll
-        for (int i = 0; i < Layout<T>::kChunks; ++i) {
-          uint4* p = reinterpret_cast<uint4*>(sm.buf + chunk_offset<T>(rt[k], bq * Layout<T>::kChunks + i));
-          if (ok)
-            *p = b[k].c[i];
-          else
-            *p = make_uint4(0u, 0u, 0u, 0u);
-        }
-      }
       if constexpr (k2D) {
-        if (ok) atomicMax(&tam[pb][rt[k] >> 4][bq], raw_absmax_bits<T>(b[k]));
+        if (ok) atomicMax(&tam[pb][rt[k] >> 4][bq], raw_absmax_bits<T>(read_block(buf, k)));
       } else if constexpr (do_row) {
+        const RawBlock<T> b = read_block(buf, k);
         float v[kBlock];
-        to_float<T>(b[k], v);
+        to_float<T>(b, v);
         uint32_t bamax;
         if constexpr (kRowRht) {
           core::rht16_fma(v, rht_sign);
           bamax = absmax_bits(v);
         } else {
-          bamax = raw_absmax_bits<T>(b[k]);
+          bamax = raw_absmax_bits<T>(b);
         }
         const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
         store_row(c, k, encode_block<kSR>(v, bamax, ts_r, tab_r, a.keys, sr_offset, e0));
@@ -210,11 +230,11 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     if (k2D && threadIdx.x < 32) (&tam[pb ^ 1][0][0])[threadIdx.x] = 0u;  // for the next tile
   };
 
-  auto phase_a2 = [&](const RawBlock<T> (&b)[2], const Cursor& c, int pb) {
+  auto phase_a2 = [&](const uint8_t* buf, const Cursor& c, int pb) {
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       float v[kBlock];
-      to_float<T>(b[k], v);
+      to_float<T>(read_block(buf, k), v);
       const uint32_t s = block_scale_byte(tam[pb][rt[k] >> 4][bq], ts_r);
       const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
       store_row(c, k, encode_with_scale<kSR>(v, s, tab_r, a.keys, sr_offset, e0));
@@ -278,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     if (store) t.scales[csoff[u][h]] = ok ? static_cast<uint8_t>(o.scale) : uint8_t{0};
   };
 
-  auto phase_b = [&](const Cursor& c, int pb) {
+  auto phase_b = [&](const uint8_t* buf, const Cursor& c, int pb) {
     const ColTile t = col_tile(c);
 #pragma unroll
     for (int u = 0; u < kUnitsB; ++u) {
@@ -286,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
       uint32_t w[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i)
-        w[i] = *reinterpret_cast<const uint32_t*>(sm.buf + chunk_offset<T>(16 * rb + i, q) + 4 * wq);
+        w[i] = *reinterpret_cast<const uint32_t*>(buf + chunk_offset<T>(16 * rb + i, q) + 4 * wq);
       if constexpr (T::kBytes == 4) {
         float v[kBlock];
 #pragma unroll
@@ -304,41 +324,42 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     }
   };
 
-  auto step = [&](const RawBlock<T> (&b)[2], RawBlock<T> (&nb_)[2], const Cursor& c, const Cursor& n, bool more,
-                  int pb) {
-    // 1D is done with b after phase A, so the next tile's loads can fly during both
-    // phases; 2D still needs b after the barrier.
-    if (!k2D && more) load(nb_, n);
-    phase_a(b, c, pb);
-    __syncthreads();
-    if constexpr (k2D && do_row) phase_a2(b, c, pb);
-    if (k2D && more) load(nb_, n);
-    if constexpr (do_col) phase_b(c, pb);
-    __syncthreads();
+  // The ring: tile i in buffer i % kStages. The copies of tile i + kStages - 1 are issued
+  // right after the barrier that opens tile i: every thread has then finished tile i - 1,
+  // whose buffer they overwrite. One commit group per tile (empty past the last tile),
+  // so that "tile i has landed" is always "at most kStages - 2 groups pending".
+  constexpr int kStages = Smem<T>::kStages;
+  Cursor fetch = cur;
+  bool fetch_more = true;
+  auto issue = [&](int slot) {
+    if (fetch_more) {
+      load(ring + slot * Smem<T>::kTileBytes, fetch);
+      fetch = next(fetch);
+      fetch_more = fetch.tr >= 0;
+    }
+    cp_async_commit();
   };
-
-  RawBlock<T> ping[2], pong[2];
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    zero_block<T>(ping[k]);
-    zero_block<T>(pong[k]);
-  }
-  load(ping, cur);
-  int pb = 0;
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
+  int slot = 0, pb = 0;
   while (true) {
-    Cursor n = next(cur);
-    bool more = n.tr >= 0;
-    step(ping, pong, cur, n, more, pb);
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    issue(slot == 0 ? kStages - 1 : slot - 1);
+    const uint8_t* buf = ring + slot * Smem<T>::kTileBytes;
+    phase_a(buf, cur, pb);
+    if constexpr (k2D) {
+      __syncthreads();  // the 16x16 tile amaxes are complete
+      if constexpr (do_row) phase_a2(buf, cur, pb);
+    }
+    if constexpr (do_col) phase_b(buf, cur, pb);
     pb ^= 1;
-    if (!more) break;
+    const Cursor n = next(cur);
+    if (n.tr < 0) break;
     cur = n;
-    n = next(cur);
-    more = n.tr >= 0;
-    step(pong, ping, cur, n, more, pb);
-    pb ^= 1;
-    if (!more) break;
-    cur = n;
+    slot = slot == kStages - 1 ? 0 : slot + 1;
   }
+  cp_async_wait<0>();  // the groups past the last tile are empty; leave none behind
 }
 
 template <class T, bool kSR, bool k2D, bool kRow, bool kCol, bool kRowRht, bool kColRht>
@@ -374,8 +395,10 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   a.tiles_r = static_cast<int>(tiles_r);
   a.tiles_c = static_cast<int>(tiles_c);
   auto kernel = tile_kernel<T, kSR, k2D, kRow, kCol, kRowRht, kColRht>;
-  const unsigned grid = persistent_grid(kernel, kThreads, 0, tiles_r * tiles_c);
-  kernel<<<grid, kThreads, 0, stream>>>(a);
+  constexpr int smem = Smem<T>::kBytes;
+  if (nvfp4_status_t st = allow_dynamic_smem(kernel, smem); st != NVFP4_SUCCESS) return st;
+  const unsigned grid = persistent_grid(kernel, kThreads, smem, tiles_r * tiles_c);
+  kernel<<<grid, kThreads, smem, stream>>>(a);
   return check_launch("nvfp4 tile quantize kernel");
 }
 
