@@ -87,7 +87,7 @@ job_gemm() {
 }
 job_ncu() {  # Nsight Compute on the quantization and decode kernels (bench/ncu_kernels.py)
   step "ncu: quantization and decode kernels"
-  local names="regex:amax_|tile_kernel|rowwise_kernel|gemm_prep_kernel"
+  local names="regex:amax_|tile_kernel|rowwise_kernel|gemm_prep_kernel|direct_kernel"
   PYTHONPATH=$NEW timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --kernel-name "$names" \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section MemoryWorkloadAnalysis --section SchedulerStats python3 bench/ncu_kernels.py --repeat 1 > "$OUT/ncu.txt" 2>&1

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The workloads whose kernels `.ci/device_run.sh ncu` hands to Nsight Compute: the recipe's
 quantizations of a BF16 8192x8192 tensor (the amax pass and the quantize pass of each),
-then an 8192^3 CUTLASS GEMM (the FP4 -> BF16 decode, then the BF16 GEMM). Nsight Compute
+then an 8192^3 CUTLASS GEMM (the FP4 -> BF16 decode, then the BF16 GEMM) and the same
+GEMM with NVFP4_SM90_DIRECT=1 (the FP4-reading kernel, where the build has it). Nsight Compute
 replays each kernel it profiles, so one call of each (--repeat 1) is enough there; more
 calls serve timing by other means. Prints what ran, in order, so that the kernels of the
 report can be matched to it. Needs a CUDA GPU.
@@ -11,6 +12,7 @@ report can be matched to it. Needs a CUDA GPU.
 from __future__ import annotations
 
 import argparse
+import os
 
 import torch
 
@@ -45,6 +47,14 @@ def main(argv=None) -> int:
         nvfp4.gemm(qa, qb, backend="cutlass")
     torch.cuda.synchronize()
     print(f"gemm cutlass {n}^3: {a.repeat} calls")
+    os.environ["NVFP4_SM90_DIRECT"] = "1"  # the FP4-reading kernel, where the build has it
+    try:
+        for _ in range(a.repeat):
+            nvfp4.gemm(qa, qb, backend="cutlass")
+        torch.cuda.synchronize()
+        print(f"gemm cutlass {n}^3 with NVFP4_SM90_DIRECT=1: {a.repeat} calls")
+    finally:
+        del os.environ["NVFP4_SM90_DIRECT"]
     return 0
 
 
