@@ -140,6 +140,14 @@ __device__ __forceinline__ void fence_acc(float (&acc)[128]) {
 }
 
 // ---- decode ----------------------------------------------------------------------------------
+// An E4M3 byte as fp32 by the hardware conversion (sm_89+): exact (E4M3 lies inside fp16),
+// NaN for the NaN bytes, as core::e4m3_decode.
+__device__ __forceinline__ float e4m3_to_float(uint32_t byte) {
+  uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(static_cast<unsigned short>(byte)));
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h2 & 0xffffu)));
+}
+
 // Row r (of the tile), 16-value block j (of the K tile's 4): codes from `raw` (32 bytes per
 // row), the scale byte from the 512-byte swizzled scale tile `sf` holding the tile's 128-row
 // band, written as two 16-byte chunks of the 128-byte-swizzled decoded row. `ok`: the block
@@ -150,7 +158,7 @@ __device__ __forceinline__ void decode_block(const uint8_t* raw, const uint8_t* 
   if (ok) {
     const uint2 codes = *reinterpret_cast<const uint2*>(raw + r * 32 + j * 8);
     const int rb = r & 127;
-    const float s = core::e4m3_decode(sf[(r >> 7) * 512 + (rb & 31) * 16 + (rb >> 5) * 4 + j]);
+    const float s = e4m3_to_float(sf[(r >> 7) * 512 + (rb & 31) * 16 + (rb >> 5) * 4 + j]);
     uint32_t w[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -172,7 +180,9 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
   __shared__ uint64_t full[kStages], empty[kStages];
   __shared__ float lut[16];
 
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  // 1024-byte aligned for the 128-byte swizzle; offset from the shared array itself, so that
+  // the compiler keeps every access a shared-memory one (LDS/STS, not generic loads).
+  uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   const int tid = threadIdx.x, wg = tid / 128, t128 = tid % 128;
   const int m0 = blockIdx.x * kBM, n0 = blockIdx.y * kBN;
 
