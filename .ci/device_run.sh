@@ -10,7 +10,7 @@
 #       tests (every test file with GPU tests), quick (QUICK_TESTS), sanitize, quant, ncu
 #       (Nsight Compute sections of the quantization and decode kernels),
 #       quantlegacy, gemm, host, step85, step400 (LEGACY_TOO=1: also with the previous
-#       quantization kernels), step85c (compile + reduce-overhead rows), step400c, lora (the
+#       quantization kernels; DIRECT_TOO=1: also with NVFP4_SM90_DIRECT=1), step85c (compile + reduce-overhead rows), step400c, lora (the
 #       LoRA example, FP4 vs BF16 base), dist (the distributed tests, NCCL)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -117,6 +117,10 @@ job_step() {  # 85 | 400, [c]
     --modes eager --profile --no-memory --steps 10 --warmup 3
   stepbench "${size}_new_eager" "$NEW" --size "$sz" --variants bf16,nvfp4,fakequant --modes eager --profile \
     --steps 10 --warmup 3 $([[ $size == 400 ]] && echo --no-memory)
+  if [[ -n ${DIRECT_TOO:-} ]]; then  # the same build with the FP4-reading sm90 GEMM
+    NVFP4_SM90_DIRECT=1 stepbench "${size}_direct_eager" "$NEW" --size "$sz" --variants bf16,nvfp4 --modes eager \
+      --profile --no-memory --steps 10 --warmup 3
+  fi
   if [[ -n ${LEGACY_TOO:-} ]]; then  # the same build with the previous quantization kernels
     NVFP4_QUANT_LEGACY=1 stepbench "${size}_legacy_eager" "$NEW" --size "$sz" --variants bf16,nvfp4 --modes eager \
       --profile --no-memory --steps 10 --warmup 3
