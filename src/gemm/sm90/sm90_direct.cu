@@ -1,11 +1,19 @@
 // The FP4-reading Hopper GEMM: D[M,N] = beta*C + (alpha * (Â @ B̂ᵀ) + bias), Â and B̂ the
-// decoded NVFP4 operands (E2M1 value x E4M3 block scale, exact in BF16), alpha =
-// S_dec(A) * S_dec(B) applied to the FP32 accumulator.
+// decoded NVFP4 operands (E2M1 value x E4M3 block scale), alpha = S_dec(A) * S_dec(B)
+// applied to the FP32 accumulator.
+//
+// The operands are decoded to FP16 (wgmma's FP16 rate equals its BF16 rate): a product
+// E2M1 x E4M3 has at most 6 significant bits and lies in [2^-10, 2688] (or is 0 / NaN), so
+// it is exact in FP16 and never subnormal there. The decode is two hardware conversions and
+// one multiply per pair of values: an E2M1 nibble s.e1e0.m placed as the E4M3 byte
+// s.00e1e0.m00 is the same value times 2^-6 (E2M1's subnormal 0.5 lands on an E4M3
+// subnormal, never on E4M3's NaN pattern), converted to FP16 by cvt.f16x2.e4m3x2 and
+// multiplied by the block scale times 2^6 (in [2^-3, 28672], exact in FP16).
 //
 // CTA tile 128 (M) x 256 (N), K in tiles of 64, 384 threads in three warpgroups:
 //  - WG0, the producer: copies each K tile's codes (A 128 x 32 bytes, B 256 x 32 bytes) and
 //    scales (one 512-byte swizzled scale tile for A, two for B) into a stage of shared
-//    memory by cp.async, one K tile ahead, then decodes B's 256 x 64 values into BF16 in the
+//    memory by cp.async, one K tile ahead, then decodes B's 256 x 64 values into FP16 in the
 //    layout wgmma reads (K-major rows of 128 bytes, 16-byte chunks XOR-swizzled by row % 8:
 //    the 128-byte swizzle) and signals the stage full.
 //  - WG1, WG2, the consumers: each decodes its 64 rows of A the same way, then issues four
@@ -17,6 +25,7 @@
 // Shared-memory budget per K tile, see docs/design.md ("What the Hopper emulation costs").
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,8 +35,6 @@
 
 #include <cute/arch/mma_sm90_gmma.hpp>
 
-#include "core/e2m1.h"
-#include "core/e4m3.h"
 #include "core/scale.h"
 #include "gemm/common/device.h"
 #include "gemm/sm90/sm90_direct.h"
@@ -38,7 +45,7 @@ namespace {
 constexpr int kBM = 128, kBN = 256, kBK = 64;
 constexpr int kStages = 3;
 constexpr int kThreads = 384;
-constexpr int kRowBytes = kBK * 2;  // one decoded row of a K tile: 64 BF16
+constexpr int kRowBytes = kBK * 2;  // one decoded row of a K tile: 64 FP16
 
 // One stage. The decoded tiles come first: the 128-byte swizzle wants 1024-byte alignment.
 constexpr int kOffDecA = 0;
@@ -115,7 +122,7 @@ __device__ __forceinline__ void wg_barrier(int id) { asm volatile("bar.sync %0, 
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // ---- wgmma ---------------------------------------------------------------------------------
-// Descriptor of a K-major BF16 tile in the 128-byte swizzle: rows of 128 bytes, 8-row groups
+// Descriptor of a K-major 16-bit tile in the 128-byte swizzle: rows of 128 bytes, 8-row groups
 // 1024 bytes apart (the stride), start address in 16-byte units. Advancing K by 16 elements
 // inside the 64-element row is +32 bytes on the start address.
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
@@ -126,7 +133,7 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
   return d;
 }
 
-using Wgmma = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+using Wgmma = cute::SM90::GMMA::MMA_64x256x16_F32F16F16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
 
 template <size_t... I>
 __device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&acc)[128], bool accumulate,
@@ -140,35 +147,46 @@ __device__ __forceinline__ void fence_acc(float (&acc)[128]) {
 }
 
 // ---- decode ----------------------------------------------------------------------------------
-// An E4M3 byte as fp32 by the hardware conversion (sm_89+): exact (E4M3 lies inside fp16),
-// NaN for the NaN bytes, as core::e4m3_decode.
-__device__ __forceinline__ float e4m3_to_float(uint32_t byte) {
-  uint32_t h2;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(static_cast<unsigned short>(byte)));
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(h2 & 0xffffu)));
+// Two E4M3 bytes (the low one in bits 0..7) as FP16x2, the low byte in the low half: the
+// hardware conversion (sm_89+), exact (E4M3 lies inside FP16), NaN for the NaN bytes.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+__device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t b) {
+  __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+
+// Eight E2M1 codes (element 0 in the low nibble of w) times the block scale s2 (FP16x2 of
+// scale * 2^6): four FP16x2 words, elements in order.
+__device__ __forceinline__ uint4 decode8(uint32_t w, uint32_t s2) {
+  // even elements (low nibbles) and odd ones (high nibbles) as E4M3 bytes s.00e1e0.m00
+  const uint32_t ev = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
+  const uint32_t od = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
+  const uint32_t p01 = __byte_perm(ev, od, 0x5140);  // e0 o0 e1 o1: elements 0..3
+  const uint32_t p23 = __byte_perm(ev, od, 0x7362);  // e2 o2 e3 o3: elements 4..7
+  return make_uint4(hmul2_u32(e4m3x2_to_f16x2(p01 & 0xffffu), s2), hmul2_u32(e4m3x2_to_f16x2(p01 >> 16), s2),
+                    hmul2_u32(e4m3x2_to_f16x2(p23 & 0xffffu), s2), hmul2_u32(e4m3x2_to_f16x2(p23 >> 16), s2));
 }
 
 // Row r (of the tile), 16-value block j (of the K tile's 4): codes from `raw` (32 bytes per
 // row), the scale byte from the 512-byte swizzled scale tile `sf` holding the tile's 128-row
 // band, written as two 16-byte chunks of the 128-byte-swizzled decoded row. `ok`: the block
-// lies inside the matrix (row < rows, k < K); otherwise zeros.
+// lies inside the matrix (row < rows, k < K); otherwise zeros (a padded scale byte may
+// hold anything, NaN included).
 __device__ __forceinline__ void decode_block(const uint8_t* raw, const uint8_t* sf, uint8_t* dec, int r, int j,
-                                             bool ok, const float* lut) {
+                                             bool ok) {
   uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
   if (ok) {
     const uint2 codes = *reinterpret_cast<const uint2*>(raw + r * 32 + j * 8);
     const int rb = r & 127;
-    const float s = e4m3_to_float(sf[(r >> 7) * 512 + (rb & 31) * 16 + (rb >> 5) * 4 + j]);
-    uint32_t w[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t byte = ((i < 4 ? codes.x : codes.y) >> (8 * (i & 3))) & 0xffu;
-      // value * scale is exact in fp32 and in BF16 (at most 6 significant bits)
-      const __nv_bfloat162 v = __floats2bfloat162_rn(lut[byte & 15u] * s, lut[byte >> 4] * s);
-      w[i] = *reinterpret_cast<const uint32_t*>(&v);
-    }
-    lo = make_uint4(w[0], w[1], w[2], w[3]);
-    hi = make_uint4(w[4], w[5], w[6], w[7]);
+    const uint32_t sb = sf[(r >> 7) * 512 + (rb & 31) * 16 + (rb >> 5) * 4 + j];
+    const uint32_t s1 = e4m3x2_to_f16x2(sb) & 0xffffu;               // the scale in FP16
+    const uint32_t s2 = hmul2_u32(s1 | (s1 << 16), 0x54005400u);    // x 2^6 (0x5400 = 64.0)
+    lo = decode8(codes.x, s2);
+    hi = decode8(codes.y, s2);
   }
   uint8_t* row = dec + r * kRowBytes;
   *reinterpret_cast<uint4*>(row + (((2 * j) ^ (r & 7)) << 4)) = lo;
@@ -178,7 +196,6 @@ __device__ __forceinline__ void decode_block(const uint8_t* raw, const uint8_t* 
 __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
   extern __shared__ uint8_t smem_raw[];
   __shared__ uint64_t full[kStages], empty[kStages];
-  __shared__ float lut[16];
 
   // 1024-byte aligned for the 128-byte swizzle; offset from the shared array itself, so that
   // the compiler keeps every access a shared-memory one (LDS/STS, not generic loads).
@@ -186,7 +203,6 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
   const int tid = threadIdx.x, wg = tid / 128, t128 = tid % 128;
   const int m0 = blockIdx.x * kBM, n0 = blockIdx.y * kBN;
 
-  if (tid < 16) lut[tid] = core::e2m1_decode(tid);
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full[s], 128);   // the producer's threads
@@ -240,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
 #pragma unroll 2
       for (int q = t128; q < kBN * 4; q += 128) {
         const int r = q >> 2, j = q & 3;
-        decode_block(st + kOffRawB, st + kOffSfB, st + kOffDecB, r, j, n0 + r < p.n && k0 + 16 * j < p.k, lut);
+        decode_block(st + kOffRawB, st + kOffSfB, st + kOffDecB, r, j, n0 + r < p.n && k0 + 16 * j < p.k);
       }
       fence_async_smem();
       mbar_arrive(&full[kt % kStages]);
@@ -266,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
 #pragma unroll
     for (int q = t128; q < 64 * 4; q += 128) {
       const int r = 64 * w + (q >> 2), j = q & 3;
-      decode_block(st + kOffRawA, st + kOffSfA, st + kOffDecA, r, j, m0 + r < p.m && k0 + 16 * j < p.k, lut);
+      decode_block(st + kOffRawA, st + kOffSfA, st + kOffDecA, r, j, m0 + r < p.m && k0 + 16 * j < p.k);
     }
     fence_async_smem();
     wg_barrier(2 + w);  // this warpgroup's 64 rows of A are decoded
