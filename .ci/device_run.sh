@@ -60,10 +60,15 @@ job_quick() {
   PYTHONPATH=$NEW timeout 400 python3 -m pytest ${QUICK_TESTS:-tests/python/test_nn.py tests/python/test_graphs.py} \
     -q -p no:cacheprovider --maxfail=20 -rfE 2>&1 | tee "$OUT/quick.log" | tail -40
 }
-job_sanitize() {
-  step compute-sanitizer
-  PYTHONPATH=$NEW timeout ${SAN_TIMEOUT:-120} compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_quant.py \
-    2>&1 | tee "$OUT/sanitize.log" | tail -12
+job_sanitize() {  # SAN_SCRIPTS (default: the quantization script), SAN_TOOLS (default: memcheck)
+  local s t
+  for s in ${SAN_SCRIPTS:-tests/cuda/sanitize_quant.py}; do
+    for t in ${SAN_TOOLS:-memcheck}; do
+      step "compute-sanitizer $t $s"
+      PYTHONPATH=$NEW timeout ${SAN_TIMEOUT:-120} compute-sanitizer --tool "$t" python3 "$s" \
+        2>&1 | tee -a "$OUT/sanitize.log" | tail -12
+    done
+  done
 }
 job_quant() {  # with a baseline build (base), the same benchmark on it right after, same machine
   step bench quant
@@ -142,7 +147,7 @@ for a in "${ARGS[@]}"; do
   case $a in
     base|nobuild) ;;
     tests|quick|quant|quantlegacy|gemm|host|lora|dist|ncu) "job_$a" ;;
-    sanitize) [[ -f tests/cuda/sanitize_quant.py ]] && job_sanitize ;;
+    sanitize) job_sanitize ;;
     step85) job_step 85 ;;
     step400) job_step 400 ;;
     step85c) job_step 85 c ;;
