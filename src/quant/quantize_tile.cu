@@ -3,23 +3,29 @@
 // 16x16-tile quantization.
 //
 // Work unit: a tile of 128 rows x 64 columns of x, 256 threads, persistent grid, tiles
-// in descending order (the amax pass left the end of x in L2). Tiles arrive in shared
-// memory by cp.async, kStages - 1 tiles ahead of the one being quantized, so that the
-// loads in flight do not hold registers (a ring of kStages tile buffers; blocks outside x
-// arrive as zeros, the zero rows of x^T's padding).
-//  A. Each thread reads two 16-element row blocks (the blocks its own cp.async brought,
-//     16-byte shared loads; the same thread/row mapping as the rowwise kernel, so
-//     rowwise stores stay sector-sized) and, for 1D, quantizes them along the row (RHT
-//     in registers when asked). For 2D it folds their amax into the 16x16 tile amax
-//     (shared-memory atomics) and quantizes after a barrier.
+// in descending order (the amax pass left the end of x in L2). Two ways to bring tiles
+// in, chosen per variant by bench/bench_quant.py (H200, 2026-11-26):
+//  - ring (the variants with an RHT, whose arithmetic is long enough for loads to hide
+//    behind it: 1.1x faster this way): tiles arrive in shared memory by cp.async,
+//    kStages - 1 tiles ahead of the one being quantized, so that the loads in flight do
+//    not hold registers (a ring of kStages tile buffers; blocks outside x arrive as
+//    zeros, the zero rows of x^T's padding). One barrier per tile (two for 2D): at the top
+//    of a tile, after its copies have landed, it also retires the buffer the next copy
+//    overwrites.
+//  - registers (the others, 1.08x faster this way): each thread loads its two row blocks
+//    of the next tile into registers while it works on the current one and stores them
+//    to the single shared tile buffer in phase A; two barriers per tile.
+//  A. Each thread takes two 16-element row blocks (the same thread/row mapping as the
+//     rowwise kernel, so rowwise stores stay sector-sized) and, for 1D, quantizes them
+//     along the row (RHT in registers when asked). For 2D it folds their amax into the
+//     16x16 tile amax (shared-memory atomics) and quantizes after a barrier.
 //  B. Each thread reads two column blocks (16 rows x 1 column) with 4-byte shared loads,
 //     applies the RHT down the column when asked, and quantizes them: a warp's lanes
 //     cover 8 row blocks x 4 words, so each column's 8 x 8 bytes of codes are one
 //     contiguous 64-byte run of x^T.
 // Shared memory holds 16-byte chunks XOR-swizzled by row ((row/16 ^ row) & 7) so that
-// the cp.async 16-byte writes, the phase-A 16-byte loads and the phase-B column loads are
-// free of bank conflicts. One barrier per tile (two for 2D): at the top of a tile, after
-// its copies have landed, it also retires the buffer the next copy overwrites.
+// the 16-byte writes (cp.async or stores), the phase-A 16-byte loads and the phase-B
+// column loads are free of bank conflicts.
 // Every byte of every output is written, the padding of the swizzled scales and the
 // zero-padded rows of x^T included.
 #include "quant/common.cuh"
@@ -58,14 +64,18 @@ struct Cursor {
   int64_t base;  // tr * 128 * cols + tc * 64
 };
 
-template <class T>
+template <class T, bool kRing = false>
 struct Smem {
   static constexpr int kRowBytes = 64 * T::kBytes;  // one tile row
   static constexpr int kTileBytes = 128 * kRowBytes;
-  // tiles in the ring: 3 x 16 KiB for 16-bit inputs, 2 x 32 KiB for fp32
-  static constexpr int kStages = T::kBytes == 4 ? 2 : 3;
+  // tiles in the ring: 3 x 16 KiB for 16-bit inputs, 2 x 32 KiB for fp32; one otherwise
+  static constexpr int kStages = !kRing ? 1 : T::kBytes == 4 ? 2 : 3;
   static constexpr int kBytes = kStages * kTileBytes;
 };
+
+// Which variants bring their tiles in by the cp.async ring (see the top of this file).
+template <bool k2D, bool kRowRht, bool kColRht>
+constexpr bool kUseRing = kRowRht || kColRht;
 
 // Byte offset of 16-byte chunk j of tile row r.
 template <class T>
@@ -93,7 +103,9 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   static_assert(!k2D || (!kRowRht && !kColRht), "the RHT is 1D only");
   static_assert(kRow || !kRowRht, "row RHT without rowwise output");
   static_assert(kCol || !kColRht, "column RHT without columnwise output");
-  extern __shared__ __align__(128) uint8_t ring[];  // Smem<T>::kBytes, dynamic
+  constexpr bool kRing = kUseRing<k2D, kRowRht, kColRht>;
+  using S = Smem<T, kRing>;
+  extern __shared__ __align__(128) uint8_t ring[];  // S::kBytes, dynamic
   __shared__ EncodeTable tab_r, tab_c;
   __shared__ uint32_t tam[2][8][4];  // 2D: amax bits of the tile's 8 x 4 16x16 tiles, double-buffered
 
@@ -154,8 +166,14 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     return n;
   };
   auto valid = [&](const Cursor& c, int k) { return rt[k] < a.rows - c.tr * 128 && bq < a.nb - c.tc * 4; };
-  // A block outside x arrives as zeros (the zero rows of x^T's padding); nothing
+  // Ring: a block outside x arrives as zeros (the zero rows of x^T's padding). Registers:
+  // it keeps whatever its registers held, and phase A stores zeros in its place. Nothing
   // computed from it is stored, and the 2D tile amax skips it.
+  auto load_regs = [&](RawBlock<T> (&b)[2], const Cursor& c) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+      if (valid(c, k)) load_block<T>(b[k], x + (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes);
+  };
   auto load = [&](uint8_t* buf, const Cursor& c) {
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
@@ -166,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
         cp_async16(buf + chunk_offset<T>(rt[k], bq * Layout<T>::kChunks + i), ok ? src + 16 * i : src, ok);
     }
   };
-  // The row block this thread's own copies brought.
+  // The row block this thread's own copies brought (ring), or its registers.
   auto read_block = [&](const uint8_t* buf, int k) {
     RawBlock<T> b;
 #pragma unroll
@@ -206,14 +224,25 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     if (store) base[a.swizzled ? soff_r[k] : soff_lin[k]] = ok ? static_cast<uint8_t>(o.scale) : uint8_t{0};
   };
 
-  auto phase_a = [&](const uint8_t* buf, const Cursor& c, int pb) {
+  auto own_block = [&](const uint8_t* buf, const RawBlock<T> (&regs)[2], int k) {
+    if constexpr (kRing) return read_block(buf, k);
+    else return regs[k];
+  };
+  auto phase_a = [&](uint8_t* buf, const RawBlock<T> (&regs)[2], const Cursor& c, int pb) {
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const bool ok = valid(c, k);
+      if constexpr (!kRing && do_col) {  // the tile for phase B
+#pragma unroll
+        for (int i = 0; i < Layout<T>::kChunks; ++i) {
+          uint4* q = reinterpret_cast<uint4*>(buf + chunk_offset<T>(rt[k], bq * Layout<T>::kChunks + i));
+          *q = ok ? regs[k].c[i] : make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
       if constexpr (k2D) {
-        if (ok) atomicMax(&tam[pb][rt[k] >> 4][bq], raw_absmax_bits<T>(read_block(buf, k)));
+        if (ok) atomicMax(&tam[pb][rt[k] >> 4][bq], raw_absmax_bits<T>(own_block(buf, regs, k)));
       } else if constexpr (do_row) {
-        const RawBlock<T> b = read_block(buf, k);
+        const RawBlock<T> b = own_block(buf, regs, k);
         float v[kBlock];
         to_float<T>(b, v);
         uint32_t bamax;
@@ -230,11 +259,11 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     if (k2D && threadIdx.x < 32) (&tam[pb ^ 1][0][0])[threadIdx.x] = 0u;  // for the next tile
   };
 
-  auto phase_a2 = [&](const uint8_t* buf, const Cursor& c, int pb) {
+  auto phase_a2 = [&](const uint8_t* buf, const RawBlock<T> (&regs)[2], const Cursor& c, int pb) {
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       float v[kBlock];
-      to_float<T>(read_block(buf, k), v);
+      to_float<T>(own_block(buf, regs, k), v);
       const uint32_t s = block_scale_byte(tam[pb][rt[k] >> 4][bq], ts_r);
       const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
       store_row(c, k, encode_with_scale<kSR>(v, s, tab_r, a.keys, sr_offset, e0));
@@ -324,42 +353,83 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     }
   };
 
-  // The ring: tile i in buffer i % kStages. The copies of tile i + kStages - 1 are issued
-  // right after the barrier that opens tile i: every thread has then finished tile i - 1,
-  // whose buffer they overwrite. One commit group per tile (empty past the last tile),
-  // so that "tile i has landed" is always "at most kStages - 2 groups pending".
-  constexpr int kStages = Smem<T>::kStages;
-  Cursor fetch = cur;
-  bool fetch_more = true;
-  auto issue = [&](int slot) {
-    if (fetch_more) {
-      load(ring + slot * Smem<T>::kTileBytes, fetch);
-      fetch = next(fetch);
-      fetch_more = fetch.tr >= 0;
-    }
-    cp_async_commit();
-  };
+  if constexpr (!kRing) {
+    // Registers: tile i's blocks in ping/pong, the next tile's loads in flight during
+    // both phases (1D is done with them after phase A; 2D still needs them after the
+    // barrier, so its loads start after phase A2).
+    uint8_t* buf = ring;
+    auto step = [&](const RawBlock<T> (&b)[2], RawBlock<T> (&nb_)[2], const Cursor& c, const Cursor& n, bool more,
+                    int pb) {
+      if (!k2D && more) load_regs(nb_, n);
+      phase_a(buf, b, c, pb);
+      __syncthreads();
+      if constexpr (k2D && do_row) phase_a2(buf, b, c, pb);
+      if (k2D && more) load_regs(nb_, n);
+      if constexpr (do_col) phase_b(buf, c, pb);
+      __syncthreads();
+    };
+    RawBlock<T> ping[2], pong[2];
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(s);
-  int slot = 0, pb = 0;
-  while (true) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    issue(slot == 0 ? kStages - 1 : slot - 1);
-    const uint8_t* buf = ring + slot * Smem<T>::kTileBytes;
-    phase_a(buf, cur, pb);
-    if constexpr (k2D) {
-      __syncthreads();  // the 16x16 tile amaxes are complete
-      if constexpr (do_row) phase_a2(buf, cur, pb);
+    for (int k = 0; k < 2; ++k) {
+      zero_block<T>(ping[k]);
+      zero_block<T>(pong[k]);
     }
-    if constexpr (do_col) phase_b(buf, cur, pb);
-    pb ^= 1;
-    const Cursor n = next(cur);
-    if (n.tr < 0) break;
-    cur = n;
-    slot = slot == kStages - 1 ? 0 : slot + 1;
+    load_regs(ping, cur);
+    int pb = 0;
+    while (true) {
+      Cursor n = next(cur);
+      bool more = n.tr >= 0;
+      step(ping, pong, cur, n, more, pb);
+      pb ^= 1;
+      if (!more) break;
+      cur = n;
+      n = next(cur);
+      more = n.tr >= 0;
+      step(pong, ping, cur, n, more, pb);
+      pb ^= 1;
+      if (!more) break;
+      cur = n;
+    }
+  } else {
+    // The ring: tile i in buffer i % kStages. The copies of tile i + kStages - 1 are
+    // issued right after the barrier that opens tile i: every thread has then finished
+    // tile i - 1, whose buffer they overwrite. One commit group per tile (empty past the
+    // last tile), so that "tile i has landed" is always "at most kStages - 2 groups pending".
+    constexpr int kStages = S::kStages;
+    static_assert(kStages >= 2, "a ring of one buffer");
+    const RawBlock<T> none[2]{};  // unused: the ring reads its blocks from shared memory
+    Cursor fetch = cur;
+    bool fetch_more = true;
+    auto issue = [&](int slot) {
+      if (fetch_more) {
+        load(ring + slot * S::kTileBytes, fetch);
+        fetch = next(fetch);
+        fetch_more = fetch.tr >= 0;
+      }
+      cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(s);
+    int slot = 0, pb = 0;
+    while (true) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+      issue(slot == 0 ? kStages - 1 : slot - 1);
+      uint8_t* buf = ring + slot * S::kTileBytes;
+      phase_a(buf, none, cur, pb);
+      if constexpr (k2D) {
+        __syncthreads();  // the 16x16 tile amaxes are complete
+        if constexpr (do_row) phase_a2(buf, none, cur, pb);
+      }
+      if constexpr (do_col) phase_b(buf, cur, pb);
+      pb ^= 1;
+      const Cursor n = next(cur);
+      if (n.tr < 0) break;
+      cur = n;
+      slot = slot == kStages - 1 ? 0 : slot + 1;
+    }
+    cp_async_wait<0>();  // the groups past the last tile are empty; leave none behind
   }
-  cp_async_wait<0>();  // the groups past the last tile are empty; leave none behind
 }
 
 template <class T, bool kSR, bool k2D, bool kRow, bool kCol, bool kRowRht, bool kColRht>
@@ -395,7 +465,7 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   a.tiles_r = static_cast<int>(tiles_r);
   a.tiles_c = static_cast<int>(tiles_c);
   auto kernel = tile_kernel<T, kSR, k2D, kRow, kCol, kRowRht, kColRht>;
-  constexpr int smem = Smem<T>::kBytes;
+  constexpr int smem = Smem<T, kUseRing<k2D, kRowRht, kColRht>>::kBytes;
   if (nvfp4_status_t st = allow_dynamic_smem(kernel, smem); st != NVFP4_SUCCESS) return st;
   const unsigned grid = persistent_grid(kernel, kThreads, smem, tiles_r * tiles_c);
   kernel<<<grid, kThreads, smem, stream>>>(a);
