@@ -236,7 +236,8 @@ def test_small_m_stream_kernel(m, n, k, layout):
 
 @needs_cutlass
 @pytest.mark.parametrize("env", [{"NVFP4_SM90_SMALL_M": "0"}, {"NVFP4_SM90_TILE": "large"},
-                                 {"NVFP4_SM90_TILE": "medium"}, {"NVFP4_SM90_SMALL_M_KERNEL": "ring"}])
+                                 {"NVFP4_SM90_TILE": "medium"}, {"NVFP4_SM90_TILE": "streamk"},
+                                 {"NVFP4_SM90_SMALL_M_KERNEL": "ring"}])
 @pytest.mark.parametrize("m,n,k", [(16, 520, 4096), (128, 264, 1024), (1024, 2048, 512), (31, 4096, 4160)])
 def test_every_hopper_configuration(monkeypatch, env, m, n, k):
     """The same problems through the two-step path and each BF16 tile configuration."""
@@ -248,6 +249,52 @@ def test_every_hopper_configuration(monkeypatch, env, m, n, k):
     r, s = reference(qa, qb)
     got = run_gemm(qa, qb, torch.bfloat16)
     check_bound(got, r, s, k, torch.bfloat16, what=f"{env} M={m} N={n} K={k}")
+
+
+# Few 128x128 output tiles over a long K: the shapes the stream-K configurations take by
+# default (sm90_gemm.cu, wants_stream_k), e.g. the weight gradients of narrow layers; the
+# partial sums of split tiles are reduced in a fixed order, so two runs agree bit for bit
+# (run_gemm checks it).
+STREAM_K_SHAPES = [(256, 384, 8192), (768, 768, 4096), (130, 264, 2080), (1152, 2304, 2048)]
+
+
+@needs_cutlass
+@pytest.mark.parametrize("m,n,k", STREAM_K_SHAPES)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_stream_k_shapes(monkeypatch, m, n, k, out_dtype):
+    monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
+    qa, qb = make(m, n, k, block_b="2d")
+    r, s = reference(qa, qb)
+    got = run_gemm(qa, qb, out_dtype)
+    check_bound(got, r, s, k, out_dtype, what=f"M={m} N={n} K={k} {out_dtype}")
+    if torch.cuda.get_device_capability() == (9, 0):  # the data-parallel kernel, same bound
+        monkeypatch.setenv("NVFP4_SM90_TILE", "medium")
+        check_bound(run_gemm(qa, qb, out_dtype), r, s, k, out_dtype, what=f"data-parallel M={m} N={n} K={k}")
+
+
+@needs_cutlass
+def test_stream_k_bias_and_beta(monkeypatch):
+    monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
+    m, n, k = 384, 256, 8192
+    qa, qb = make(m, n, k)
+    r, s = reference(qa, qb)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
+    c = torch.randn(m, n, device="cuda", generator=g).to(torch.bfloat16)
+    out = c.clone()
+    nvfp4.gemm(qa, qb, backend="cutlass", out=out, bias=bias, beta=0.5)
+    check_bound(out, r, s, k, torch.bfloat16, bias=bias, c=c, beta=0.5, what="stream-K bias + beta*C")
+
+
+@needs_cutlass
+def test_unknown_tile_setting_is_refused(monkeypatch):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("a Hopper setting")
+    monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
+    monkeypatch.setenv("NVFP4_SM90_TILE", "huge")
+    qa, qb = make(256, 256, 256)
+    with pytest.raises(RuntimeError, match="NVFP4_SM90_TILE"):
+        nvfp4.gemm(qa, qb, backend="cutlass")
 
 
 @needs_cutlass

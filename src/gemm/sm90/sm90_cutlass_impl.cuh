@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -16,6 +17,7 @@
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/numeric_types.h"
 
 #include "gemm/sm90/sm90_cutlass.h"
@@ -32,7 +34,12 @@ struct Pingpong {
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
 };
 
-template <class ElementD_, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, class Schedule>
+// Scheduler: void (CUTLASS's persistent data-parallel scheduler) or
+// cutlass::gemm::StreamKScheduler (stream-K: the K loop of some output tiles is split over
+// several CTAs, so that few tiles still occupy every SM; partial sums are reduced in a
+// fixed order, ReductionMode::Deterministic, so results are run-to-run bit-identical).
+template <class ElementD_, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, class Schedule,
+          class Scheduler = void>
 struct Bf16Gemm {
   using ElementA = cutlass::bfloat16_t;
   using ElementB = cutlass::bfloat16_t;
@@ -75,7 +82,8 @@ struct Bf16Gemm {
       typename Schedule::Mainloop>::CollectiveOp;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
-                                                          CollectiveEpilogue>;
+                                                          CollectiveEpilogue, Scheduler>;
+  static constexpr bool kStreamK = std::is_same_v<Scheduler, cutlass::gemm::StreamKScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
   template <class Stride>
@@ -124,6 +132,12 @@ struct Bf16Gemm {
     if (p.swizzle > 0) args.scheduler.max_swizzle_size = p.swizzle;
     using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
     args.scheduler.raster_order = p.raster == 1 ? Raster::AlongM : p.raster == 2 ? Raster::AlongN : Raster::Heuristic;
+    if constexpr (kStreamK) {
+      // CUTLASS decides per problem between data-parallel, stream-K and split-K units;
+      // the reduction of partial tiles stays in one fixed order.
+      args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::Heuristic;
+      args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
+    }
     return args;
   }
 

@@ -36,7 +36,9 @@ size_t align_up(size_t v) { return gpu::align_up(v); }
 size_t dtype_size(nvfp4_dtype_t dt) { return gpu::dtype_bytes(dt); }
 
 // Tuning knobs for benchmarks, read on each call (cheap next to a GEMM):
-//   NVFP4_SM90_TILE=large|medium  force the BF16-output CUTLASS configuration
+//   NVFP4_SM90_TILE=large|medium|streamk  force the CUTLASS configuration: for BF16 output
+//     one of the three; for FP32 output streamk or (large, medium) the data-parallel one;
+//     FP16 output has one configuration. Any other value is refused by name.
 //   NVFP4_SM90_SWIZZLE=1|2|4|8, NVFP4_SM90_RASTER=m|n  the persistent scheduler's tile order
 // (NVFP4_SM90_SMALL_M=0, which skips the fused small-M kernel, is read by dispatch.cpp.)
 // (On the H200 at M=2048, N=4096/14336, K=4096, 128x256 with a 1x2 cluster, 256x128 with
@@ -46,16 +48,42 @@ void scheduler_knobs(Sm90CutlassArgs& a) {
   if (const char* v = std::getenv("NVFP4_SM90_RASTER")) a.raster = v[0] == 'm' ? 1 : v[0] == 'n' ? 2 : 0;
 }
 
-const Sm90CutlassKernel* pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count) {
-  if (out == NVFP4_DTYPE_FLOAT32) return &kSm90F32;
-  if (out == NVFP4_DTYPE_FLOAT16) return &kSm90F16;
-  if (const char* v = std::getenv("NVFP4_SM90_TILE")) {
-    if (std::strcmp(v, "large") == 0) return &kSm90Bf16Large;
-    if (std::strcmp(v, "medium") == 0) return &kSm90Bf16Medium;
+// Stream-K pays where data-parallel 128x128 tiles leave much of the machine idle in their
+// last wave (fewer than 80% of the SM slots of the waves busy: 36 tiles on 132 SMs, or
+// 144) and K is long enough to split (>= 2048). Elsewhere the data-parallel kernels are
+// as fast or faster (bench/bench_gemm.py, H200, 2026-11-26).
+bool wants_stream_k(const GemmJob& job, int sm_count) {
+  const int64_t tiles = ((job.m + 127) / 128) * ((job.n + 127) / 128);
+  const int64_t slots = (tiles + sm_count - 1) / sm_count * sm_count;
+  return job.k >= 2048 && tiles * 5 < slots * 4;
+}
+
+nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, const Sm90CutlassKernel*& kernel) {
+  const char* force = std::getenv("NVFP4_SM90_TILE");
+  if (force != nullptr && *force != '\0' && std::strcmp(force, "large") != 0 && std::strcmp(force, "medium") != 0 &&
+      std::strcmp(force, "streamk") != 0)
+    return fail(NVFP4_ERROR_INVALID_ARGUMENT, std::string("NVFP4_SM90_TILE: expected large, medium or streamk, got '") +
+                                                  force + "'");
+  const bool force_sk = force != nullptr && std::strcmp(force, "streamk") == 0;
+  if (out == NVFP4_DTYPE_FLOAT32) {
+    kernel = force_sk || (force == nullptr && wants_stream_k(job, sm_count)) ? &kSm90F32StreamK : &kSm90F32;
+    return NVFP4_SUCCESS;
   }
-  // 128x256 tiles as long as they fill the machine; smaller tiles spread fewer rows wider.
+  if (out == NVFP4_DTYPE_FLOAT16) {
+    kernel = &kSm90F16;
+    return NVFP4_SUCCESS;
+  }
+  if (force != nullptr && *force != '\0') {
+    kernel = force_sk ? &kSm90Bf16StreamK : std::strcmp(force, "large") == 0 ? &kSm90Bf16Large : &kSm90Bf16Medium;
+    return NVFP4_SUCCESS;
+  }
+  // 128x256 tiles as long as they fill the machine; smaller tiles spread fewer rows wider,
+  // and stream-K splits K where even those leave SMs idle.
   const int64_t large_tiles = ((job.m + 127) / 128) * ((job.n + 255) / 256);
-  return large_tiles >= sm_count ? &kSm90Bf16Large : &kSm90Bf16Medium;
+  kernel = large_tiles >= sm_count       ? &kSm90Bf16Large
+           : wants_stream_k(job, sm_count) ? &kSm90Bf16StreamK
+                                           : &kSm90Bf16Medium;
+  return NVFP4_SUCCESS;
 }
 
 struct Plan {
@@ -85,7 +113,9 @@ nvfp4_status_t make_plan(const GemmJob& job, Plan& pl) {
 
   const int dev = gpu::current_device();
   const int sms = gpu::sm_count(dev);
-  pl.kernel = pl.fallback ? &kSm90F32 : pick_kernel(job, job.d_dtype, sms);
+  if (nvfp4_status_t s = pick_kernel(job, pl.fallback ? NVFP4_DTYPE_FLOAT32 : job.d_dtype, sms, pl.kernel);
+      s != NVFP4_SUCCESS)
+    return s;
 
   size_t off = 0;
   pl.off_alpha = off;
