@@ -293,7 +293,7 @@ def test_unknown_tile_setting_is_refused(monkeypatch):
     monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
     monkeypatch.setenv("NVFP4_SM90_TILE", "huge")
     qa, qb = make(256, 256, 256)
-    with pytest.raises(RuntimeError, match="NVFP4_SM90_TILE"):
+    with pytest.raises(ValueError, match="NVFP4_SM90_TILE"):
         nvfp4.gemm(qa, qb, backend="cutlass")
 
 
