@@ -12,6 +12,7 @@
 #include "core/swizzle.h"
 #include "gemm/backends.h"
 #include "internal.h"
+#include "settings.h"
 #include "validate.h"
 
 #if defined(NVFP4_WITH_CUDA)
@@ -91,6 +92,7 @@ NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4
                                         nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
                                         nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
+    check_quant_settings();
     check_descriptor(input, "input");
     const nvfp4_quant_config_t cfg = checked_config(cfg_in);
     if (!rowwise && !columnwise) invalid("rowwise/columnwise: at least one output must be requested");
@@ -170,6 +172,7 @@ NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4
 NVFP4_API nvfp4_status_t nvfp4_dequantize(const nvfp4_quantized_t* q, nvfp4_scale_layout_t layout_in,
                                           nvfp4_tensor_t* out, nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
+    check_quant_settings();
     if (!q) invalid("q: null");
     check_descriptor(out, "out");
     if (!is_float_io(out->dtype))
@@ -421,6 +424,7 @@ NVFP4_API nvfp4_status_t nvfp4_gemm_workspace_size(const nvfp4_gemm_args_t* args
   return guarded([&]() -> nvfp4_status_t {
     if (!bytes) invalid("bytes: null");
     *bytes = 0;
+    check_gemm_settings();
     GemmJob job = make_gemm_job(args);
     return gemm_query(job, *args->d, args->backend, bytes);
   });
@@ -430,6 +434,7 @@ NVFP4_API nvfp4_status_t nvfp4_gemm(const nvfp4_gemm_args_t* args, void* workspa
                                     nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
     std::vector<ByteRange> buffers;
+    check_gemm_settings();
     GemmJob job = make_gemm_job(args, &buffers);
     return gemm_execute(job, *args->d, args->backend, buffers, workspace, workspace_bytes, stream);
   });
@@ -439,6 +444,7 @@ NVFP4_API nvfp4_status_t nvfp4_mx_gemm_workspace_size(const nvfp4_mx_gemm_args_t
   return guarded([&]() -> nvfp4_status_t {
     if (!bytes) invalid("bytes: null");
     *bytes = 0;
+    check_gemm_settings();
     GemmJob job = make_mx_gemm_job(args);
     return gemm_query(job, *args->d, args->backend, bytes);
   });
@@ -448,6 +454,7 @@ NVFP4_API nvfp4_status_t nvfp4_mx_gemm(const nvfp4_mx_gemm_args_t* args, void* w
                                        nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
     std::vector<ByteRange> buffers;
+    check_gemm_settings();
     GemmJob job = make_mx_gemm_job(args, &buffers);
     return gemm_execute(job, *args->d, args->backend, buffers, workspace, workspace_bytes, stream);
   });

@@ -9,6 +9,7 @@
 #include "core/mx.h"
 #include "core/swizzle.h"
 #include "mx_internal.h"
+#include "settings.h"
 #include "validate.h"
 
 #if defined(NVFP4_WITH_CUDA)
@@ -45,6 +46,7 @@ NVFP4_API nvfp4_status_t nvfp4_mx_quantize(const nvfp4_tensor_t* input, const nv
                                            nvfp4_mx_quantized_t* rowwise, nvfp4_mx_quantized_t* columnwise,
                                            nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
+    check_quant_settings();
     check_descriptor(input, "input");
     if (!cfg_in) invalid("cfg: null");
     nvfp4_mx_quant_config_t cfg;
@@ -119,6 +121,7 @@ NVFP4_API nvfp4_status_t nvfp4_mx_quantize(const nvfp4_tensor_t* input, const nv
 NVFP4_API nvfp4_status_t nvfp4_mx_dequantize(const nvfp4_mx_quantized_t* q, nvfp4_scale_layout_t layout_in,
                                              nvfp4_tensor_t* out, nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
+    check_quant_settings();
     if (!q) invalid("q: null");
     check_descriptor(out, "out");
     if (!is_float_io(out->dtype))

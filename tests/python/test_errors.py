@@ -337,3 +337,74 @@ def test_empty_inputs(shape):
     assert tuple(q.data.shape) == (rows, cols // 2) and tuple(q.data_t.shape) == (cols, (rows + 15) // 16 * 16 // 2)
     assert q.amax.item() == 0.0 and q.amax_t.item() == 0.0
     assert q.dequantize().shape == torch.Size(shape)
+
+
+# ---------------------------------------------------------------- environment settings
+
+def _settings_read_by(folder):
+    """The NVFP4_* environment variables the kernels under src/<folder> read (debug,
+    trace and cache-size knobs, and the cuDNN library path, take free-form values)."""
+    import pathlib
+    src = pathlib.Path(__file__).resolve().parents[2] / "src" / folder
+    if not src.is_dir():
+        pytest.skip("needs the source tree")
+    names = set()
+    for f in src.rglob("*"):
+        if f.suffix in (".cpp", ".cu", ".cuh", ".h"):
+            names |= set(re.findall(r'(?:getenv|env_int)\("(NVFP4_[A-Z0-9_]+)"', f.read_text()))
+    names = {n for n in names if not n.endswith(("_DEBUG", "_TRACE", "_CACHE_SIZE")) and n != "NVFP4_CUDNN_PATH"}
+    assert names, "no environment variables found: the pattern is out of date"
+    return sorted(names)
+
+
+def _cpu_gemm():
+    a = nvfp4.quantize(torch.randn(4, 32))
+    b = nvfp4.quantize(torch.randn(8, 32))
+    return nvfp4.gemm(a, b, backend="reference")
+
+
+def test_every_gemm_setting_refuses_an_unknown_value(monkeypatch):
+    """A GEMM setting with a value the library does not know is refused by name on every
+    GEMM call (the CPU reference runner included), never read as unset."""
+    for name in _settings_read_by("gemm"):
+        for bad in ("bogus", "-1", "1x"):
+            monkeypatch.setenv(name, bad)
+            with raises(ValueError, name, "expected"):
+                _cpu_gemm()
+        monkeypatch.delenv(name)
+    _cpu_gemm()
+
+
+def test_every_quant_setting_refuses_an_unknown_value(monkeypatch):
+    x = torch.randn(4, 32)
+    for name in _settings_read_by("quant"):
+        for bad in ("bogus", "-1", "2x"):
+            monkeypatch.setenv(name, bad)
+            with raises(ValueError, name, "expected"):
+                nvfp4.quantize(x)
+            with raises(ValueError, name, "expected"):
+                nvfp4.quantize_mxfp4(x)
+        monkeypatch.delenv(name)
+    nvfp4.quantize(x)
+
+
+@pytest.mark.parametrize("name,value", [
+    ("NVFP4_SM90_TILE", "streamk"), ("NVFP4_SM90_TILE", "large"), ("NVFP4_SM90_DIRECT", "1"),
+    ("NVFP4_SM90_SMALL_M", "0"), ("NVFP4_SM90_SMALL_M_KERNEL", "ring"), ("NVFP4_SM90_SWIZZLE", "4"),
+    ("NVFP4_SM90_RASTER", "n"), ("NVFP4_SM90_STREAM_SPLIT", "8"), ("NVFP4_CUDNN_AUTOTUNE", "0"),
+    ("NVFP4_SM90_TILE", ""),
+])
+def test_known_gemm_settings_are_accepted(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    want = nvfp4.gemm(nvfp4.quantize(torch.ones(4, 32)), nvfp4.quantize(torch.ones(8, 32)), backend="reference")
+    assert torch.equal(want, torch.full((4, 8), 32.0, dtype=want.dtype))
+
+
+@pytest.mark.parametrize("name,value", [("NVFP4_QUANT_GRID_CAP", "17"), ("NVFP4_QUANT_GRID_CAP", "0"),
+                                        ("NVFP4_QUANT_LEGACY", "1"), ("NVFP4_QUANT_LEGACY", "0")])
+def test_known_quant_settings_are_accepted(monkeypatch, name, value):
+    x = torch.randn(4, 32)
+    ref = nvfp4.quantize(x)
+    monkeypatch.setenv(name, value)
+    got = nvfp4.quantize(x)
+    assert torch.equal(got.data, ref.data) and torch.equal(got.scales, ref.scales)

@@ -1,0 +1,63 @@
+// See settings.h. The kernels read these variables where they use them; this file only
+// says which values exist, so that the readers can stay one line each.
+#include "settings.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+
+#include "validate.h"
+
+namespace nvfp4::detail {
+namespace {
+
+const char* value_of(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+void one_of(const char* name, std::initializer_list<const char*> allowed, const char* meaning) {
+  const char* v = value_of(name);
+  if (v == nullptr) return;
+  std::string list;
+  for (const char* a : allowed) {
+    if (std::strcmp(v, a) == 0) return;
+    list += list.empty() ? "" : ", ";
+    list += a;
+  }
+  invalid(std::string(name) + ": expected one of " + list + " (" + meaning + "), got '" + v + "'");
+}
+
+void integer(const char* name, long lo, long hi, const char* meaning) {
+  const char* v = value_of(name);
+  if (v == nullptr) return;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || n < lo || n > hi)
+    invalid(std::string(name) + ": expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+            " (" + meaning + "), got '" + v + "'");
+}
+
+}  // namespace
+
+void check_gemm_settings() {
+  one_of("NVFP4_SM90_DIRECT", {"0", "1"}, "1: the FP4-reading Hopper GEMM");
+  one_of("NVFP4_SM90_SMALL_M", {"0", "1"}, "0: never the fused small-M Hopper kernel");
+  one_of("NVFP4_SM90_SMALL_M_KERNEL", {"stream", "ring"}, "the small-M kernel's form");
+  one_of("NVFP4_SM90_TILE", {"large", "medium", "streamk"}, "the Hopper CUTLASS configuration");
+  one_of("NVFP4_SM90_SWIZZLE", {"1", "2", "4", "8"}, "the persistent scheduler's largest swizzle");
+  one_of("NVFP4_SM90_RASTER", {"m", "n"}, "the persistent scheduler's tile order");
+  integer("NVFP4_SM90_STREAM_SPLIT", 1, 8, "splits of the small-M streaming kernel, at most its cluster size");
+  one_of("NVFP4_SM90_STREAM_PREFETCH", {"0", "1"}, "the small-M streaming kernel's L2 prefetch");
+  one_of("NVFP4_SM90_STREAM_AFIRST", {"0", "1"}, "the small-M streaming kernel's load order");
+  one_of("NVFP4_CUDNN_EPILOGUE", {"separate"}, "the cuDNN runner's own epilogue kernel");
+  integer("NVFP4_CUDNN_AUTOTUNE", 0, 64, "cuDNN plans timed on a graph's first call");
+}
+
+void check_quant_settings() {
+  one_of("NVFP4_QUANT_LEGACY", {"0", "1"}, "1: the previous quantization kernels");
+  integer("NVFP4_QUANT_GRID_CAP", 0, 1 << 20, "largest persistent grid of the quantization kernels, 0: none");
+}
+
+}  // namespace nvfp4::detail

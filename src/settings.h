@@ -1,0 +1,17 @@
+// The environment variables the library reads on a call (benchmark and test settings that
+// choose a kernel, a tile configuration or a launch geometry). Their values are checked
+// here, at the C API entry points, against what each one accepts: a value the library
+// does not know is refused with the variable named (NVFP4_ERROR_INVALID_ARGUMENT), never
+// read as "unset". An empty value is the same as unset.
+#pragma once
+
+namespace nvfp4::detail {
+
+// The GEMM settings (NVFP4_SM90_*, NVFP4_CUDNN_EPILOGUE, NVFP4_CUDNN_AUTOTUNE). Throws
+// validate.h's Error on a bad value.
+void check_gemm_settings();
+
+// The quantization settings (NVFP4_QUANT_LEGACY, NVFP4_QUANT_GRID_CAP).
+void check_quant_settings();
+
+}  // namespace nvfp4::detail
