@@ -13,13 +13,16 @@
 // CTA tile 128 (M) x 256 (N), K in tiles of 64, 384 threads in three warpgroups:
 //  - WG0, the producer: copies each K tile's codes (A 128 x 32 bytes, B 256 x 32 bytes) and
 //    scales (one 512-byte swizzled scale tile for A, two for B) into a stage of shared
-//    memory by cp.async, one K tile ahead, then decodes B's 256 x 64 values into FP16 in the
-//    layout wgmma reads (K-major rows of 128 bytes, 16-byte chunks XOR-swizzled by row % 8:
-//    the 128-byte swizzle) and signals the stage full.
-//  - WG1, WG2, the consumers: each decodes its 64 rows of A the same way, then issues four
-//    wgmma m64n256k16 (both operands from shared memory) per K tile into 128 FP32
-//    accumulators per thread; one K tile's batch stays in flight while the next tile's A
-//    is decoded, and a stage is released once its batch has completed.
+//    memory by cp.async, two K tiles ahead, and signals the stage's copies landed.
+//  - Decoding is spread over all 384 threads, one row of the K tile each (its four 16-value
+//    blocks): the producer's threads B rows 0..127, consumer w's threads A rows 64w..64w+63
+//    and B rows 128+64w..128+64w+63. A row goes to FP16 in the layout wgmma reads (K-major
+//    rows of 128 bytes, 16-byte chunks XOR-swizzled by row % 8: the 128-byte swizzle); the
+//    stage's "decoded" barrier completes when all 384 rows are written.
+//  - WG1, WG2, the consumers: each issues four wgmma m64n256k16 (both operands from shared
+//    memory) per K tile into 128 FP32 accumulators per thread; one K tile's batch stays in
+//    flight while the next tile's rows are decoded, and a stage is released once its batch
+//    has completed.
 // Stages: 3 (codes, scales, decoded A and B of one K tile: 62 KiB each). Past M, N or K the
 // copies fill zeros and the decode writes zeros (a padded scale byte may hold anything).
 // Shared-memory budget per K tile, see docs/design.md ("What the Hopper emulation costs").
@@ -171,31 +174,40 @@ __device__ __forceinline__ uint4 decode8(uint32_t w, uint32_t s2) {
                     hmul2_u32(e4m3x2_to_f16x2(p23 & 0xffffu), s2), hmul2_u32(e4m3x2_to_f16x2(p23 >> 16), s2));
 }
 
-// Row r (of the tile), 16-value block j (of the K tile's 4): codes from `raw` (32 bytes per
-// row), the scale byte from the 512-byte swizzled scale tile `sf` holding the tile's 128-row
-// band, written as two 16-byte chunks of the 128-byte-swizzled decoded row. `ok`: the block
-// lies inside the matrix (row < rows, k < K); otherwise zeros (a padded scale byte may
-// hold anything, NaN included).
-__device__ __forceinline__ void decode_block(const uint8_t* raw, const uint8_t* sf, uint8_t* dec, int r, int j,
-                                             bool ok) {
-  uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
-  if (ok) {
-    const uint2 codes = *reinterpret_cast<const uint2*>(raw + r * 32 + j * 8);
-    const int rb = r & 127;
-    const uint32_t sb = sf[(r >> 7) * 512 + (rb & 31) * 16 + (rb >> 5) * 4 + j];
-    const uint32_t s1 = e4m3x2_to_f16x2(sb) & 0xffffu;               // the scale in FP16
-    const uint32_t s2 = hmul2_u32(s1 | (s1 << 16), 0x54005400u);    // x 2^6 (0x5400 = 64.0)
-    lo = decode8(codes.x, s2);
-    hi = decode8(codes.y, s2);
-  }
+// Row r of a tile (all four 16-value blocks of the K tile): codes from `raw` (32 bytes per
+// row, two 16-byte loads), the four scale bytes of the row (adjacent in the swizzled scale
+// tile: one 4-byte load), eight 16-byte stores into the 128-byte-swizzled decoded row.
+// `rows_ok`: the row lies inside the matrix; `kblocks`: blocks of this K tile inside K
+// (4, or 2 for the half tile at the end when K % 64 == 32). Outside, zeros.
+__device__ __forceinline__ void decode_row(const uint8_t* raw, const uint8_t* sf, uint8_t* dec, int r, bool row_ok,
+                                           int kblocks) {
   uint8_t* row = dec + r * kRowBytes;
-  *reinterpret_cast<uint4*>(row + (((2 * j) ^ (r & 7)) << 4)) = lo;
-  *reinterpret_cast<uint4*>(row + (((2 * j + 1) ^ (r & 7)) << 4)) = hi;
+  uint4 c0 = make_uint4(0u, 0u, 0u, 0u), c1 = c0;
+  uint32_t sb = 0u;
+  if (row_ok) {
+    c0 = *reinterpret_cast<const uint4*>(raw + r * 32);
+    c1 = *reinterpret_cast<const uint4*>(raw + r * 32 + 16);
+    const int rb = r & 127;
+    sb = *reinterpret_cast<const uint32_t*>(sf + (r >> 7) * 512 + (rb & 31) * 16 + (rb >> 5) * 4);
+  }
+  const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
+    if (row_ok && j < kblocks) {
+      const uint32_t s1 = e4m3x2_to_f16x2((sb >> (8 * j)) & 0xffu) & 0xffffu;  // the scale in FP16
+      const uint32_t s2 = hmul2_u32(s1 | (s1 << 16), 0x54005400u);            // x 2^6
+      lo = decode8(words[2 * j], s2);
+      hi = decode8(words[2 * j + 1], s2);
+    }
+    *reinterpret_cast<uint4*>(row + (((2 * j) ^ (r & 7)) << 4)) = lo;
+    *reinterpret_cast<uint4*>(row + (((2 * j + 1) ^ (r & 7)) << 4)) = hi;
+  }
 }
 
 __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
   extern __shared__ uint8_t smem_raw[];
-  __shared__ uint64_t full[kStages], empty[kStages];
+  __shared__ uint64_t full[kStages], empty[kStages], decoded[kStages];
 
   // 1024-byte aligned for the 128-byte swizzle; offset from the shared array itself, so that
   // the compiler keeps every access a shared-memory one (LDS/STS, not generic loads).
@@ -205,8 +217,9 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 128);   // the producer's threads
-      mbar_init(&empty[s], 256);  // the consumers' threads
+      mbar_init(&full[s], 128);     // the producer's threads: the copies landed
+      mbar_init(&empty[s], 256);    // the consumers' threads: the stage's wgmmas completed
+      mbar_init(&decoded[s], 384);  // every thread: its row is decoded
     }
   }
   __syncthreads();
@@ -251,15 +264,13 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
     for (int kt = 0; kt < p.ktiles; ++kt) {
       cp_async_wait<1>();  // K tile kt has landed (this thread's copies)
       wg_barrier(1);       // ... and every producer thread's
-      uint8_t* st = smem + (kt % kStages) * kStageBytes;
-      const int k0 = kt * kBK;
-#pragma unroll 2
-      for (int q = t128; q < kBN * 4; q += 128) {
-        const int r = q >> 2, j = q & 3;
-        decode_block(st + kOffRawB, st + kOffSfB, st + kOffDecB, r, j, n0 + r < p.n && k0 + 16 * j < p.k);
-      }
+      const int s = kt % kStages;
+      uint8_t* st = smem + s * kStageBytes;
+      mbar_arrive(&full[s]);
+      const int kblocks = min(4, (p.k - kt * kBK) / 16);
+      decode_row(st + kOffRawB, st + kOffSfB, st + kOffDecB, t128, n0 + t128 < p.n, kblocks);
       fence_async_smem();
-      mbar_arrive(&full[kt % kStages]);
+      mbar_arrive(&decoded[s]);
       if (kt + 2 < p.ktiles) load(kt + 2);
       cp_async_commit();
     }
@@ -278,14 +289,17 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
     const int s = kt % kStages;
     mbar_wait(&full[s], (kt / kStages) & 1);
     uint8_t* st = smem + s * kStageBytes;
-    const int k0 = kt * kBK;
-#pragma unroll
-    for (int q = t128; q < 64 * 4; q += 128) {
-      const int r = 64 * w + (q >> 2), j = q & 3;
-      decode_block(st + kOffRawA, st + kOffSfA, st + kOffDecA, r, j, m0 + r < p.m && k0 + 16 * j < p.k);
+    const int kblocks = min(4, (p.k - kt * kBK) / 16);
+    if (t128 < 64) {
+      const int r = 64 * w + t128;
+      decode_row(st + kOffRawA, st + kOffSfA, st + kOffDecA, r, m0 + r < p.m, kblocks);
+    } else {
+      const int r = 128 + 64 * w + (t128 - 64);
+      decode_row(st + kOffRawB, st + kOffSfB, st + kOffDecB, r, n0 + r < p.n, kblocks);
     }
     fence_async_smem();
-    wg_barrier(2 + w);  // this warpgroup's 64 rows of A are decoded
+    mbar_arrive(&decoded[s]);
+    mbar_wait(&decoded[s], (kt / kStages) & 1);  // all of B and this warpgroup's A rows
     const uint32_t a_base = smem_u32(st + kOffDecA + 64 * w * kRowBytes);
     const uint32_t b_base = smem_u32(st + kOffDecB);
     fence_acc(acc);
