@@ -177,31 +177,25 @@ __device__ __forceinline__ uint4 decode8(uint32_t w, uint32_t s2) {
 // Row r of a tile (all four 16-value blocks of the K tile): codes from `raw` (32 bytes per
 // row, two 16-byte loads), the four scale bytes of the row (adjacent in the swizzled scale
 // tile: one 4-byte load), eight 16-byte stores into the 128-byte-swizzled decoded row.
-// `rows_ok`: the row lies inside the matrix; `kblocks`: blocks of this K tile inside K
-// (4, or 2 for the half tile at the end when K % 64 == 32). Outside, zeros.
+// `row_ok`: the row lies inside the matrix; `kblocks`: blocks of this K tile inside K (4,
+// or 2 for the half tile at the end when K % 64 == 32). Outside, the codes arrived as zeros
+// (the copies zero-fill) and the scale bytes, which may hold anything in the padding (NaN
+// included), are replaced by 0: every value there decodes to 0, with no branch.
 __device__ __forceinline__ void decode_row(const uint8_t* raw, const uint8_t* sf, uint8_t* dec, int r, bool row_ok,
                                            int kblocks) {
   uint8_t* row = dec + r * kRowBytes;
-  uint4 c0 = make_uint4(0u, 0u, 0u, 0u), c1 = c0;
-  uint32_t sb = 0u;
-  if (row_ok) {
-    c0 = *reinterpret_cast<const uint4*>(raw + r * 32);
-    c1 = *reinterpret_cast<const uint4*>(raw + r * 32 + 16);
-    const int rb = r & 127;
-    sb = *reinterpret_cast<const uint32_t*>(sf + (r >> 7) * 512 + (rb & 31) * 16 + (rb >> 5) * 4);
-  }
+  const uint4 c0 = *reinterpret_cast<const uint4*>(raw + r * 32);
+  const uint4 c1 = *reinterpret_cast<const uint4*>(raw + r * 32 + 16);
+  const int rb = r & 127;
+  uint32_t sb = *reinterpret_cast<const uint32_t*>(sf + (r >> 7) * 512 + (rb & 31) * 16 + (rb >> 5) * 4);
+  sb = row_ok ? (kblocks == 4 ? sb : sb & 0xffffu) : 0u;
   const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
-    if (row_ok && j < kblocks) {
-      const uint32_t s1 = e4m3x2_to_f16x2((sb >> (8 * j)) & 0xffu) & 0xffffu;  // the scale in FP16
-      const uint32_t s2 = hmul2_u32(s1 | (s1 << 16), 0x54005400u);            // x 2^6
-      lo = decode8(words[2 * j], s2);
-      hi = decode8(words[2 * j + 1], s2);
-    }
-    *reinterpret_cast<uint4*>(row + (((2 * j) ^ (r & 7)) << 4)) = lo;
-    *reinterpret_cast<uint4*>(row + (((2 * j + 1) ^ (r & 7)) << 4)) = hi;
+    const uint32_t s1 = e4m3x2_to_f16x2((sb >> (8 * j)) & 0xffu) & 0xffffu;  // the scale in FP16
+    const uint32_t s2 = hmul2_u32(s1 | (s1 << 16), 0x54005400u);            // x 2^6
+    *reinterpret_cast<uint4*>(row + (((2 * j) ^ (r & 7)) << 4)) = decode8(words[2 * j], s2);
+    *reinterpret_cast<uint4*>(row + (((2 * j + 1) ^ (r & 7)) << 4)) = decode8(words[2 * j + 1], s2);
   }
 }
 
