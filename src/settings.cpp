@@ -48,6 +48,7 @@ void check_gemm_settings() {
   one_of("NVFP4_SM90_TILE", {"large", "medium", "streamk"}, "the Hopper CUTLASS configuration");
   one_of("NVFP4_SM90_SWIZZLE", {"1", "2", "4", "8"}, "the persistent scheduler's largest swizzle");
   one_of("NVFP4_SM90_RASTER", {"m", "n"}, "the persistent scheduler's tile order");
+  integer("NVFP4_SM90_SPLITS", 1, 16, "split-K splits of the stream-K configurations");
   integer("NVFP4_SM90_STREAM_SPLIT", 1, 8, "splits of the small-M streaming kernel, at most its cluster size");
   one_of("NVFP4_SM90_STREAM_PREFETCH", {"0", "1"}, "the small-M streaming kernel's L2 prefetch");
   one_of("NVFP4_SM90_STREAM_AFIRST", {"0", "1"}, "the small-M streaming kernel's load order");

@@ -31,6 +31,9 @@ struct Sm90CutlassArgs {
   // default) and raster order (0: CUTLASS's heuristic, 1: along M, 2: along N).
   int swizzle = 0;
   int raster = 0;
+  // Stream-K configurations only: 0 lets CUTLASS choose the decomposition; n > 1 forces
+  // split-K with n splits of K.
+  int splits = 0;
 };
 
 // One entry per compiled configuration.

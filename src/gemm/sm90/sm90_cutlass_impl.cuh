@@ -135,7 +135,9 @@ struct Bf16Gemm {
     if constexpr (kStreamK) {
       // CUTLASS decides per problem between data-parallel, stream-K and split-K units;
       // the reduction of partial tiles stays in one fixed order.
-      args.scheduler.decomposition_mode = cutlass::gemm::kernel::detail::DecompositionMode::Heuristic;
+      using Mode = cutlass::gemm::kernel::detail::DecompositionMode;
+      args.scheduler.decomposition_mode = p.splits > 1 ? Mode::SplitK : Mode::Heuristic;
+      if (p.splits > 1) args.scheduler.splits = p.splits;
       args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
     }
     return args;

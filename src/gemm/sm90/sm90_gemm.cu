@@ -40,12 +40,14 @@ size_t dtype_size(nvfp4_dtype_t dt) { return gpu::dtype_bytes(dt); }
 //     one of the three; for FP32 output streamk or (large, medium) the data-parallel one;
 //     FP16 output has one configuration. Any other value is refused by name.
 //   NVFP4_SM90_SWIZZLE=1|2|4|8, NVFP4_SM90_RASTER=m|n  the persistent scheduler's tile order
+//   NVFP4_SM90_SPLITS=n  the stream-K configurations run split-K with n splits
 // (NVFP4_SM90_SMALL_M=0, which skips the fused small-M kernel, is read by dispatch.cpp.)
 // (On the H200 at M=2048, N=4096/14336, K=4096, 128x256 with a 1x2 cluster, 256x128 with
 // 2x1, swizzles 2/4/8 and either raster order all timed within 3% of the default.)
 void scheduler_knobs(Sm90CutlassArgs& a) {
   if (const char* v = std::getenv("NVFP4_SM90_SWIZZLE")) a.swizzle = std::atoi(v);
   if (const char* v = std::getenv("NVFP4_SM90_RASTER")) a.raster = v[0] == 'm' ? 1 : v[0] == 'n' ? 2 : 0;
+  if (const char* v = std::getenv("NVFP4_SM90_SPLITS")) a.splits = std::atoi(v);
 }
 
 // Stream-K pays where data-parallel 128x128 tiles leave much of the machine idle in their
