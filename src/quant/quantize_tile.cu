@@ -83,16 +83,9 @@ __device__ __forceinline__ int chunk_offset(int r, int j) {
   return r * Smem<T>::kRowBytes + ((j ^ (((r >> 4) ^ r) & 7)) << 4);
 }
 
-// 16 bytes global -> shared, asynchronously; zeros when !valid (nothing is read then).
-__device__ __forceinline__ void cp_async16(uint8_t* dst, const void* src, bool valid) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+using gpu::cp_async16;  // 16 bytes global -> shared, asynchronously (gemm/common/device.h)
+using gpu::cp_async_commit;
+using gpu::cp_async_wait;
 
 // Which outputs and transforms a launch has are template parameters, so that each variant's
 // loop holds only its own work (kRowRht: RHT along rows for the rowwise output, kColRht:
@@ -181,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
       const char* src = ok ? x + (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes : x;
 #pragma unroll
       for (int i = 0; i < Layout<T>::kChunks; ++i)
-        cp_async16(buf + chunk_offset<T>(rt[k], bq * Layout<T>::kChunks + i), ok ? src + 16 * i : src, ok);
+        cp_async16(buf + chunk_offset<T>(rt[k], bq * Layout<T>::kChunks + i), ok ? src + 16 * i : src, ok ? 16 : 0);
     }
   };
   // The row block this thread's own copies brought (ring), or its registers.

@@ -127,3 +127,34 @@ def test_linear_scales_and_k_16_fall_back_to_the_two_step_path():
         assert not any("direct_kernel" in n for n in names), (layout, k, names)
         r, s = reference(qa, qb)
         check_bound(run_gemm(qa, qb, torch.float32), r, s, k, torch.float32, what=f"{layout} K={k}")
+
+
+def _gemm_with_c(qa, qb, c, beta, out):
+    """The C API with an explicit C tensor (nvfp4.gemm passes C only when beta != 0)."""
+    from nvfp4 import _C, _ops
+    from nvfp4.backends import BACKENDS
+    m, n, k = out.shape[0], out.shape[1], qa.data.shape[1] * 2
+    ra, rb = qa.rowwise, qb.rowwise
+    dev = _ops._device(out)
+    args = (ra.data.data_ptr(), ra.scales.data_ptr(), ra.amax.data_ptr(), rb.data.data_ptr(), rb.scales.data_ptr(),
+            rb.amax.data_ptr(), m, n, k, _ops._LAYOUT_SWIZZLED, c.data_ptr(), _ops.DTYPE_CODE[c.dtype], 0, 0, beta,
+            out.data_ptr(), _ops.DTYPE_CODE[out.dtype], BACKENDS["cutlass"])
+    ws_bytes = _C.gemm_raw(*args, 0, -1, *dev)
+    ws = torch.empty((max(ws_bytes, 1),), dtype=torch.uint8, device="cuda")
+    _C.gemm_raw(*args, ws.data_ptr(), ws_bytes, *dev)
+    torch.cuda.synchronize()
+
+
+@needs_direct
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_beta_zero_never_reads_c(monkeypatch, direct):
+    """With beta == 0 a C given to the C API is not read: C full of NaN and inf changes
+    nothing (the CUTLASS epilogue's rule, shared by every runner)."""
+    monkeypatch.setenv("NVFP4_SM90_DIRECT", direct)
+    qa, qb = make(200, 264, 512)
+    want = run_gemm(qa, qb, torch.float32)
+    c = torch.full((200, 264), float("nan"), device="cuda")
+    c[::2] = float("inf")
+    out = torch.full((200, 264), -7.0, device="cuda")
+    _gemm_with_c(qa, qb, c, 0.0, out)
+    assert torch.equal(out, want), first_mismatch(out, want)

@@ -129,6 +129,29 @@ inline nvfp4_status_t check_launch(const std::string& what) {
 }
 
 #if defined(__CUDACC__)
+// The 32-bit shared-memory address of a pointer into shared memory.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// cp.async (sm_80+): copies the first src_bytes of a 16- (4-) byte piece from global to
+// shared memory and zero-fills the rest (src_bytes = 0: nothing is read, all zeros). The
+// "memory" clobbers keep the compiler from moving shared-memory accesses across them.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's commit groups are pending.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // Element i of a float32 / float16 / bfloat16 buffer, widened to fp32 (exact).
 __device__ __forceinline__ float load_as_float(const void* p, nvfp4_dtype_t dt, int64_t i) {
   switch (dt) {

@@ -4,11 +4,10 @@
 //
 // The operands are decoded to FP16 (wgmma's FP16 rate equals its BF16 rate): a product
 // E2M1 x E4M3 has at most 6 significant bits and lies in [2^-10, 2688] (or is 0 / NaN), so
-// it is exact in FP16 and never subnormal there. The decode is two hardware conversions and
-// one multiply per pair of values: an E2M1 nibble s.e1e0.m placed as the E4M3 byte
-// s.00e1e0.m00 is the same value times 2^-6 (E2M1's subnormal 0.5 lands on an E4M3
-// subnormal, never on E4M3's NaN pattern), converted to FP16 by cvt.f16x2.e4m3x2 and
-// multiplied by the block scale times 2^6 (in [2^-3, 28672], exact in FP16).
+// it is exact in FP16 and never subnormal there. The decode (one hardware conversion and
+// one FP16x2 multiply per pair of values), the K order inside each 8-value word (the same
+// for A and B, so every product is still formed once) and the epilogue are the fused
+// small-M kernels' (sm90_fp4_decode.cuh).
 //
 // CTA tile 128 (M) x 256 (N), K in tiles of 64, 384 threads in three warpgroups:
 //  - WG0, the producer: copies each K tile's codes (A 128 x 32 bytes, B 256 x 32 bytes) and
@@ -28,7 +27,6 @@
 // Shared-memory budget per K tile, see docs/design.md ("What the Hopper emulation costs").
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -41,6 +39,7 @@
 #include "core/scale.h"
 #include "gemm/common/device.h"
 #include "gemm/sm90/sm90_direct.h"
+#include "gemm/sm90/sm90_fp4_decode.cuh"
 
 namespace nvfp4::detail {
 namespace {
@@ -68,36 +67,19 @@ struct Params {
   const uint8_t* sfa;  // swizzled [roundup(m,128), roundup(k/16,4)]
   const uint8_t* b;    // [n, k/2]
   const uint8_t* sfb;
-  const float* amax_a;
-  const float* amax_b;
   int m, n, k;
   int ktiles;          // ceil(k / 64)
   int scols4;          // swizzled scale tiles per 128-row band: roundup(k/16, 4) / 4
   int b_bands;         // 128-row bands of B's padded scales: roundup(n, 128) / 128
-  const void* c;
-  nvfp4_dtype_t c_dtype;
-  float beta;
-  const void* bias;
-  nvfp4_dtype_t bias_dtype;
-  void* d;
-  nvfp4_dtype_t d_dtype;
+  sm90::Epilogue epi;  // amaxes (alpha), bias, beta * C (C null when beta == 0), D
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using gpu::cp_async16;
+using gpu::cp_async_commit;
+using gpu::cp_async_wait;
+using gpu::smem_u32;
 
-// ---- cp.async, mbarrier, named barriers ---------------------------------------------------
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
+// ---- mbarrier, named barriers ----------------------------------------------------------------
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
 }
@@ -149,31 +131,6 @@ __device__ __forceinline__ void fence_acc(float (&acc)[128]) {
   for (int i = 0; i < 128; ++i) cute::warpgroup_fence_operand(acc[i]);
 }
 
-// ---- decode ----------------------------------------------------------------------------------
-// Two E4M3 bytes (the low one in bits 0..7) as FP16x2, the low byte in the low half: the
-// hardware conversion (sm_89+), exact (E4M3 lies inside FP16), NaN for the NaN bytes.
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-}
-
-__device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t b) {
-  __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
-  return *reinterpret_cast<uint32_t*>(&r);
-}
-
-// Eight E2M1 codes (element 0 in the low nibble of w) times the block scale s2 (FP16x2 of
-// scale * 2^6): four FP16x2 words, elements in order.
-__device__ __forceinline__ uint4 decode8(uint32_t w, uint32_t s2) {
-  // even elements (low nibbles) and odd ones (high nibbles) as E4M3 bytes s.00e1e0.m00
-  const uint32_t ev = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
-  const uint32_t od = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
-  const uint32_t p01 = __byte_perm(ev, od, 0x5140);  // e0 o0 e1 o1: elements 0..3
-  const uint32_t p23 = __byte_perm(ev, od, 0x7362);  // e2 o2 e3 o3: elements 4..7
-  return make_uint4(hmul2_u32(e4m3x2_to_f16x2(p01 & 0xffffu), s2), hmul2_u32(e4m3x2_to_f16x2(p01 >> 16), s2),
-                    hmul2_u32(e4m3x2_to_f16x2(p23 & 0xffffu), s2), hmul2_u32(e4m3x2_to_f16x2(p23 >> 16), s2));
-}
-
 // Row r of a tile (all four 16-value blocks of the K tile): codes from `raw` (32 bytes per
 // row, two 16-byte loads), the four scale bytes of the row (adjacent in the swizzled scale
 // tile: one 4-byte load), eight 16-byte stores into the 128-byte-swizzled decoded row.
@@ -192,10 +149,13 @@ __device__ __forceinline__ void decode_row(const uint8_t* raw, const uint8_t* sf
   const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const uint32_t s1 = e4m3x2_to_f16x2((sb >> (8 * j)) & 0xffu) & 0xffffu;  // the scale in FP16
-    const uint32_t s2 = hmul2_u32(s1 | (s1 << 16), 0x54005400u);            // x 2^6
-    *reinterpret_cast<uint4*>(row + (((2 * j) ^ (r & 7)) << 4)) = decode8(words[2 * j], s2);
-    *reinterpret_cast<uint4*>(row + (((2 * j + 1) ^ (r & 7)) << 4)) = decode8(words[2 * j + 1], s2);
+    const uint32_t s2 = sm90::scale_pair((sb >> (8 * j)) & 0xffu);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t d[4];
+      sm90::decode8(words[2 * j + h], s2, d);
+      *reinterpret_cast<uint4*>(row + (((2 * j + h) ^ (r & 7)) << 4)) = make_uint4(d[0], d[1], d[2], d[3]);
+    }
   }
 }
 
@@ -226,28 +186,28 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
     auto load = [&](int kt) {
       const int s = kt % kStages;
       if (kt >= kStages) mbar_wait(&empty[s], ((kt / kStages) & 1) ^ 1);
-      const uint32_t base = smem_u32(smem + s * kStageBytes);
+      uint8_t* base = smem + s * kStageBytes;
       const int kbyte = kt * 32;
       for (int c = t128; c < 864; c += 128) {
         if (c < 256) {  // A codes: row c/2, half c%2
           const int r = c >> 1, h = c & 1;
           const bool ok = m0 + r < p.m && kbyte + 16 * h < row_bytes;
           const uint8_t* src = ok ? p.a + static_cast<int64_t>(m0 + r) * row_bytes + kbyte + 16 * h : p.a;
-          cp_async16(base + kOffRawA + r * 32 + 16 * h, src, ok);
+          cp_async16(base + kOffRawA + r * 32 + 16 * h, src, ok ? 16 : 0);
         } else if (c < 768) {  // B codes
           const int cc = c - 256, r = cc >> 1, h = cc & 1;
           const bool ok = n0 + r < p.n && kbyte + 16 * h < row_bytes;
           const uint8_t* src = ok ? p.b + static_cast<int64_t>(n0 + r) * row_bytes + kbyte + 16 * h : p.b;
-          cp_async16(base + kOffRawB + r * 32 + 16 * h, src, ok);
+          cp_async16(base + kOffRawB + r * 32 + 16 * h, src, ok ? 16 : 0);
         } else if (c < 800) {  // A's scale tile (band m0/128 always exists)
           const int cc = c - 768;
           const uint8_t* src = p.sfa + (static_cast<int64_t>(m0 / 128) * p.scols4 + kt) * 512 + 16 * cc;
-          cp_async16(base + kOffSfA + 16 * cc, src, true);
+          cp_async16(base + kOffSfA + 16 * cc, src, 16);
         } else {  // B's two scale tiles (the second band may lie past the padded scales)
           const int cc = c - 800, band = n0 / 128 + (cc >> 5);
           const bool ok = band < p.b_bands;
           const uint8_t* src = ok ? p.sfb + (static_cast<int64_t>(band) * p.scols4 + kt) * 512 + 16 * (cc & 31) : p.sfb;
-          cp_async16(base + kOffSfB + 16 * cc, src, ok);
+          cp_async16(base + kOffSfB + 16 * cc, src, ok ? 16 : 0);
         }
       }
     };
@@ -329,18 +289,13 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
     *reinterpret_cast<float2*>(tile + row * kLd + col) = make_float2(acc[i], acc[i + 1]);
   }
   wg_barrier(2 + w);
-  const float alpha = core::gemm_alpha(p.amax_a, p.amax_b);
-  const int64_t n_total = p.n;
+  const float alpha = core::gemm_alpha(p.epi.amax_a, p.epi.amax_b);
 #pragma unroll 1
   for (int e = t128; e < 64 * kBN; e += 128) {
     const int r = e / kBN, cl = e % kBN;
     const int row = m0 + 64 * w + r, col = n0 + cl;
     if (row >= p.m || col >= p.n) continue;
-    const int64_t idx = static_cast<int64_t>(row) * n_total + col;
-    float v = alpha * tile[r * kLd + cl];
-    if (p.bias != nullptr) v = v + gpu::load_as_float(p.bias, p.bias_dtype, col);
-    if (p.c != nullptr) v = p.beta * gpu::load_as_float(p.c, p.c_dtype, idx) + v;
-    gpu::store_from_float(p.d, p.d_dtype, idx, v);
+    sm90::store_output(p.epi, alpha, tile[r * kLd + cl], row, col, p.n);
   }
 }
 
@@ -352,7 +307,7 @@ bool direct_enabled() {
 }  // namespace
 
 bool sm90_direct_applicable(const GemmJob& job) {
-  auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  using gpu::aligned16;
   return direct_enabled() && job.format == Format::kNvfp4 && job.layout == NVFP4_SCALES_SWIZZLED &&
          job.m >= 1 && job.n >= 1 && job.k >= 32 && job.k % 32 == 0 && job.m < (int64_t{1} << 31) &&
          job.n < (int64_t{1} << 31) && job.k < (int64_t{1} << 31) && (job.m + kBM - 1) / kBM <= INT32_MAX &&
@@ -368,21 +323,14 @@ nvfp4_status_t sm90_direct_gemm(const GemmJob& job, nvfp4_stream_t stream) {
   p.sfa = job.sfa;
   p.b = job.b;
   p.sfb = job.sfb;
-  p.amax_a = job.amax_a;
-  p.amax_b = job.amax_b;
   p.m = static_cast<int>(job.m);
   p.n = static_cast<int>(job.n);
   p.k = static_cast<int>(job.k);
   p.ktiles = static_cast<int>((job.k + kBK - 1) / kBK);
   p.scols4 = static_cast<int>((job.k / 16 + 3) / 4);
   p.b_bands = static_cast<int>((job.n + 127) / 128);
-  p.c = job.c;
-  p.c_dtype = job.c_dtype;
-  p.beta = job.beta;
-  p.bias = job.bias;
-  p.bias_dtype = job.bias_dtype;
-  p.d = job.d;
-  p.d_dtype = job.d_dtype;
+  p.epi = {job.amax_a, job.amax_b, job.beta != 0.0f ? job.c : nullptr,  // beta == 0: C is not read
+           job.c_dtype, job.beta, job.bias, job.bias_dtype, job.d, job.d_dtype};
   if (nvfp4_status_t s = gpu::allow_dynamic_smem(direct_kernel, kSmemBytes); s != NVFP4_SUCCESS) return s;
   const dim3 grid(static_cast<unsigned>((job.m + kBM - 1) / kBM), static_cast<unsigned>((job.n + kBN - 1) / kBN));
   direct_kernel<<<grid, kThreads, kSmemBytes, reinterpret_cast<cudaStream_t>(stream)>>>(p);

@@ -90,20 +90,12 @@ struct Params {
   int chunks_per_split;
 };
 
-// ---- cp.async wrappers ----
-
-// Copies the first src_bytes of a 16- (4-) byte piece and zero-fills the rest.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+// cp.async wrappers: gpu::cp_async16 / cp_async4 / cp_async_commit / cp_async_wait
+// (gemm/common/device.h).
+using gpu::cp_async16;
+using gpu::cp_async4;
+using gpu::cp_async_commit;
+using gpu::cp_async_wait;
 
 template <class C>
 __global__ void __launch_bounds__(kThreads) small_m_kernel(const __grid_constant__ Params p) {
