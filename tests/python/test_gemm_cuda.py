@@ -162,13 +162,11 @@ def test_llm_shapes(m, n, k):
     check_bound(got, r, s, k, torch.bfloat16, what=f"M={m} N={n} K={k}")
 
 
-@needs_cutlass
-@pytest.mark.parametrize("m,n,k", [(1, 72, 256), (13, 40, 4096), (100, 264, 1024), (300, 520, 512)])
-@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_on_grid_inputs_are_exact(m, n, k, out_dtype):
-    """E2M1 values with every block amax 6 and tensor amax 42 (S_enc = 64): block scales are
-    powers of two (the amax block is 42 alone, scale 448 = 7*64, still exact), alpha = 2^-12,
-    every product and partial sum is exact in fp32, so the result is exact."""
+def on_grid_operands(m, n, k):
+    """A [m, k] and B [n, k] on the FP4 grid: E2M1 values with every block amax 6 and tensor
+    amax 42 (S_enc = 64), so the block scales are powers of two (the amax block is 42 alone,
+    scale 448 = 7*64, still exact), alpha = 2^-12, and every product and partial sum of the
+    GEMM is exact in fp32."""
     g = torch.Generator(device="cuda").manual_seed(m + n + k)
     vals = torch.tensor(E2M1[:8], device="cuda")
 
@@ -180,7 +178,17 @@ def test_on_grid_inputs_are_exact(m, n, k, out_dtype):
         x[0, 0] = 42.0
         return x
 
-    a, b = grid(m), grid(n)
+    return grid(m), grid(n)
+
+
+@needs_cutlass
+@pytest.mark.parametrize("m,n,k", [(1, 72, 256), (13, 40, 4096), (100, 264, 1024), (300, 520, 512)])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_on_grid_inputs_are_exact(m, n, k, out_dtype):
+    """E2M1 values with every block amax 6 and tensor amax 42 (S_enc = 64): block scales are
+    powers of two (the amax block is 42 alone, scale 448 = 7*64, still exact), alpha = 2^-12,
+    every product and partial sum is exact in fp32, so the result is exact."""
+    a, b = on_grid_operands(m, n, k)
     for layout in ("swizzled", "linear"):
         qa, qb = nvfp4.quantize(a, scale_layout=layout), nvfp4.quantize(b, scale_layout=layout)
         assert torch.equal(qa.dequantize(torch.float32), a) and torch.equal(qb.dequantize(torch.float32), b)

@@ -10,7 +10,7 @@ import torch
 
 import nvfp4
 from conftest import first_mismatch
-from test_gemm_cuda import E2M1, check_bound, make, reference, run_gemm
+from test_gemm_cuda import check_bound, make, on_grid_operands, reference, run_gemm
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
@@ -71,18 +71,7 @@ def test_direct_matches_float64(m, n, k, out_dtype):
 def test_direct_on_grid_inputs_are_exact(m, n, k):
     """Inputs on the FP4 grid with power-of-two scales: every product and partial sum is exact
     in fp32, so the fp32 output equals the exact product bit for bit."""
-    g = torch.Generator(device="cuda").manual_seed(m + n + k)
-    vals = torch.tensor(E2M1[:8], device="cuda")
-
-    def grid(rows):
-        x = vals[torch.randint(0, 8, (rows, k), generator=g, device="cuda")]
-        x = x * torch.where(torch.rand(rows, k, generator=g, device="cuda") < 0.5, -1.0, 1.0)
-        x[:, ::16] = 6.0
-        x[0, :16] = 0.0
-        x[0, 0] = 42.0
-        return x
-
-    a, b = grid(m), grid(n)
+    a, b = on_grid_operands(m, n, k)
     qa, qb = nvfp4.quantize(a), nvfp4.quantize(b)
     exact = (a.double() @ b.double().t()).float()
     got = run_gemm(qa, qb, torch.float32)
