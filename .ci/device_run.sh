@@ -9,9 +9,9 @@
 # jobs: base, nobuild (reuse /tmp/new from an earlier call on the same warm machine),
 #       tests (every test file with GPU tests), quick (QUICK_TESTS), sanitize, quant, ncu
 #       (Nsight Compute sections of the quantization and decode kernels),
-#       quantlegacy, gemm, host, step85, step400 (LEGACY_TOO=1: also with the previous
-#       quantization kernels; DIRECT_TOO=1: also with NVFP4_SM90_DIRECT=1), step85c (compile + reduce-overhead rows), step400c, lora (the
-#       LoRA example, FP4 vs BF16 base), dist (the distributed tests, NCCL)
+#       gemm, host, step85, step400 (DIRECT_TOO=1: also with NVFP4_SM90_DIRECT=1), step85c
+#       (compile + reduce-overhead rows), step400c, lora (the LoRA example, FP4 vs BF16 base),
+#       dist (the distributed tests, NCCL)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -80,11 +80,6 @@ job_quant() {  # with a baseline build (base), the same benchmark on it right af
       2>&1 | tee "$OUT/bench_quant_base.log" | tail -30
   fi
 }
-job_quantlegacy() {
-  step bench quant, legacy kernels
-  NVFP4_QUANT_LEGACY=1 PYTHONPATH=$NEW timeout 150 python3 bench/bench_quant.py --sizes 8192 16384 \
-    --json "$OUT/bench_quant_legacy.json" 2>&1 | tee "$OUT/bench_quant_legacy.log" | tail -30
-}
 job_gemm() {
   step bench gemm
   PYTHONPATH=$NEW python3 bench/bench_gemm.py ${GEMM_BENCH_ARGS:-} --json "$OUT/bench_gemm.json" 2>&1 \
@@ -126,10 +121,6 @@ job_step() {  # 85 | 400, [c]
     NVFP4_SM90_DIRECT=1 stepbench "${size}_direct_eager" "$NEW" --size "$sz" --variants bf16,nvfp4 --modes eager \
       --profile --no-memory --steps 10 --warmup 3
   fi
-  if [[ -n ${LEGACY_TOO:-} ]]; then  # the same build with the previous quantization kernels
-    NVFP4_QUANT_LEGACY=1 stepbench "${size}_legacy_eager" "$NEW" --size "$sz" --variants bf16,nvfp4 --modes eager \
-      --profile --no-memory --steps 10 --warmup 3
-  fi
 }
 job_lora() {
   step "LoRA fine-tune, FP4 base vs BF16 base"
@@ -146,7 +137,7 @@ job_dist() {
 for a in "${ARGS[@]}"; do
   case $a in
     base|nobuild) ;;
-    tests|quick|quant|quantlegacy|gemm|host|lora|dist|ncu) "job_$a" ;;
+    tests|quick|quant|gemm|host|lora|dist|ncu) "job_$a" ;;
     sanitize) job_sanitize ;;
     step85) job_step 85 ;;
     step400) job_step 400 ;;

@@ -21,15 +21,14 @@ its input cached by the previous one). Output buffers are allocated once. Withou
 small sizes; those figures say nothing about GPU throughput.
 
   python bench/bench_quant.py [--quick] [--json out.json] [--sizes 4096 8192 16384] [--device cpu]
-  NVFP4_QUANT_LEGACY=1 python bench/bench_quant.py ...   (the kernels before the 8-bit SR
-  contract, same build, for a before/after table; their SR bits follow the old contract)
+A before/after table times a build of the earlier commit right after this one, on the same
+machine (.ci/device_run.sh base quant).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
-import os
 import sys
 
 import torch
@@ -158,8 +157,6 @@ def main() -> int:
     print(f"device: {dev_name} ({sms} SMs, L2 {l2 >> 20} MiB), "
           f"torch {torch.__version__}, nvfp4 {nvfp4.__version__}, {datetime.datetime.now().isoformat(timespec='seconds')}")
     print(f"plain-PyTorch RTN baseline bit-exact with nvfp4: {baseline_exact}")
-    legacy = os.environ.get("NVFP4_QUANT_LEGACY", "0") not in ("", "0")
-    print(f"quantize kernels: {'legacy (NVFP4_QUANT_LEGACY)' if legacy else 'current'}")
     hdr = f"{'kernel':28s} {'shape':>13s} {'us':>9s} {'GB/s':>8s} {'x copy':>7s} {'1-pass GB/s':>11s} {'torch us':>10s} {'speedup':>8s}"
     print(hdr)
     print("-" * len(hdr))
@@ -233,7 +230,6 @@ def main() -> int:
             json.dump(dict(device=dev_name, sms=sms, l2_bytes=l2,
                            date=datetime.datetime.now().isoformat(timespec="seconds"), torch=torch.__version__,
                            nvfp4=nvfp4.__version__, baseline_rtn_bit_exact=baseline_exact, iters=iters,
-                           legacy_quant_kernels=legacy,
                            results=results), f, indent=2)
         print(f"wrote {args.json}")
     return 0

@@ -39,6 +39,14 @@ void integer(const char* name, long lo, long hi, const char* meaning) {
             " (" + meaning + "), got '" + v + "'");
 }
 
+// A variable of an earlier version whose code is gone: a value is refused rather than
+// ignored, so that a run that asks for the old behaviour does not silently get the new one.
+void removed(const char* name, const char* why) {
+  const char* v = value_of(name);
+  if (v == nullptr) return;
+  invalid(std::string(name) + ": no longer read (" + why + "); unset it (got '" + v + "')");
+}
+
 }  // namespace
 
 void check_gemm_settings() {
@@ -57,7 +65,8 @@ void check_gemm_settings() {
 }
 
 void check_quant_settings() {
-  one_of("NVFP4_QUANT_LEGACY", {"0", "1"}, "1: the previous quantization kernels");
+  removed("NVFP4_QUANT_LEGACY",
+          "the previous quantization kernels were deleted after 0.2; time them from a build of an earlier commit");
   integer("NVFP4_QUANT_GRID_CAP", 0, 1 << 20, "largest persistent grid of the quantization kernels, 0: none");
 }
 

@@ -11,7 +11,7 @@ namespace nvfp4::detail {
 // validate.h's Error on a bad value.
 void check_gemm_settings();
 
-// The quantization settings (NVFP4_QUANT_LEGACY, NVFP4_QUANT_GRID_CAP).
+// The quantization settings (NVFP4_QUANT_GRID_CAP; NVFP4_QUANT_LEGACY, removed, is refused).
 void check_quant_settings();
 
 }  // namespace nvfp4::detail

@@ -18,14 +18,4 @@ nvfp4_status_t launch_rowwise(const QuantJob& job, cudaStream_t stream);
 // quantize_tile.cu: everything with a columnwise output, and every 2D quantization.
 nvfp4_status_t launch_tile(const QuantJob& job, cudaStream_t stream);
 
-// legacy_rowwise.cu, legacy_tile.cu: the kernels before the 8-bit SR contract, selected by
-// NVFP4_QUANT_LEGACY=1 for timing comparisons (their SR bits follow the old contract).
-namespace legacy {
-nvfp4_status_t launch_rowwise_legacy(const QuantJob& job, cudaStream_t stream);
-nvfp4_status_t launch_tile_legacy(const QuantJob& job, cudaStream_t stream);
-}  // namespace legacy
-
-// NVFP4_QUANT_LEGACY set to a non-zero value, read at each call.
-bool use_legacy_kernels();
-
 }  // namespace nvfp4::detail::quant

@@ -7,15 +7,7 @@
 #include "quant/common.cuh"
 #include "quant/launch.cuh"
 
-#include <cstdlib>
-#include <cstring>
-
 namespace nvfp4::detail {
-
-bool quant::use_legacy_kernels() {
-  const char* v = std::getenv("NVFP4_QUANT_LEGACY");
-  return v && *v && std::strcmp(v, "0") != 0;
-}
 
 nvfp4_status_t cuda_quantize(const QuantJob& job, nvfp4_stream_t s) {
   const cudaStream_t stream = reinterpret_cast<cudaStream_t>(s);
@@ -27,10 +19,8 @@ nvfp4_status_t cuda_quantize(const QuantJob& job, nvfp4_stream_t s) {
   if (job.rows == 0 || job.cols == 0) return NVFP4_SUCCESS;  // amax = 0, no other bytes to write
   if (!job.row.data && !job.col.data) return NVFP4_SUCCESS;
   if (nvfp4_status_t st = quant::launch_amax(job, stream); st != NVFP4_SUCCESS) return st;
-  const bool legacy = quant::use_legacy_kernels();
-  if (job.cfg.block == NVFP4_BLOCK_1D && !job.col.data)
-    return legacy ? quant::legacy::launch_rowwise_legacy(job, stream) : quant::launch_rowwise(job, stream);
-  return legacy ? quant::legacy::launch_tile_legacy(job, stream) : quant::launch_tile(job, stream);
+  if (job.cfg.block == NVFP4_BLOCK_1D && !job.col.data) return quant::launch_rowwise(job, stream);
+  return quant::launch_tile(job, stream);
 }
 
 }  // namespace nvfp4::detail

@@ -303,9 +303,7 @@ def test_blackwell_gemms_hold_the_block_scaled_mma():
 @needs_disassembler
 def test_quantization_uses_hardware_e2m1_on_blackwell_only():
     """The round-to-nearest rowwise kernel rounds with cvt.rn.satfinite.e2m1x2 (SASS: F2FP
-    ... E2M1) on the family-specific Blackwell targets and in software on Hopper. (The
-    previous kernels, kept under quant::legacy for NVFP4_QUANT_LEGACY=1, are software
-    everywhere and not checked here.)"""
+    ... E2M1) on the family-specific Blackwell targets and in software on Hopper."""
     rn = [(a, m) for a, n, m, _ in images()
           if re.search(r"quant::\(anonymous namespace\)::rowwise_kernel<nvfp4::detail::quant::F32, false, false>", n)]
     archs = sorted({a for a, _ in rn})

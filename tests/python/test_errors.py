@@ -400,11 +400,24 @@ def test_known_gemm_settings_are_accepted(monkeypatch, name, value):
     assert torch.equal(want, torch.full((4, 8), 32.0, dtype=want.dtype))
 
 
-@pytest.mark.parametrize("name,value", [("NVFP4_QUANT_GRID_CAP", "17"), ("NVFP4_QUANT_GRID_CAP", "0"),
-                                        ("NVFP4_QUANT_LEGACY", "1"), ("NVFP4_QUANT_LEGACY", "0")])
+@pytest.mark.parametrize("name,value", [("NVFP4_QUANT_GRID_CAP", "17"), ("NVFP4_QUANT_GRID_CAP", "0")])
 def test_known_quant_settings_are_accepted(monkeypatch, name, value):
     x = torch.randn(4, 32)
     ref = nvfp4.quantize(x)
     monkeypatch.setenv(name, value)
     got = nvfp4.quantize(x)
     assert torch.equal(got.data, ref.data) and torch.equal(got.scales, ref.scales)
+
+
+@pytest.mark.parametrize("value", ["1", "0"])
+def test_removed_quant_setting_is_refused(monkeypatch, value):
+    """NVFP4_QUANT_LEGACY selected kernels that no longer exist: any value is refused by name
+    (on every quantization, NVFP4 and MXFP4), not silently ignored; unset, nothing changes."""
+    x = torch.randn(4, 32)
+    monkeypatch.setenv("NVFP4_QUANT_LEGACY", value)
+    with raises(ValueError, "NVFP4_QUANT_LEGACY", "no longer read"):
+        nvfp4.quantize(x)
+    with raises(ValueError, "NVFP4_QUANT_LEGACY", "no longer read"):
+        nvfp4.quantize_mxfp4(x)
+    monkeypatch.setenv("NVFP4_QUANT_LEGACY", "")
+    nvfp4.quantize(x)

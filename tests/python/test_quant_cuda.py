@@ -447,28 +447,6 @@ def test_offset_device_is_added_when_the_kernel_runs(variant, gen):
         assert_same(b[d], want_b[d], f"second launch [{d}]")
 
 
-# ----------------------------------------------------------------------------- legacy kernels
-def test_legacy_kernels_selectable(gen, monkeypatch):
-    """NVFP4_QUANT_LEGACY=1 runs the kernels of the previous SR contract (kept for timing
-    comparisons): their RTN outputs are the CPU's; their SR outputs follow the old 24-bit
-    rule, so they differ from the current ones but are still launch-independent."""
-    x = randn((300, 208), torch.bfloat16, gen)
-    xg = x.to(DEV)
-    monkeypatch.setenv("NVFP4_QUANT_LEGACY", "1")
-    for kw in (dict(), dict(columnwise=True, rht="columnwise"), dict(block="2d", columnwise=True)):
-        check(x, **kw)
-    kw = dict(rounding="sr", seed=3, columnwise=True, rht="columnwise")
-    old = quantize_raw(xg, **kw)
-    monkeypatch.setenv("NVFP4_QUANT_GRID_CAP", "3")
-    old_capped = quantize_raw(xg, **kw)
-    monkeypatch.delenv("NVFP4_QUANT_LEGACY")
-    monkeypatch.delenv("NVFP4_QUANT_GRID_CAP")
-    new = quantize_raw(xg, **kw)
-    for d in ("row", "col"):
-        assert torch.equal(old[d][0], old_capped[d][0])
-        assert not torch.equal(old[d][0], new[d][0])
-
-
 def test_grid_cap_rtn_all_kernels(gen, monkeypatch):
     x = randn((300, 208), torch.float32, gen)
     for cap in ("1", "2", "5"):
