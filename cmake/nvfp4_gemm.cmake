@@ -41,7 +41,8 @@ endif()
 
 # _nvfp4_gemm_object(<nn> <targets> <extra CUDA flags...>)
 function(_nvfp4_gemm_object nn targets)
-  file(GLOB src CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/gemm/sm${nn}/*.cu)
+  # Kernels (.cu) and the host code that plans their launches (.cpp: no device code).
+  file(GLOB src CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/gemm/sm${nn}/*.cu ${PROJECT_SOURCE_DIR}/src/gemm/sm${nn}/*.cpp)
   if(NOT src OR NOT targets)
     return()
   endif()

@@ -17,6 +17,8 @@
 
 #if defined(NVFP4_WITH_CUDA)
 #include <cuda_runtime_api.h>
+
+#include "cuda/device.h"
 #endif
 
 #ifndef NVFP4_CUDA_ARCHS_STRING
@@ -485,13 +487,7 @@ NVFP4_API int nvfp4_cuda_device_count(void) {
 
 NVFP4_API int nvfp4_cuda_device_cc(int device) {
 #if defined(NVFP4_WITH_CUDA)
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return major * 10 + minor;
+  return gpu::compute_capability(device);
 #else
   (void)device;
   return 0;

@@ -60,6 +60,9 @@ void check_gemm_settings() {
   integer("NVFP4_SM90_STREAM_SPLIT", 1, 8, "splits of the small-M streaming kernel, at most its cluster size");
   one_of("NVFP4_SM90_STREAM_PREFETCH", {"0", "1"}, "the small-M streaming kernel's L2 prefetch");
   one_of("NVFP4_SM90_STREAM_AFIRST", {"0", "1"}, "the small-M streaming kernel's load order");
+  one_of("NVFP4_SM90_TRACE", {"0", "1"}, "1: print each Hopper GEMM plan to stderr");
+  one_of("NVFP4_SM90_STREAM_TRACE", {"0", "1"}, "1: print the small-M streaming kernel's phase timings");
+  removed("NVFP4_SM90_STREAM_DEBUG", "NVFP4_SM90_TRACE=1 prints the small-M plan");
   one_of("NVFP4_CUDNN_EPILOGUE", {"separate"}, "the cuDNN runner's own epilogue kernel");
   integer("NVFP4_CUDNN_AUTOTUNE", 0, 64, "cuDNN plans timed on a graph's first call");
 }

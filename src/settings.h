@@ -7,8 +7,8 @@
 
 namespace nvfp4::detail {
 
-// The GEMM settings (NVFP4_SM90_*, NVFP4_CUDNN_EPILOGUE, NVFP4_CUDNN_AUTOTUNE). Throws
-// validate.h's Error on a bad value.
+// The GEMM settings (NVFP4_SM90_*, NVFP4_CUDNN_EPILOGUE, NVFP4_CUDNN_AUTOTUNE; the removed
+// NVFP4_SM90_STREAM_DEBUG is refused). Throws validate.h's Error on a bad value.
 void check_gemm_settings();
 
 // The quantization settings (NVFP4_QUANT_GRID_CAP; NVFP4_QUANT_LEGACY, removed, is refused).

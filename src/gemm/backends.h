@@ -28,9 +28,13 @@ namespace nvfp4::detail {
 
 #if defined(NVFP4_HAS_SM90_GEMM)
 // Hopper, exact emulation (FP4 -> BF16 decode, BF16 tensor cores, FP32 accumulation).
-// Fused small-M kernel (sm90_small_m.cu): no workspace.
-bool sm90_small_m_applicable(const GemmJob& job);
-nvfp4_status_t sm90_small_m_gemm(const GemmJob& job, nvfp4_stream_t stream);
+// The fused small-M kernels (sm90_small_m*.{h,cpp,cu}), no workspace: each row accepts a
+// job when the small-M plan names its kernel (streaming, M <= 32; ring, M <= 128), and
+// runs that plan.
+bool sm90_small_m_stream_accepts(const GemmJob& job);
+nvfp4_status_t sm90_small_m_stream_run(const GemmJob& job, nvfp4_stream_t stream);
+bool sm90_small_m_ring_accepts(const GemmJob& job);
+nvfp4_status_t sm90_small_m_ring_run(const GemmJob& job, nvfp4_stream_t stream);
 // FP4-reading warp-specialized wgmma GEMM (sm90_direct.cu): no workspace; opt-in
 // (NVFP4_SM90_DIRECT=1) while it is measured against the two-step path.
 bool sm90_direct_applicable(const GemmJob& job);

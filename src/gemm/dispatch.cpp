@@ -17,7 +17,7 @@
 #include "gemm/backends.h"
 
 #if defined(NVFP4_WITH_CUDA)
-#include <cuda_runtime.h>
+#include "cuda/device.h"
 #endif
 
 #ifndef NVFP4_CUDA_ARCHS_STRING
@@ -51,18 +51,17 @@ nvfp4_status_t reference_workspace(const GemmJob&, int, size_t* bytes) {
 nvfp4_status_t reference_run(const GemmJob& job, int, void*, size_t, nvfp4_stream_t) { return cpu_gemm(job); }
 
 #if defined(NVFP4_HAS_SM90_GEMM)
-// NVFP4_SM90_SMALL_M=0 (benchmarks) never takes the fused small-M kernel; read per call.
-bool sm90_small_m_accepts(const GemmJob& job, int) {
-  const char* v = std::getenv("NVFP4_SM90_SMALL_M");
-  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
-  return sm90_small_m_applicable(job);
-}
-nvfp4_status_t sm90_small_m_workspace(const GemmJob&, int, size_t* bytes) {
+nvfp4_status_t no_workspace(const GemmJob&, int, size_t* bytes) {
   *bytes = 0;
   return NVFP4_SUCCESS;
 }
-nvfp4_status_t sm90_small_m_run(const GemmJob& job, int, void*, size_t, nvfp4_stream_t stream) {
-  return sm90_small_m_gemm(job, stream);
+bool sm90_stream_accepts(const GemmJob& job, int) { return sm90_small_m_stream_accepts(job); }
+nvfp4_status_t sm90_stream_run(const GemmJob& job, int, void*, size_t, nvfp4_stream_t stream) {
+  return sm90_small_m_stream_run(job, stream);
+}
+bool sm90_ring_accepts(const GemmJob& job, int) { return sm90_small_m_ring_accepts(job); }
+nvfp4_status_t sm90_ring_run(const GemmJob& job, int, void*, size_t, nvfp4_stream_t stream) {
+  return sm90_small_m_ring_run(job, stream);
 }
 nvfp4_status_t sm90_two_step_workspace(const GemmJob& job, int, size_t* bytes) {
   *bytes = sm90_gemm_workspace_size(job);
@@ -72,18 +71,16 @@ nvfp4_status_t sm90_two_step_run(const GemmJob& job, int, void* ws, size_t ws_by
   return sm90_gemm(job, ws, ws_bytes, stream);
 }
 bool sm90_direct_accepts(const GemmJob& job, int) { return sm90_direct_applicable(job); }
-nvfp4_status_t sm90_direct_workspace(const GemmJob&, int, size_t* bytes) {
-  *bytes = 0;
-  return NVFP4_SUCCESS;
-}
 nvfp4_status_t sm90_direct_run(const GemmJob& job, int, void*, size_t, nvfp4_stream_t stream) {
   return sm90_direct_gemm(job, stream);
 }
-#define NVFP4_SM90_SMALL_M true, &sm90_small_m_accepts, nullptr, &sm90_small_m_workspace, &sm90_small_m_run
-#define NVFP4_SM90_DIRECT true, &sm90_direct_accepts, nullptr, &sm90_direct_workspace, &sm90_direct_run
+#define NVFP4_SM90_STREAM true, &sm90_stream_accepts, nullptr, &no_workspace, &sm90_stream_run
+#define NVFP4_SM90_RING true, &sm90_ring_accepts, nullptr, &no_workspace, &sm90_ring_run
+#define NVFP4_SM90_DIRECT true, &sm90_direct_accepts, nullptr, &no_workspace, &sm90_direct_run
 #define NVFP4_SM90_TWO_STEP true, nullptr, nullptr, &sm90_two_step_workspace, &sm90_two_step_run
 #else
-#define NVFP4_SM90_SMALL_M false, nullptr, nullptr, nullptr, nullptr
+#define NVFP4_SM90_STREAM false, nullptr, nullptr, nullptr, nullptr
+#define NVFP4_SM90_RING false, nullptr, nullptr, nullptr, nullptr
 #define NVFP4_SM90_DIRECT false, nullptr, nullptr, nullptr, nullptr
 #define NVFP4_SM90_TWO_STEP false, nullptr, nullptr, nullptr, nullptr
 #endif
@@ -152,10 +149,20 @@ const Runner kRunners[] = {
      "CPU reference: decoded values, float64 accumulation", true, nullptr, nullptr, &reference_workspace,
      &reference_run},
 
-    {"cutlass-sm90-small-m", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90,
-     "small_m_kernel;stream_kernel",
-     "1 <= M <= 128, K % 32 == 0 (K % 64 with linear scales), 16-byte aligned data",
-     "exact emulation, fused: FP4 decoded in registers, mma.sync BF16, FP32 accumulation", NVFP4_SM90_SMALL_M},
+    // The fused small-M kernels (no CUTLASS), served under the cutlass backend as the
+    // Hopper GEMM of its choice for few tokens; the small-M plan picks one of the two rows.
+    {"sm90-small-m-stream", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90,
+     "small_m::.*stream_kernel;small_m::.*ring_kernel",
+     "1 <= M <= 32, K % 32 == 0 (K % 64 with linear scales), 16-byte aligned data, where a K split fits one "
+     "wave (with 32 tokens) and K fits its shared memory",
+     "exact emulation, fused: B streamed through registers, FP4 decoded there, mma.sync FP16, FP32 accumulation, "
+     "split-K over a cluster (the ring kernel where the cluster cannot be placed)",
+     NVFP4_SM90_STREAM},
+    {"sm90-small-m-ring", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90,
+     "small_m::.*ring_kernel", "1 <= M <= 128, K % 32 == 0 (K % 64 with linear scales), 16-byte aligned data",
+     "exact emulation, fused: B through a cp.async ring in shared memory, FP4 decoded in registers, mma.sync "
+     "FP16, FP32 accumulation, split-K over a cluster",
+     NVFP4_SM90_RING},
     {"cutlass-sm90-direct", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90, "direct_kernel",
      "K % 32 == 0, swizzled scales, 16-byte aligned operands; only with NVFP4_SM90_DIRECT=1 (experimental)",
      "exact emulation, fused: FP4 codes and scales decoded into shared memory inside a warp-specialized wgmma "
@@ -308,35 +315,11 @@ nvfp4_status_t not_supported(nvfp4_backend_t b, int cc, Format fmt) {
   return fail(NVFP4_ERROR_NOT_SUPPORTED, msg);
 }
 
-#if defined(NVFP4_WITH_CUDA)
-// Compute capability of the current device (major*10+minor), cached per device; 0 on error.
-int current_cc() {
-  static std::atomic<int> cache[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  if (dev >= 0 && dev < 64) {
-    if (int v = cache[dev].load(std::memory_order_relaxed); v > 0) return v;
-  }
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  const int cc = major * 10 + minor;
-  if (dev >= 0 && dev < 64) cache[dev].store(cc, std::memory_order_relaxed);
-  return cc;
-}
-#endif
-
 // The row that runs a CUDA job, or a failure (no CUDA, or nothing usable).
 nvfp4_status_t select(const GemmJob& job, nvfp4_backend_t backend, int& cc, const Runner*& out) {
   out = nullptr;
 #if defined(NVFP4_WITH_CUDA)
-  cc = current_cc();
+  cc = gpu::current_compute_capability();
   if (cc == 0) return fail(NVFP4_ERROR_CUDA, "gemm: cannot query the current CUDA device");
   bool usable_row = false;
   for (const Runner& r : kRunners) {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "gemm/common/device.h"
+#include "cuda/device.h"
 
 namespace nvfp4::detail::quant {
 

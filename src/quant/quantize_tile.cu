@@ -83,7 +83,7 @@ __device__ __forceinline__ int chunk_offset(int r, int j) {
   return r * Smem<T>::kRowBytes + ((j ^ (((r >> 4) ^ r) & 7)) << 4);
 }
 
-using gpu::cp_async16;  // 16 bytes global -> shared, asynchronously (gemm/common/device.h)
+using gpu::cp_async16;  // 16 bytes global -> shared, asynchronously (cuda/device.h)
 using gpu::cp_async_commit;
 using gpu::cp_async_wait;
 

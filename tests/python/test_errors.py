@@ -392,6 +392,7 @@ def test_every_quant_setting_refuses_an_unknown_value(monkeypatch):
     ("NVFP4_SM90_TILE", "streamk"), ("NVFP4_SM90_TILE", "large"), ("NVFP4_SM90_DIRECT", "1"),
     ("NVFP4_SM90_SMALL_M", "0"), ("NVFP4_SM90_SMALL_M_KERNEL", "ring"), ("NVFP4_SM90_SWIZZLE", "4"),
     ("NVFP4_SM90_RASTER", "n"), ("NVFP4_SM90_STREAM_SPLIT", "8"), ("NVFP4_CUDNN_AUTOTUNE", "0"),
+    ("NVFP4_SM90_TRACE", "1"), ("NVFP4_SM90_STREAM_TRACE", "0"),
     ("NVFP4_SM90_TILE", ""),
 ])
 def test_known_gemm_settings_are_accepted(monkeypatch, name, value):
@@ -407,6 +408,23 @@ def test_known_quant_settings_are_accepted(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     got = nvfp4.quantize(x)
     assert torch.equal(got.data, ref.data) and torch.equal(got.scales, ref.scales)
+
+
+def test_trace_settings_refuse_an_unknown_value(monkeypatch):
+    """The trace switches take 0 or 1; anything else is refused by name, not ignored."""
+    for name in ("NVFP4_SM90_TRACE", "NVFP4_SM90_STREAM_TRACE"):
+        monkeypatch.setenv(name, "yes")
+        with raises(ValueError, name, "expected"):
+            _cpu_gemm()
+        monkeypatch.delenv(name)
+
+
+def test_removed_gemm_setting_is_refused(monkeypatch):
+    """NVFP4_SM90_STREAM_DEBUG printed the small-M plan; NVFP4_SM90_TRACE does now, and a
+    set NVFP4_SM90_STREAM_DEBUG is refused by name rather than ignored."""
+    monkeypatch.setenv("NVFP4_SM90_STREAM_DEBUG", "1")
+    with raises(ValueError, "NVFP4_SM90_STREAM_DEBUG", "no longer read .*NVFP4_SM90_TRACE"):
+        _cpu_gemm()
 
 
 @pytest.mark.parametrize("value", ["1", "0"])

@@ -381,6 +381,40 @@ def test_unsupported_gpu_names_the_requirement():
         nvfp4.gemm(qa, qa, backend="cutlass")
 
 
+@needs_cutlass
+@pytest.mark.parametrize("m,env,kernel", [
+    (8, {}, "stream"),                                          # the streaming kernel's own case
+    (8, {"NVFP4_SM90_SMALL_M_KERNEL": "ring"}, "ring"),
+    (64, {}, "ring"),                                           # M > 32: the ring kernel
+    (100, {"NVFP4_SM90_STREAM_SPLIT": "2"}, "ring"),            # a streaming knob does not apply there
+    (256, {}, None),                                            # M > 128: the two-step path
+    (8, {"NVFP4_SM90_SMALL_M": "0"}, None),
+])
+def test_sm90_trace_prints_the_plan_that_runs(capfd, monkeypatch, m, env, kernel):
+    """NVFP4_SM90_TRACE=1 prints each Hopper GEMM's plan (the small-M kernel with its split
+    and grid, or the two-step path's CUTLASS configuration) to stderr; the runner that runs
+    is the one the plan names, and tracing changes no bit of the result."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("Hopper-specific runners")
+    for key, val in env.items():
+        monkeypatch.setenv(key, val)
+    qa, qb = make(m, 4096, 4096)
+    want = run_gemm(qa, qb, torch.bfloat16)
+    monkeypatch.setenv("NVFP4_SM90_TRACE", "1")
+    torch.cuda.synchronize()
+    capfd.readouterr()
+    got = run_gemm(qa, qb, torch.bfloat16)
+    torch.cuda.synchronize()
+    err = capfd.readouterr().err
+    if kernel is None:
+        assert f"nvfp4 sm90 two-step: M={m} N=4096 K=4096 -> decode + CUTLASS" in err, err
+        assert "small-M" not in err, err
+    else:
+        assert f"nvfp4 sm90 small-M: M={m} N=4096 K=4096 -> {kernel} kernel" in err, err
+        assert "two-step" not in err, err
+    assert torch.equal(got, want)
+
+
 def test_fp16_decode_of_the_small_m_kernel_is_exact():
     """The Hopper small-M kernel decodes E2M1 code (s, e1 e0, m) as the E4M3 byte
     s|0|0|e1 e0|m|0|0 (= value * 2^-6, converted to FP16 by hardware) times the FP16

@@ -20,7 +20,7 @@
 #include "core/swizzle.h"
 #include "gemm/backends.h"
 #include "gemm/common/decode.h"
-#include "gemm/common/device.h"
+#include "cuda/device.h"
 
 namespace nvfp4::detail {
 namespace {

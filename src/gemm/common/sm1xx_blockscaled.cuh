@@ -35,7 +35,7 @@
 #include "core/scale.h"
 #include "core/swizzle.h"
 #include "gemm/backends.h"
-#include "gemm/common/device.h"
+#include "cuda/device.h"
 
 namespace nvfp4::detail::blockscaled {
 

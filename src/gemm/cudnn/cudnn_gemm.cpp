@@ -67,7 +67,7 @@
 
 #include "gemm/backends.h"
 #include "gemm/common/decode.h"
-#include "gemm/common/device.h"
+#include "cuda/device.h"
 #include "gemm/cudnn/cudnn_scalars.h"
 
 namespace cudnn_frontend {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/scale.h"
-#include "gemm/common/device.h"
+#include "cuda/device.h"
 #include "internal.h"
 
 namespace nvfp4::detail {

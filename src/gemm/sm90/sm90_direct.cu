@@ -37,7 +37,7 @@
 #include <cute/arch/mma_sm90_gmma.hpp>
 
 #include "core/scale.h"
-#include "gemm/common/device.h"
+#include "cuda/device.h"
 #include "gemm/sm90/sm90_direct.h"
 #include "gemm/sm90/sm90_fp4_decode.cuh"
 

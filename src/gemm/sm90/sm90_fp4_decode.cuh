@@ -20,7 +20,7 @@
 
 #include <cstdint>
 
-#include "gemm/common/device.h"
+#include "cuda/device.h"
 #include "internal.h"
 
 namespace nvfp4::detail::sm90 {

@@ -1,6 +1,6 @@
 // The Hopper (sm_90a) two-step runner of the CUTLASS backend: an exact emulation of the
-// NVFP4 GEMM on BF16 tensor cores, for every shape the fused small-M kernel
-// (sm90_small_m.cu, a row before this one in the runner table) does not take, and of
+// NVFP4 GEMM on BF16 tensor cores, for every shape the fused small-M kernels
+// (sm90_small_m*, rows before this one in the runner table) do not take, and of
 // the MXFP4 GEMM (E8M0 scales over 32 values decoded the same way, alpha = 1):
 //
 //   one launch decodes A and B to BF16 in the workspace (and forms alpha and an fp32
@@ -18,13 +18,14 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "gemm/backends.h"
 #include "gemm/common/decode.h"
-#include "gemm/common/device.h"
+#include "cuda/device.h"
 #include "gemm/sm90/sm90_cutlass.h"
 
 namespace nvfp4::detail {
@@ -60,37 +61,47 @@ bool wants_stream_k(const GemmJob& job, int sm_count) {
   return job.k >= 2048 && tiles * 5 < slots * 4;
 }
 
-nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, const Sm90CutlassKernel*& kernel) {
+nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, const Sm90CutlassKernel*& kernel,
+                           const char*& why) {
   const char* force = std::getenv("NVFP4_SM90_TILE");
   if (force != nullptr && *force != '\0' && std::strcmp(force, "large") != 0 && std::strcmp(force, "medium") != 0 &&
       std::strcmp(force, "streamk") != 0)
     return fail(NVFP4_ERROR_INVALID_ARGUMENT, std::string("NVFP4_SM90_TILE: expected large, medium or streamk, got '") +
                                                   force + "'");
   const bool force_sk = force != nullptr && std::strcmp(force, "streamk") == 0;
+  const bool forced = force != nullptr && *force != '\0';
   if (out == NVFP4_DTYPE_FLOAT32) {
-    kernel = force_sk || (force == nullptr && wants_stream_k(job, sm_count)) ? &kSm90F32StreamK : &kSm90F32;
+    // (An empty NVFP4_SM90_TILE is unset, as everywhere: the heuristic decides.)
+    const bool sk = force_sk || (!forced && wants_stream_k(job, sm_count));
+    kernel = sk ? &kSm90F32StreamK : &kSm90F32;
+    why = force_sk ? "NVFP4_SM90_TILE=streamk" : sk ? "few tiles over a long K: stream-K" : "fp32 output";
     return NVFP4_SUCCESS;
   }
   if (out == NVFP4_DTYPE_FLOAT16) {
     kernel = &kSm90F16;
+    why = "fp16 output: one configuration";
     return NVFP4_SUCCESS;
   }
-  if (force != nullptr && *force != '\0') {
+  if (forced) {
     kernel = force_sk ? &kSm90Bf16StreamK : std::strcmp(force, "large") == 0 ? &kSm90Bf16Large : &kSm90Bf16Medium;
+    why = "forced by NVFP4_SM90_TILE";
     return NVFP4_SUCCESS;
   }
   // 128x256 tiles as long as they fill the machine; smaller tiles spread fewer rows wider,
   // and stream-K splits K where even those leave SMs idle.
   const int64_t large_tiles = ((job.m + 127) / 128) * ((job.n + 255) / 256);
-  kernel = large_tiles >= sm_count       ? &kSm90Bf16Large
-           : wants_stream_k(job, sm_count) ? &kSm90Bf16StreamK
-                                           : &kSm90Bf16Medium;
+  const bool sk = large_tiles < sm_count && wants_stream_k(job, sm_count);
+  kernel = large_tiles >= sm_count ? &kSm90Bf16Large : sk ? &kSm90Bf16StreamK : &kSm90Bf16Medium;
+  why = large_tiles >= sm_count ? "128x256 tiles fill the machine"
+        : sk                    ? "few tiles over a long K: stream-K"
+                                : "128x256 tiles would leave SMs idle";
   return NVFP4_SUCCESS;
 }
 
 struct Plan {
   bool fallback = false;  // CUTLASS -> fp32 T, then gemm_finalize
   const Sm90CutlassKernel* kernel = nullptr;
+  const char* why = "";   // the rule that chose the kernel, for NVFP4_SM90_TRACE
   int64_t n_pad = 0, n_b = 0, n_gemm = 0;
   size_t off_alpha = 0, off_bias = 0, off_a = 0, off_b = 0, off_t = 0, off_cutlass = 0, total = 0;
   Sm90CutlassArgs args;  // pointers filled in at run time
@@ -115,7 +126,7 @@ nvfp4_status_t make_plan(const GemmJob& job, Plan& pl) {
 
   const int dev = gpu::current_device();
   const int sms = gpu::sm_count(dev);
-  if (nvfp4_status_t s = pick_kernel(job, pl.fallback ? NVFP4_DTYPE_FLOAT32 : job.d_dtype, sms, pl.kernel);
+  if (nvfp4_status_t s = pick_kernel(job, pl.fallback ? NVFP4_DTYPE_FLOAT32 : job.d_dtype, sms, pl.kernel, pl.why);
       s != NVFP4_SUCCESS)
     return s;
 
@@ -145,6 +156,21 @@ nvfp4_status_t make_plan(const GemmJob& job, Plan& pl) {
   return NVFP4_SUCCESS;
 }
 
+// NVFP4_SM90_TRACE=1: each plan that runs, to stderr (as the small-M path prints its own).
+bool trace_enabled() {
+  const char* v = std::getenv("NVFP4_SM90_TRACE");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+void print_plan(const GemmJob& job, const Plan& pl) {
+  std::fprintf(stderr,
+               "nvfp4 sm90 two-step: M=%lld N=%lld K=%lld -> decode + CUTLASS %s (%s)%s, swizzle %d, raster %d, "
+               "splits %d, workspace %zu\n",
+               static_cast<long long>(job.m), static_cast<long long>(job.n), static_cast<long long>(job.k),
+               pl.kernel->name, pl.why, pl.fallback ? ", fp32 staging + finalize kernel" : "", pl.args.swizzle,
+               pl.args.raster, pl.args.splits, pl.total);
+}
+
 }  // namespace
 
 size_t sm90_gemm_workspace_size(const GemmJob& job) {
@@ -167,6 +193,8 @@ nvfp4_status_t sm90_gemm(const GemmJob& job, void* workspace, size_t workspace_b
                                            " (query nvfp4_gemm_workspace_size with the same arguments)");
   if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlign != 0)
     return fail(NVFP4_ERROR_INVALID_ARGUMENT, "workspace: must be 256-byte aligned");
+
+  if (trace_enabled()) print_plan(job, pl);
 
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   float* alpha = reinterpret_cast<float*>(ws + pl.off_alpha);

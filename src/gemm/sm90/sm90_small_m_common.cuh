@@ -1,5 +1,5 @@
 // Device helpers shared by the two fused small-M NVFP4 kernels for Hopper
-// (sm90_small_m.cu: cp.async ring, any M <= 128; sm90_small_m_stream.cu: register
+// (sm90_small_m_ring.cu: cp.async ring, any M <= 128; sm90_small_m_stream.cu: register
 // streaming, M <= 32). Included only by those two files.
 //
 // Decode of the E2M1 codes and block scales, the K order both kernels use and the epilogue:
@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "core/swizzle.h"
-#include "gemm/common/device.h"
+#include "cuda/device.h"
 #include "gemm/sm90/sm90_fp4_decode.cuh"
 #include "internal.h"
 

@@ -1,5 +1,5 @@
-// Fused NVFP4 GEMM for M <= 32 on Hopper, streaming B through registers:
-// D[M,N] = alpha * (Â @ B̂ᵀ) + beta*C + bias.
+// Fused NVFP4 GEMM for M <= 32 on Hopper, streaming B through registers (runner
+// sm90-small-m-stream): D[M,N] = alpha * (Â @ B̂ᵀ) + beta*C + bias.
 //
 // At M <= 32 the GEMM reads B (the weights, N x K) once and does 2*M flops per element, so
 // the floor is the time to read B's FP4 bytes and scales (0.5625 B/element; 16x4096x4096:
@@ -17,7 +17,9 @@
 //     the shared memory of the CTA that owns those columns (DSMEM stores, no round trip),
 //     one cluster barrier, then each owner adds the ranks in order: deterministic, no
 //     workspace, one launch. The split count is chosen so that all clusters are resident
-//     at once (a second wave would double the time of these one-pass kernels).
+//     at once (a second wave would double the time of these one-pass kernels): the
+//     planner's job (sm90_small_m_plan.cpp); this file holds the kernel, its
+//     configurations and the launch of a plan.
 //
 // Mapping: warp w owns B rows n0 + 16*WM*w .. +16*WM-1 (WM m16 tiles); the mma's 16-row
 // operand is B (N is large), its 8-column operand the tokens (NT n8 tiles, M <= 8*NT).
@@ -28,32 +30,24 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "core/scale.h"
+#include "cuda/device.h"
 #include "gemm/sm90/sm90_small_m.h"
 #include "gemm/sm90/sm90_small_m_common.cuh"
 
-namespace nvfp4::detail {
+namespace nvfp4::detail::small_m {
 namespace {
 
 namespace cg = cooperative_groups;
-using namespace small_m;
 
 constexpr int kThreads = 256;  // 8 warps
 constexpr int kWarps = kThreads / 32;
-constexpr int kChunk = 128;    // K elements per chunk: 4 threads x 32
-constexpr int kMaxSplit = 8;   // portable cluster size
+// K elements per chunk: kChunk (sm90_small_m.h), 4 threads x 32. K splits: at most kMaxSplit.
 constexpr int kAPieces = 4;    // A's 16-byte pieces a thread has in flight in the prologue
-// Shared memory a CTA may take: decoded tokens (MP x kc FP16) plus the receive buffer.
-constexpr int kSmemMax = 200 * 1024;
-constexpr int kSmemTwoPerSm = 112 * 1024;  // at most this, two CTAs fit on one SM
+// Shared memory a CTA may take (decoded tokens, MP x kc FP16, plus the receive buffer):
+// kStreamSmemMax; two CTAs fit on one SM up to kStreamSmemTwoPerSm (sm90_small_m.h).
 
 template <int NT_, int WM_, int DEPTH_>
 struct Cfg {
@@ -84,10 +78,10 @@ struct Params {
   unsigned long long* trace;  // null, or kTraceWords per CTA (NVFP4_SM90_STREAM_TRACE=1)
 };
 
-// Phase timestamps of each CTA (thread 0), for NVFP4_SM90_STREAM_TRACE=1:
-// globaltimer at entry, clock64 at entry, A issued+B issued, A decoded, barrier passed,
-// chunk 0 done, main loop done, cluster barrier passed, end; globaltimer at end; SM id.
-constexpr int kTraceWords = 11;
+// Phase timestamps of each CTA (thread 0), for NVFP4_SM90_STREAM_TRACE=1, kTraceWords
+// (sm90_small_m.h) of them: globaltimer at entry, clock64 at entry, A issued+B issued, A
+// decoded, barrier passed, chunk 0 done, main loop done, cluster barrier passed, end;
+// globaltimer at end; SM id. sm90_small_m_trace.cpp prints them.
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -418,187 +412,40 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const __grid_consta
   if (p.trace != nullptr && tid == 0) p.trace[(blockIdx.y * gridDim.x + blockIdx.x) * kTraceWords + 9] = global_ns();
 }
 
-nvfp4_status_t cuda_fail(cudaError_t e, const std::string& what) {
-  return gpu::cuda_error(e, "gemm (sm90 small-M stream): " + what);
+// The configurations, by M: n8 token tiles, m16 B-row tiles per warp, chunks in flight.
+using Cfg8 = Cfg<1, 1, 4>;
+using Cfg16 = Cfg<2, 1, 4>;
+using Cfg32 = Cfg<4, 1, 3>;
+
+template <class F>
+auto by_config(int config, F&& f) {
+  switch (config) {
+    case 0: return f(Cfg8{});
+    case 1: return f(Cfg16{});
+    default: return f(Cfg32{});
+  }
 }
-
-constexpr int kMaxDevices = gpu::kMaxDevices;
-using gpu::sm_count;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Split plan: S splits of kc elements, tiles x S CTAs in a (S, tiles) grid.
-struct Split {
-  int s = 1;
-  int kc = 0;
-  size_t smem = 0;
-  bool one_wave = false;  // every cluster of the grid resident at once
-};
 
 template <class C>
 int64_t xdec_bytes(int64_t kc) {
   return C::MP * (2 * kc + 64);
 }
-template <class C>
-size_t smem_for(int64_t kc) {
-  return static_cast<size_t>(xdec_bytes<C>(kc) + C::kRecv);
-}
 
-// Clusters of `s` CTAs with `smem` bytes each that the device holds at once, cached: the
-// query goes through the driver, and a handful of (s, smem) pairs cover all shapes.
-template <class C>
-int max_clusters(int dev, int s, size_t smem, int sms) {
-  struct Entry {
-    int dev, s;
-    size_t smem;
-    int value;
-  };
-  static std::mutex mu;
-  static std::vector<Entry> cache;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    for (const Entry& e : cache)
-      if (e.dev == dev && e.s == s && e.smem == smem) return e.value;
+// One buffer for the phase timestamps, grown as needed; debug only.
+unsigned long long* trace_buffer(size_t words) {
+  static unsigned long long* buf = nullptr;
+  static size_t have = 0;
+  if (have < words) {
+    if (buf != nullptr) (void)cudaFree(buf);
+    buf = nullptr;
+    have = 0;
+    if (cudaMalloc(&buf, words * 8) == cudaSuccess) have = words;
   }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(s), static_cast<unsigned>(sms), 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(s);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, stream_kernel<C>, &cfg) != cudaSuccess || n <= 0) {
-    (void)cudaGetLastError();
-    // Unknown: assume two CTAs per SM and whole clusters only.
-    n = (smem <= static_cast<size_t>(kSmemTwoPerSm) ? 2 : 1) * sms / s;
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  cache.push_back({dev, s, smem, n});
-  return n;
-}
-
-// Benchmark knobs, read on each call: NVFP4_SM90_STREAM_SPLIT=n forces n splits,
-// NVFP4_SM90_STREAM_PREFETCH=0|1 forces the L2 prefetch off or on, NVFP4_SM90_STREAM_DEBUG=1
-// prints each plan to stderr.
-int env_int(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  return v != nullptr && v[0] != '\0' ? std::atoi(v) : dflt;
+  return buf;
 }
 
 template <class C>
-Split plan_split(int dev, int64_t k, int64_t tiles, int sms) {
-  auto make = [&](int64_t s) {
-    Split sp;
-    sp.kc = static_cast<int>(ceil_div(ceil_div(k, s), kChunk) * kChunk);
-    sp.s = static_cast<int>(ceil_div(k, sp.kc));
-    sp.smem = smem_for<C>(sp.kc);
-    return sp;
-  };
-  if (const int forced = env_int("NVFP4_SM90_STREAM_SPLIT", 0); forced >= 1 && forced <= kMaxSplit) {
-    Split sp = make(forced);
-    sp.one_wave = true;  // as asked
-    if (sp.smem <= static_cast<size_t>(kSmemMax)) return sp;
-  }
-  // The most splits whose clusters are all resident at once: one wave, the most bytes in
-  // flight per SM.
-  for (int64_t s = kMaxSplit; s >= 1; --s) {
-    Split sp = make(s);
-    if (sp.smem > static_cast<size_t>(kSmemMax)) continue;
-    sp.one_wave = tiles <= max_clusters<C>(dev, sp.s, sp.smem, sms);
-    if (sp.one_wave) return sp;
-  }
-  // More than a wave anyway: the fewest splits that keep two CTAs per SM, else that fit.
-  for (int64_t s = 1; s <= kMaxSplit; ++s) {
-    const Split sp = make(s);
-    if (sp.smem <= static_cast<size_t>(kSmemTwoPerSm)) return sp;
-  }
-  for (int64_t s = 1; s <= kMaxSplit; ++s) {
-    const Split sp = make(s);
-    if (sp.smem <= static_cast<size_t>(kSmemMax)) return sp;
-  }
-  return Split{0, 0, 0};  // K too long for this kernel
-}
-
-int64_t l2_bytes(int dev) {
-  static std::atomic<int64_t> cache[kMaxDevices];
-  if (dev >= 0 && dev < kMaxDevices) {
-    if (int64_t v = cache[dev].load(std::memory_order_relaxed); v > 0) return v;
-  }
-  int v = 0;
-  if (cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, dev) != cudaSuccess || v <= 0) {
-    (void)cudaGetLastError();
-    v = 50 << 20;
-  }
-  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
-  return v;
-}
-
-// Debug only (synchronizes): per-phase cycles since each CTA's entry, median / max over
-// CTAs, and the spread of start and end times across the GPU.
-void print_trace(const unsigned long long* dev_trace, size_t ctas, cudaStream_t stream) {
-  std::vector<unsigned long long> t(ctas * kTraceWords);
-  if (cudaStreamSynchronize(stream) != cudaSuccess ||
-      cudaMemcpy(t.data(), dev_trace, t.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return;
-  }
-  unsigned long long g0 = ~0ull, g0max = 0, g1min = ~0ull, g1 = 0;
-  for (size_t c = 0; c < ctas; ++c) {
-    g0 = std::min(g0, t[c * kTraceWords]);
-    g0max = std::max(g0max, t[c * kTraceWords]);
-    g1 = std::max(g1, t[c * kTraceWords + 9]);
-    g1min = std::min(g1min, t[c * kTraceWords + 9]);
-  }
-  std::fprintf(stderr, "trace: %zu CTAs, span %.2f us, starts spread %.2f us, ends %.2f..%.2f us\n", ctas,
-               (g1 - g0) * 1e-3, (g0max - g0) * 1e-3, (g1min - g0) * 1e-3, (g1 - g0) * 1e-3);
-  const char* names[] = {"", "", "loads issued", "A decoded", "barrier", "chunk 0", "main loop", "cluster bar", "end"};
-  for (int i = 2; i <= 8; ++i) {
-    std::vector<long long> d(ctas);
-    for (size_t c = 0; c < ctas; ++c) d[c] = static_cast<long long>(t[c * kTraceWords + i] - t[c * kTraceWords + 1]);
-    std::sort(d.begin(), d.end());
-    std::fprintf(stderr, "  %-12s cycles since entry: median %7lld  p90 %7lld  max %7lld\n", names[i], d[ctas / 2],
-                 d[ctas * 9 / 10], d[ctas - 1]);
-  }
-}
-
-template <class C>
-nvfp4_status_t launch(const GemmJob& job, nvfp4_stream_t stream, bool* launched) {
-  static std::atomic<bool> prepared[kMaxDevices];
-  *launched = false;
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return cuda_fail(e, "cudaGetDevice");
-  const int sms = sm_count(dev);
-  const int64_t tiles = ceil_div(job.n, C::BN);
-  if (tiles > 65535) return NVFP4_SUCCESS;
-  if (dev >= kMaxDevices || !prepared[dev].load(std::memory_order_acquire)) {
-    // The limit, not the size of one launch: occupancy follows each launch's own size.
-    if (cudaError_t e = cudaFuncSetAttribute(stream_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMax);
-        e != cudaSuccess)
-      return cuda_fail(e, "cudaFuncSetAttribute(" + std::to_string(kSmemMax) + " bytes of shared memory)");
-    if (dev < kMaxDevices) prepared[dev].store(true, std::memory_order_release);
-  }
-  const Split sp = plan_split<C>(dev, job.k, tiles, sms);
-  if (sp.s == 0) return NVFP4_SUCCESS;
-  // With 32 tokens the decoded A (64 bytes per K element) crowds shared memory: when no
-  // split fits in one wave, the ring kernel was faster on the H200 (32x14336x4096: 30.7
-  // against 40.4 us; 32x4096x14336: 35.5 against 38.6 us).
-  if (!sp.one_wave && C::NT >= 4) return NVFP4_SUCCESS;
-  // B (codes and scales) small enough to stay in L2 until it is read.
-  const int64_t b_bytes = job.n * job.k / 2 + job.n * job.k / 16;
-  // Off unless asked: on the H200 it gained nothing at 16x4096x4096 and cost 17% at
-  // 16x14336x4096 (the loads it races against are already all in flight).
-  const bool prefetch = env_int("NVFP4_SM90_STREAM_PREFETCH", 0) != 0 && b_bytes <= l2_bytes(dev) * 3 / 4;
-  if (env_int("NVFP4_SM90_STREAM_DEBUG", 0) != 0)
-    std::fprintf(stderr, "nvfp4 sm90 stream: M=%lld N=%lld K=%lld MP=%d BN=%d tiles=%lld splits=%d kc=%d smem=%zu "
-                 "prefetch=%d max_clusters=%d\n", static_cast<long long>(job.m), static_cast<long long>(job.n),
-                 static_cast<long long>(job.k), C::MP, C::BN, static_cast<long long>(tiles), sp.s, sp.kc, sp.smem,
-                 prefetch ? 1 : 0, max_clusters<C>(dev, sp.s, sp.smem, sms));
-
+nvfp4_status_t launch(const GemmJob& job, const Plan& pl, nvfp4_stream_t stream, bool* launched) {
   Params p{};
   p.a = job.a;
   p.sfa = job.sfa;
@@ -608,14 +455,11 @@ nvfp4_status_t launch(const GemmJob& job, nvfp4_stream_t stream, bool* launched)
   p.n = static_cast<int>(job.n);
   p.k = static_cast<int>(job.k);
   p.swizzled = job.layout == NVFP4_SCALES_SWIZZLED;
-  p.kc = sp.kc;
-  p.xrow = 2 * sp.kc + 64;
-  p.recv_off = static_cast<int>(xdec_bytes<C>(sp.kc));
-  p.prefetch = prefetch;
-  // A first, then B: on the H200 16x4096x4096 went from 11.0 to 10.0 us (A decoded at 1.8
-  // instead of 2.1-3.2 us after entry), 32x4096x4096 from 14.5 to 13.6, the N or K = 14336
-  // shapes by 2-4%; only the many-wave vocabulary shape lost 1%.
-  p.a_first = env_int("NVFP4_SM90_STREAM_AFIRST", 1) != 0;
+  p.kc = pl.k_split;
+  p.xrow = 2 * pl.k_split + 64;
+  p.recv_off = static_cast<int>(xdec_bytes<C>(pl.k_split));
+  p.prefetch = pl.prefetch;
+  p.a_first = pl.a_first;
   p.ep.amax_a = job.amax_a;
   p.ep.amax_b = job.amax_b;
   p.ep.c = job.beta != 0.0f ? job.c : nullptr;  // beta == 0: C is not read (as in CUTLASS)
@@ -626,51 +470,53 @@ nvfp4_status_t launch(const GemmJob& job, nvfp4_stream_t stream, bool* launched)
   p.ep.d = job.d;
   p.ep.d_dtype = job.d_dtype;
 
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(sp.s), static_cast<unsigned>(tiles), 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = sp.smem;
-  cfg.stream = reinterpret_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(sp.s);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  const bool trace = env_int("NVFP4_SM90_STREAM_TRACE", 0) != 0;
-  static unsigned long long* trace_buf = nullptr;
-  static size_t trace_words = 0;
-  const size_t ctas = static_cast<size_t>(sp.s) * static_cast<size_t>(tiles);
-  if (trace) {
-    if (trace_words < ctas * kTraceWords) {
-      if (trace_buf != nullptr) (void)cudaFree(trace_buf);
-      trace_buf = nullptr;
-      trace_words = 0;
-      if (cudaMalloc(&trace_buf, ctas * kTraceWords * 8) == cudaSuccess) trace_words = ctas * kTraceWords;
-    }
-    p.trace = trace_buf;
-  }
-  if (cudaLaunchKernelEx(&cfg, stream_kernel<C>, p) != cudaSuccess) {
-    // A cluster that cannot be placed (a partitioned GPU, a shared-memory carve-out) is no
-    // reason to fail: the caller runs the ring kernel, which needs no cluster.
-    (void)cudaGetLastError();
+  gpu::ClusterLaunch l(dim3(static_cast<unsigned>(pl.splits), static_cast<unsigned>(pl.tiles), 1), kThreads, pl.smem,
+                       reinterpret_cast<cudaStream_t>(stream), static_cast<unsigned>(pl.splits));
+  const size_t ctas = static_cast<size_t>(pl.splits) * static_cast<size_t>(pl.tiles);
+  if (pl.phase_trace) p.trace = trace_buffer(ctas * kTraceWords);
+  if (cudaLaunchKernelEx(&l.cfg, stream_kernel<C>, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // the caller runs the ring kernel
     return NVFP4_SUCCESS;
   }
   *launched = true;
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_fail(e, "launch");
-  if (trace && p.trace != nullptr) print_trace(p.trace, ctas, cfg.stream);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return gpu::cuda_error(e, "gemm (sm90 small-M stream): launch");
+  if (p.trace != nullptr) print_phase_trace(p.trace, ctas, l.cfg.stream);
   return NVFP4_SUCCESS;
 }
 
 }  // namespace
 
-nvfp4_status_t sm90_small_m_stream_gemm(const GemmJob& job, nvfp4_stream_t stream, bool* launched) {
-  *launched = false;
-  if (job.m > kSm90StreamMMax || job.m < 1 || job.k % 32 != 0) return NVFP4_SUCCESS;
-  if (job.m <= 8) return launch<Cfg<1, 1, 4>>(job, stream, launched);
-  if (job.m <= 16) return launch<Cfg<2, 1, 4>>(job, stream, launched);
-  return launch<Cfg<4, 1, 3>>(job, stream, launched);
+Shape stream_shape(int64_t m) {
+  const int config = m <= 8 ? 0 : m <= 16 ? 1 : 2;
+  return by_config(config, [&](auto c) {
+    using C = decltype(c);
+    return Shape{config, C::MP, C::BN, kThreads};
+  });
 }
 
-}  // namespace nvfp4::detail
+size_t stream_smem(const Shape& s, int64_t k_split) {
+  return by_config(s.config, [&](auto c) {
+    using C = decltype(c);
+    return static_cast<size_t>(xdec_bytes<C>(k_split) + C::kRecv);
+  });
+}
+
+nvfp4_status_t stream_prepare(const Shape& s) {
+  return by_config(s.config, [](auto c) {
+    return gpu::allow_dynamic_smem(stream_kernel<decltype(c)>, static_cast<int>(kStreamSmemMax));
+  });
+}
+
+int stream_resident_clusters(const Shape& s, int dev, int splits, size_t smem, int fallback) {
+  return by_config(s.config, [&](auto c) {
+    return gpu::resident_clusters(stream_kernel<decltype(c)>, dev, kThreads, splits, smem, fallback);
+  });
+}
+
+nvfp4_status_t stream_launch(const GemmJob& job, const Plan& p, nvfp4_stream_t stream, bool* launched) {
+  *launched = false;
+  return by_config(p.config, [&](auto c) { return launch<decltype(c)>(job, p, stream, launched); });
+}
+
+}  // namespace nvfp4::detail::small_m

@@ -1,8 +1,10 @@
-// Small CUDA helpers that the GEMM runners and the quantization kernels share, in one
-// place: the current device and its multiprocessor count (cached), resident CTAs per SM
-// (cached) and persistent-grid sizing, workspace alignment, launch-error checks and, for
-// device code, loads and stores of the three floating-point dtypes through fp32.
-// Host functions work from plain C++ (cudnn_gemm.cpp) as well as from .cu files.
+// CUDA helpers that the quantization kernels, the GEMM runners and the dispatcher share,
+// each defined once: the current device and its cached attributes (multiprocessor count,
+// compute capability, L2 size), resident CTAs and clusters per kernel (cached) and
+// persistent-grid sizing, the dynamic shared-memory opt-in, workspace alignment,
+// launch-error checks and, for device code, cp.async and loads and stores of the three
+// floating-point dtypes through fp32. Host functions work from plain C++ (dispatch.cpp,
+// cudnn_gemm.cpp) as well as from .cu files.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,10 +15,14 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#define NVFP4_GPU_HD __host__ __device__
+#else
+#define NVFP4_GPU_HD
 #endif
 
 #include "internal.h"
@@ -46,21 +52,71 @@ inline int current_device() {
 
 constexpr int kMaxDevices = 64;
 
-// Multiprocessor count of `dev`, queried once per device; `fallback` when it cannot be
-// read (no driver, bad index). Launch geometry only: a wrong count costs speed, never
-// correctness, and the launch that follows reports the underlying CUDA error.
-inline int sm_count(int dev, int fallback = 132) {
-  static std::atomic<int> cache[kMaxDevices];
-  if (dev >= 0 && dev < kMaxDevices) {
-    if (int v = cache[dev].load(std::memory_order_relaxed); v > 0) return v;
+// Blocks of b covering a (a >= 0, b > 0).
+NVFP4_GPU_HD constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The device attributes the library asks for on every call, each read from the driver once
+// per device (they never change while a process runs).
+enum class Attr { kSmCount, kComputeCapability, kL2Bytes, kCount };
+
+// Attribute `a` of device `dev` (the compute capability as major * 10 + minor), cached; 0
+// when it cannot be read (no driver, bad index: the error is cleared, and nothing is
+// cached, so a later call asks again).
+inline int attribute(int dev, Attr a) {
+  static std::atomic<int> cache[static_cast<int>(Attr::kCount)][kMaxDevices];
+  std::atomic<int>* slot = dev >= 0 && dev < kMaxDevices ? &cache[static_cast<int>(a)][dev] : nullptr;
+  if (slot != nullptr) {
+    if (int v = slot->load(std::memory_order_relaxed); v > 0) return v;
   }
+  auto read = [dev](cudaDeviceAttr which) {
+    int v = -1;
+    if (cudaDeviceGetAttribute(&v, which, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      v = -1;
+    }
+    return v;
+  };
   int v = 0;
-  if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) {
-    (void)cudaGetLastError();
-    return fallback;
+  switch (a) {
+    case Attr::kSmCount: v = read(cudaDevAttrMultiProcessorCount); break;
+    case Attr::kL2Bytes: v = read(cudaDevAttrL2CacheSize); break;
+    case Attr::kComputeCapability: {
+      const int major = read(cudaDevAttrComputeCapabilityMajor), minor = read(cudaDevAttrComputeCapabilityMinor);
+      v = major > 0 && minor >= 0 ? major * 10 + minor : 0;
+      break;
+    }
+    case Attr::kCount: break;
   }
-  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
+  if (v <= 0) return 0;
+  if (slot != nullptr) slot->store(v, std::memory_order_relaxed);
   return v;
+}
+
+// Multiprocessor count of `dev`; `fallback` when it cannot be read. Launch geometry only: a
+// wrong count costs speed, never correctness, and the launch that follows reports the
+// underlying CUDA error.
+inline int sm_count(int dev, int fallback = 132) {
+  const int v = attribute(dev, Attr::kSmCount);
+  return v > 0 ? v : fallback;
+}
+
+// Compute capability of `dev` as major * 10 + minor; 0 when it cannot be read.
+inline int compute_capability(int dev) { return attribute(dev, Attr::kComputeCapability); }
+
+// Compute capability of the current device; 0 when there is none or it cannot be read.
+inline int current_compute_capability() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return compute_capability(dev);
+}
+
+// L2 size of `dev` in bytes; `fallback` when it cannot be read.
+inline int64_t l2_bytes(int dev, int64_t fallback) {
+  const int v = attribute(dev, Attr::kL2Bytes);
+  return v > 0 ? v : fallback;
 }
 
 // Resident CTAs per SM of `kernel` with `threads` threads and `smem` bytes of dynamic
@@ -80,6 +136,68 @@ inline int resident_ctas(const void* kernel, int threads, size_t smem) {
     n = 1;
   }
   cache[dev][kernel] = n;
+  return n;
+}
+
+// A launch configuration for cudaLaunchKernelEx with a thread-block cluster of `cluster`
+// CTAs along x (1: an ordinary launch, still through the same call). Not copyable: the
+// configuration points at its own attribute.
+struct ClusterLaunch {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[1];
+  ClusterLaunch(dim3 grid, unsigned threads, size_t smem, cudaStream_t stream, unsigned cluster) {
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+  // Grid and cluster both `cluster` CTAs along x.
+  void set_cluster(unsigned cluster) {
+    cfg.gridDim.x = cluster;
+    attr[0].val.clusterDim.x = cluster;
+  }
+};
+
+// Clusters of `cluster` CTAs of `kernel` (`threads` threads and `smem` bytes of dynamic
+// shared memory each) that device `dev` holds at once, asked of the driver once per
+// (device, kernel, cluster, threads, smem): a handful of pairs cover all shapes of one
+// kernel. `fallback` when the driver cannot say (not cached). The kernel must already be
+// allowed `smem` bytes (allow_dynamic_smem).
+template <class Kernel>
+inline int resident_clusters(Kernel kernel, int dev, int threads, int cluster, size_t smem, int fallback) {
+  struct Entry {
+    int dev;
+    const void* kernel;
+    int threads, cluster;
+    size_t smem;
+    int value;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> cache;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Entry& e : cache)
+      if (e.dev == dev && e.kernel == key && e.threads == threads && e.cluster == cluster && e.smem == smem)
+        return e.value;
+  }
+  ClusterLaunch l(dim3(static_cast<unsigned>(cluster), static_cast<unsigned>(sm_count(dev)), 1),
+                  static_cast<unsigned>(threads), smem, nullptr, static_cast<unsigned>(cluster));
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &l.cfg) != cudaSuccess || n <= 0) {
+    (void)cudaGetLastError();
+    return fallback;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  cache.push_back({dev, key, threads, cluster, smem, n});
   return n;
 }
 

@@ -1,4 +1,5 @@
-// Fused NVFP4 GEMM for small M on Hopper: D[M,N] = alpha * (Â @ B̂ᵀ) + beta*C + bias.
+// Fused NVFP4 GEMM for small M on Hopper, the ring kernel (runner sm90-small-m-ring):
+// D[M,N] = alpha * (Â @ B̂ᵀ) + beta*C + bias.
 //
 // For M <= 128 the GEMM is bound by reading B (the weights, N x K): the FP4 bytes plus
 // scales are 0.5625 B/element against 2 B/element for BF16, so the kernel streams B's FP4
@@ -16,38 +17,36 @@
 // Exactness and the K order of the decoded fragments: sm90_small_m_common.cuh.
 //
 // For M <= 32 the register-streaming kernel of sm90_small_m_stream.cu usually runs instead
-// (fewer instructions per byte, more warps); this one is its fallback and covers M <= 128.
+// (fewer instructions per byte, more warps); this one covers M <= 128. Which one runs, and
+// the split and grid, is the planner's choice (sm90_small_m_plan.cpp); this file holds the
+// kernel, its configurations and the launch of a plan.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "core/scale.h"
 #include "core/swizzle.h"
+#include "cuda/device.h"
 #include "gemm/sm90/sm90_small_m.h"
 #include "gemm/sm90/sm90_small_m_common.cuh"
 
-namespace nvfp4::detail {
+namespace nvfp4::detail::small_m {
 namespace {
 
 namespace cg = cooperative_groups;
-using namespace small_m;
 
 constexpr int kThreads = 128;      // 4 warps
 constexpr int kWarps = kThreads / 32;
-constexpr int kChunk = 128;        // K elements per pipeline stage
+// K elements per pipeline stage: kChunk (sm90_small_m.h).
 constexpr int kChunkBytes = kChunk / 2;
 constexpr int kChunkScales = kChunk / 16;
 constexpr int kStages = 4;
 // A decoded token row of one chunk: 128 FP16 = 256 B, padded by 64 B so that the two
 // token rows of one 8-lane phase of a 16-byte load land on disjoint banks.
 constexpr int kXRowBytes = 2 * kChunk + 64;
-constexpr int kMaxSplit = 8;       // portable cluster size
 
 template <int NT_, int WM_>
 struct Cfg {
@@ -91,14 +90,14 @@ struct Params {
 };
 
 // cp.async wrappers: gpu::cp_async16 / cp_async4 / cp_async_commit / cp_async_wait
-// (gemm/common/device.h).
+// (cuda/device.h).
 using gpu::cp_async16;
 using gpu::cp_async4;
 using gpu::cp_async_commit;
 using gpu::cp_async_wait;
 
 template <class C>
-__global__ void __launch_bounds__(kThreads) small_m_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -338,33 +337,26 @@ __global__ void __launch_bounds__(kThreads) small_m_kernel(const __grid_constant
   if (nsplit > 1) cluster.sync();  // keep this CTA's partials alive until all ranks read them
 }
 
-nvfp4_status_t cuda_fail(cudaError_t e, const std::string& what) {
-  return gpu::cuda_error(e, "gemm (sm90 small-M): " + what);
+// The configurations, by M: n8 token tiles x m16 B-row tiles per warp.
+using Cfg8 = Cfg<1, 2>;
+using Cfg16 = Cfg<2, 2>;
+using Cfg32 = Cfg<4, 2>;
+using Cfg64 = Cfg<8, 2>;
+using Cfg128 = Cfg<16, 1>;
+
+template <class F>
+auto by_config(int config, F&& f) {
+  switch (config) {
+    case 0: return f(Cfg8{});
+    case 1: return f(Cfg16{});
+    case 2: return f(Cfg32{});
+    case 3: return f(Cfg64{});
+    default: return f(Cfg128{});
+  }
 }
 
-// Per (device, config): the shared-memory attribute set and the CTAs that fit on one SM.
-constexpr int kMaxDevices = gpu::kMaxDevices;
-using gpu::sm_count;
-
 template <class C>
-nvfp4_status_t launch(const GemmJob& job, nvfp4_stream_t stream) {
-  static std::atomic<int> occupancy[kMaxDevices];  // CTAs per SM, 0 = not yet prepared
-
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return cuda_fail(e, "cudaGetDevice");
-  int occ = dev < kMaxDevices ? occupancy[dev].load(std::memory_order_acquire) : 0;
-  if (occ == 0) {
-    if (cudaError_t e = cudaFuncSetAttribute(small_m_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
-        e != cudaSuccess)
-      return cuda_fail(e, "cudaFuncSetAttribute(" + std::to_string(C::kSmem) + " bytes of shared memory)");
-    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, small_m_kernel<C>, kThreads, C::kSmem);
-        e != cudaSuccess || occ <= 0) {
-      (void)cudaGetLastError();
-      occ = 1;
-    }
-    if (dev < kMaxDevices) occupancy[dev].store(occ, std::memory_order_release);
-  }
-
+nvfp4_status_t launch(const GemmJob& job, const Plan& pl, nvfp4_stream_t stream) {
   Params p{};
   p.a = job.a;
   p.sfa = job.sfa;
@@ -383,75 +375,54 @@ nvfp4_status_t launch(const GemmJob& job, nvfp4_stream_t stream) {
   p.bias_dtype = job.bias_dtype;
   p.d = job.d;
   p.d_dtype = job.d_dtype;
-  p.nchunks = static_cast<int>((job.k + kChunk - 1) / kChunk);
+  p.nchunks = static_cast<int>(gpu::ceil_div(job.k, kChunk));
+  p.chunks_per_split = pl.k_split / kChunk;
 
-  // Split K over a cluster while the grid still fits in one wave and every split keeps at
-  // least two chunks: small N x K problems need the extra CTAs to reach memory bandwidth.
-  const int64_t tiles = (job.n + C::BN - 1) / C::BN;
-  const int64_t wave = static_cast<int64_t>(sm_count(dev)) * occ;
-  int nsplit = 1;
-  while (nsplit < kMaxSplit && tiles * nsplit * 2 <= wave && p.nchunks >= 4 * nsplit) nsplit *= 2;
-  p.chunks_per_split = nsplit > 0 ? (p.nchunks + nsplit - 1) / nsplit : p.nchunks;
-  if (tiles > 65535) return fail(NVFP4_ERROR_NOT_SUPPORTED, "gemm (sm90 small-M): N too large");
-
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(nsplit), static_cast<unsigned>(tiles), 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = C::kSmem;
-  cfg.stream = reinterpret_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(nsplit);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, small_m_kernel<C>, p);
+  const std::string who = "gemm (sm90 small-M ring): ";
+  const int nsplit = pl.splits;
+  gpu::ClusterLaunch l(dim3(static_cast<unsigned>(nsplit), static_cast<unsigned>(pl.tiles), 1), kThreads, C::kSmem,
+                       reinterpret_cast<cudaStream_t>(stream), static_cast<unsigned>(nsplit));
+  cudaError_t e = cudaLaunchKernelEx(&l.cfg, ring_kernel<C>, p);
   if (e != cudaSuccess && nsplit > 1) {
     // A cluster that cannot be placed (a partitioned GPU, shared-memory carve-out) is no
     // reason to fail: the same kernel without split-K gives the same result.
     (void)cudaGetLastError();
     p.chunks_per_split = p.nchunks;
-    cfg.gridDim.x = 1;
-    attr[0].val.clusterDim.x = 1;
-    e = cudaLaunchKernelEx(&cfg, small_m_kernel<C>, p);
+    l.set_cluster(1);
+    e = cudaLaunchKernelEx(&l.cfg, ring_kernel<C>, p);
   }
   if (e != cudaSuccess)
-    return cuda_fail(e, "launch (grid " + std::to_string(nsplit) + "x" + std::to_string(tiles) + ", cluster " +
-                            std::to_string(nsplit) + ")");
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return cuda_fail(e, "launch");
+    return gpu::cuda_error(e, who + "launch (grid " + std::to_string(nsplit) + "x" + std::to_string(pl.tiles) +
+                                  ", cluster " + std::to_string(nsplit) + ")");
+  if (cudaError_t e2 = cudaGetLastError(); e2 != cudaSuccess) return gpu::cuda_error(e2, who + "launch");
   return NVFP4_SUCCESS;
 }
 
 }  // namespace
 
-bool sm90_small_m_applicable(const GemmJob& job) {
-  auto aligned = [](const void* ptr, uintptr_t a) { return reinterpret_cast<uintptr_t>(ptr) % a == 0; };
-  // 16-byte pieces of a row need K % 32; 4-byte pieces of a linear scale row need K % 64
-  // (swizzled scales come in aligned groups of 4 whatever K is).
-  const bool k_ok = job.k % 32 == 0 && (job.layout == NVFP4_SCALES_SWIZZLED || job.k % 64 == 0);
-  return job.m >= 1 && job.m <= kSm90SmallMMax && job.n >= 1 && k_ok && job.n <= int64_t{65535} * 64 &&
-         job.k <= (int64_t{1} << 30) && aligned(job.a, 16) && aligned(job.b, 16) && aligned(job.sfa, 4) &&
-         aligned(job.sfb, 4);
+Shape ring_shape(int64_t m) {
+  const int config = m <= 8 ? 0 : m <= 16 ? 1 : m <= 32 ? 2 : m <= 64 ? 3 : 4;
+  return by_config(config, [&](auto c) {
+    using C = decltype(c);
+    return Shape{config, C::MP, C::BN, kThreads};
+  });
 }
 
-// Benchmark knob, read on each call: NVFP4_SM90_SMALL_M_KERNEL=ring skips the streaming
-// kernel.
-static bool stream_kernel_enabled() {
-  const char* v = std::getenv("NVFP4_SM90_SMALL_M_KERNEL");
-  return v == nullptr || std::strcmp(v, "ring") != 0;
+size_t ring_smem(const Shape& s) {
+  return by_config(s.config, [](auto c) { return static_cast<size_t>(decltype(c)::kSmem); });
 }
 
-nvfp4_status_t sm90_small_m_gemm(const GemmJob& job, nvfp4_stream_t stream) {
-  if (job.m <= kSm90StreamMMax && stream_kernel_enabled()) {
-    bool launched = false;
-    if (nvfp4_status_t s = sm90_small_m_stream_gemm(job, stream, &launched); s != NVFP4_SUCCESS || launched) return s;
-  }
-  if (job.m <= 8) return launch<Cfg<1, 2>>(job, stream);
-  if (job.m <= 16) return launch<Cfg<2, 2>>(job, stream);
-  if (job.m <= 32) return launch<Cfg<4, 2>>(job, stream);
-  if (job.m <= 64) return launch<Cfg<8, 2>>(job, stream);
-  return launch<Cfg<16, 1>>(job, stream);
+nvfp4_status_t ring_prepare(const Shape& s, int* resident) {
+  return by_config(s.config, [&](auto c) {
+    using C = decltype(c);
+    if (nvfp4_status_t st = gpu::allow_dynamic_smem(ring_kernel<C>, C::kSmem); st != NVFP4_SUCCESS) return st;
+    *resident = gpu::resident_ctas(reinterpret_cast<const void*>(ring_kernel<C>), kThreads, C::kSmem);
+    return NVFP4_SUCCESS;
+  });
 }
 
-}  // namespace nvfp4::detail
+nvfp4_status_t ring_launch(const GemmJob& job, const Plan& p, nvfp4_stream_t stream) {
+  return by_config(p.config, [&](auto c) { return launch<decltype(c)>(job, p, stream); });
+}
+
+}  // namespace nvfp4::detail::small_m
