@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "internal.h"
 
@@ -52,21 +53,37 @@ nvfp4_status_t sm90_decode_bf16(const uint8_t* data, const uint8_t* scales, bool
                                 nvfp4_scale_layout_t layout, void* out_bf16, nvfp4_stream_t stream);
 #endif
 
-#if defined(NVFP4_HAS_SM100_GEMM)
-size_t sm100_gemm_workspace_size(const GemmJob& job);
-// The MXFP4 rows take BF16 outputs only (the one MXFP4 kernel instantiated).
-bool sm100_mx_applicable(const GemmJob& job);
-// Host-only check (no launch): what CUTLASS's can_implement says of this problem.
-nvfp4_status_t sm100_gemm_can_implement(const GemmJob& job);
-nvfp4_status_t sm100_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream);
+#if defined(NVFP4_HAS_SM100_GEMM) || defined(NVFP4_HAS_SM120_GEMM)
+// Blackwell, native: one architecture's CUTLASS block-scaled GEMMs (three NVFP4 kernels, one
+// per output dtype, and one MXFP4 kernel with BF16 output), all from one template
+// (gemm/common/sm1xx_blockscaled.cuh) instantiated by gemm/sm100/sm100_gemm.cu and
+// gemm/sm120/sm120_gemm.cu, each compiled for its own targets only. No CUTLASS type here.
+struct BlockscaledGemms {
+  const char* arch;  // "sm100", "sm120": names the kernels in messages
+  size_t (*workspace_size)(const GemmJob& job);
+  // Host-only check (no launch): what CUTLASS's can_implement says of this problem.
+  nvfp4_status_t (*can_implement)(const GemmJob& job);
+  nvfp4_status_t (*run)(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream);
+  // The MXFP4 rows take BF16 outputs only (the one MXFP4 kernel instantiated).
+  bool (*mx_applicable)(const GemmJob& job);
+  // Host-only hooks for the build checks (gemm/checks.cpp, tests/cpp/test_blackwell_host.cpp):
+  // "" when the scale-factor layout CUTLASS computes for an operand of `rows` rows and inner
+  // size k equals core::swizzle_offset everywhere in the padded range (SFA and SFB role,
+  // every output dtype's kernel), else the first difference; the dynamic shared memory of
+  // the output dtype's kernel and, in *limit, the per-block maximum of the target it was
+  // checked against at compile time (0 bytes for a dtype without a kernel). mx_*: the same
+  // for the MXFP4 kernel.
+  std::string (*compare_scale_layout)(int64_t rows, int64_t k);
+  int (*smem_bytes)(nvfp4_dtype_t d, int* limit);
+  std::string (*mx_compare_scale_layout)(int64_t rows, int64_t k);
+  int (*mx_smem_bytes)(nvfp4_dtype_t d, int* limit);
+};
 #endif
-
+#if defined(NVFP4_HAS_SM100_GEMM)
+const BlockscaledGemms& sm100_gemms();  // sm_100 family and sm_110: tcgen05, 2-SM MMA
+#endif
 #if defined(NVFP4_HAS_SM120_GEMM)
-size_t sm120_gemm_workspace_size(const GemmJob& job);
-// The MXFP4 rows take BF16 outputs only (the one MXFP4 kernel instantiated).
-bool sm120_mx_applicable(const GemmJob& job);
-nvfp4_status_t sm120_gemm_can_implement(const GemmJob& job);
-nvfp4_status_t sm120_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream);
+const BlockscaledGemms& sm120_gemms();  // sm_120 family: warp-level block-scaled MMA
 #endif
 
 #if defined(NVFP4_HAS_CUDNN)

@@ -11,9 +11,6 @@
 #include <string>
 
 #include "gemm/backends.h"
-#if defined(NVFP4_HAS_SM100_GEMM) || defined(NVFP4_HAS_SM120_GEMM)
-#include "gemm/common/sm1xx_checks.h"
-#endif
 
 namespace nvfp4::detail {
 namespace {
@@ -39,9 +36,15 @@ namespace {
   return j;
 }
 
-template <class Compare, class CanImplement, class Smem>
-[[maybe_unused]] nvfp4_status_t check_blockscaled(const char* arch, Format format, Compare compare,
-                                                  CanImplement can_implement, Smem smem, int* checked) {
+#if defined(NVFP4_HAS_SM100_GEMM) || defined(NVFP4_HAS_SM120_GEMM)
+// The checks of one Blackwell row: its architecture's table, its operand format.
+nvfp4_status_t check_blockscaled(const Runner& r, const BlockscaledGemms& g, int* checked) {
+  const char* arch = r.name;
+  const Format format = r.format;
+  const bool mx = format == Format::kMxfp4;
+  auto compare = mx ? g.mx_compare_scale_layout : g.compare_scale_layout;
+  auto smem = mx ? g.mx_smem_bytes : g.smem_bytes;
+  auto can_implement = g.can_implement;
   int n = 0;
   const int64_t rows[] = {1, 7, 31, 128, 129, 300, 4096};
   const int64_t ks[] = {16, 32, 48, 96, 1040, 4096};
@@ -93,27 +96,19 @@ template <class Compare, class CanImplement, class Smem>
   return NVFP4_SUCCESS;
 }
 
+#endif
+
 }  // namespace
 
 nvfp4_status_t runner_self_check(const Runner& r, int* checked) {
   *checked = 0;
   if (!r.built) return NVFP4_SUCCESS;
-  const std::string name = r.name;
+  // The Blackwell CUTLASS rows are the ones that launch their architecture's kernel object.
 #if defined(NVFP4_HAS_SM100_GEMM)
-  if (name == "cutlass-sm100" || name == "cutlass-sm110")
-    return check_blockscaled(r.name, Format::kNvfp4, sm100_compare_scale_layout, sm100_gemm_can_implement,
-                             sm100_smem_bytes, checked);
-  if (name == "cutlass-sm100-mxfp4" || name == "cutlass-sm110-mxfp4")
-    return check_blockscaled(r.name, Format::kMxfp4, sm100_mx_compare_scale_layout, sm100_gemm_can_implement,
-                             sm100_mx_smem_bytes, checked);
+  if (r.objects & kObjSm100) return check_blockscaled(r, sm100_gemms(), checked);
 #endif
 #if defined(NVFP4_HAS_SM120_GEMM)
-  if (name == "cutlass-sm120")
-    return check_blockscaled(r.name, Format::kNvfp4, sm120_compare_scale_layout, sm120_gemm_can_implement,
-                             sm120_smem_bytes, checked);
-  if (name == "cutlass-sm120-mxfp4")
-    return check_blockscaled(r.name, Format::kMxfp4, sm120_mx_compare_scale_layout, sm120_gemm_can_implement,
-                             sm120_mx_smem_bytes, checked);
+  if (r.objects & kObjSm120) return check_blockscaled(r, sm120_gemms(), checked);
 #endif
 #if defined(NVFP4_HAS_CUDNN)
   if (r.backend == NVFP4_BACKEND_CUDNN) return cudnn_check_graphs(r.cc_min, r.format == Format::kMxfp4, checked);

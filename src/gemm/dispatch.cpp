@@ -85,33 +85,34 @@ nvfp4_status_t sm90_direct_run(const GemmJob& job, int, void*, size_t, nvfp4_str
 #define NVFP4_SM90_TWO_STEP false, nullptr, nullptr, nullptr, nullptr
 #endif
 
-#if defined(NVFP4_HAS_SM100_GEMM)
-nvfp4_status_t sm100_workspace(const GemmJob& job, int, size_t* bytes) {
-  *bytes = sm100_gemm_workspace_size(job);
+#if defined(NVFP4_HAS_SM100_GEMM) || defined(NVFP4_HAS_SM120_GEMM)
+// One adapter per entry point, for either architecture's table (sm100_gemms, sm120_gemms).
+template <const BlockscaledGemms& (*G)()>
+nvfp4_status_t blockscaled_workspace(const GemmJob& job, int, size_t* bytes) {
+  *bytes = G().workspace_size(job);
   return NVFP4_SUCCESS;
 }
-nvfp4_status_t sm100_run(const GemmJob& job, int, void* ws, size_t ws_bytes, nvfp4_stream_t stream) {
-  return sm100_gemm(job, ws, ws_bytes, stream);
+template <const BlockscaledGemms& (*G)()>
+nvfp4_status_t blockscaled_run(const GemmJob& job, int, void* ws, size_t ws_bytes, nvfp4_stream_t stream) {
+  return G().run(job, ws, ws_bytes, stream);
 }
-#define NVFP4_SM100 true, nullptr, nullptr, &sm100_workspace, &sm100_run
-bool sm100_mx_accepts(const GemmJob& job, int) { return sm100_mx_applicable(job); }
-#define NVFP4_SM100_MX true, &sm100_mx_accepts, nullptr, &sm100_workspace, &sm100_run
+template <const BlockscaledGemms& (*G)()>
+bool blockscaled_mx_accepts(const GemmJob& job, int) {
+  return G().mx_applicable(job);
+}
+#define NVFP4_BLOCKSCALED(G) true, nullptr, nullptr, &blockscaled_workspace<G>, &blockscaled_run<G>
+#define NVFP4_BLOCKSCALED_MX(G) true, &blockscaled_mx_accepts<G>, nullptr, &blockscaled_workspace<G>, &blockscaled_run<G>
+#endif
+#if defined(NVFP4_HAS_SM100_GEMM)
+#define NVFP4_SM100 NVFP4_BLOCKSCALED(sm100_gemms)
+#define NVFP4_SM100_MX NVFP4_BLOCKSCALED_MX(sm100_gemms)
 #else
 #define NVFP4_SM100 false, nullptr, nullptr, nullptr, nullptr
 #define NVFP4_SM100_MX false, nullptr, nullptr, nullptr, nullptr
 #endif
-
 #if defined(NVFP4_HAS_SM120_GEMM)
-nvfp4_status_t sm120_workspace(const GemmJob& job, int, size_t* bytes) {
-  *bytes = sm120_gemm_workspace_size(job);
-  return NVFP4_SUCCESS;
-}
-nvfp4_status_t sm120_run(const GemmJob& job, int, void* ws, size_t ws_bytes, nvfp4_stream_t stream) {
-  return sm120_gemm(job, ws, ws_bytes, stream);
-}
-#define NVFP4_SM120 true, nullptr, nullptr, &sm120_workspace, &sm120_run
-bool sm120_mx_accepts(const GemmJob& job, int) { return sm120_mx_applicable(job); }
-#define NVFP4_SM120_MX true, &sm120_mx_accepts, nullptr, &sm120_workspace, &sm120_run
+#define NVFP4_SM120 NVFP4_BLOCKSCALED(sm120_gemms)
+#define NVFP4_SM120_MX NVFP4_BLOCKSCALED_MX(sm120_gemms)
 #else
 #define NVFP4_SM120 false, nullptr, nullptr, nullptr, nullptr
 #define NVFP4_SM120_MX false, nullptr, nullptr, nullptr, nullptr

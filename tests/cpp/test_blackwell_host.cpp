@@ -19,9 +19,6 @@
 #include <vector>
 
 #include "gemm/backends.h"
-#if defined(NVFP4_HAS_SM100_GEMM) || defined(NVFP4_HAS_SM120_GEMM)
-#include "gemm/common/sm1xx_checks.h"
-#endif
 #include "nvfp4/nvfp4.h"
 
 using namespace nvfp4::detail;
@@ -203,20 +200,25 @@ static void check_smem(const char* arch, Smem smem) {
   }
 }
 
+#if defined(NVFP4_HAS_SM100_GEMM) || defined(NVFP4_HAS_SM120_GEMM)
+// Every check of one architecture's table (gemm/common/sm1xx_blockscaled.cuh).
+static void check_arch(const BlockscaledGemms& g) {
+  check_layout(g.arch, g.compare_scale_layout);
+  check_runner(g.arch, g.can_implement, g.workspace_size);
+  check_smem(g.arch, g.smem_bytes);
+}
+#endif
+
 int main() {
   int runners = 0;
   check_target_rule();
 #if defined(NVFP4_HAS_SM100_GEMM)
   ++runners;
-  check_layout("sm100", sm100_compare_scale_layout);
-  check_runner("sm100", sm100_gemm_can_implement, sm100_gemm_workspace_size);
-  check_smem("sm100", sm100_smem_bytes);
+  check_arch(sm100_gemms());
 #endif
 #if defined(NVFP4_HAS_SM120_GEMM)
   ++runners;
-  check_layout("sm120", sm120_compare_scale_layout);
-  check_runner("sm120", sm120_gemm_can_implement, sm120_gemm_workspace_size);
-  check_smem("sm120", sm120_smem_bytes);
+  check_arch(sm120_gemms());
 #endif
 #if defined(NVFP4_HAS_CUDNN)
   ++runners;
@@ -240,12 +242,14 @@ int main() {
             "cudnn_gemm without cuDNN: status " + std::to_string(st) + ", '" + msg + "'");
     } else if (avail) {
       // Both graphs of both paths validate in the frontend (no GPU needed).
-      for (int cc : {90, 100, 120}) {
-        int n = 0;
-        nvfp4_status_t st = cudnn_check_graphs(cc, &n);
-        check(st == NVFP4_SUCCESS && n > 0,
-              "cudnn graphs at cc " + std::to_string(cc) + ": " + std::to_string(n) + " validated; " + nvfp4_last_error());
-      }
+      for (int cc : {90, 100, 120})
+        for (bool mx : {false, true}) {
+          int n = 0;
+          nvfp4_status_t st = cudnn_check_graphs(cc, mx, &n);
+          check(st == NVFP4_SUCCESS && n > 0, std::string("cudnn ") + (mx ? "mxfp4" : "nvfp4") + " graphs at cc " +
+                                                  std::to_string(cc) + ": " + std::to_string(n) + " validated; " +
+                                                  nvfp4_last_error());
+        }
     }
   }
 #endif

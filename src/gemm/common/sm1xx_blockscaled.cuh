@@ -1,8 +1,9 @@
-// Shared by sm100_gemm.cu and sm120_gemm.cu: the NVFP4 block-scaled GEMM built from
-// CUTLASS's CollectiveBuilder, and the host code around it (argument building, the
-// workspace plan, can_implement, launch). Each architecture's file picks the tile and
-// cluster shapes and instantiates this once per output dtype; CUTLASS types never leave
-// the .cu files that include this header.
+// Shared by sm100_gemm.cu and sm120_gemm.cu: the NVFP4 / MXFP4 block-scaled GEMM built
+// from CUTLASS's CollectiveBuilder, the host code around it (argument building, the
+// workspace plan, can_implement, launch) and ArchGemms, which makes one architecture's
+// four kernels and its entry-point table (BlockscaledGemms, gemm/backends.h) from a traits
+// struct. Each architecture's file only says its tile, cluster and shared-memory limit;
+// CUTLASS types never leave the .cu files that include this header.
 //
 // D[M,N] = alpha * (A^ @ B^T) + beta * C + bias, with
 //   A   [M, K/2] packed E2M1, K-major ("row-major A")
@@ -346,5 +347,99 @@ std::string compare_scale_layout(int64_t rows, int64_t k) {
   }
   return "";
 }
+
+// ---- one architecture: four kernels and the table of its entry points ----
+// Traits: Arch (the CUTLASS arch tag), Tile, Cluster, kSmemLimit (the per-block opt-in
+// maximum of the targets the file is compiled for) and kName ("sm100").
+template <class T>
+struct ArchGemms {
+  using CfgF32 = BlockScaledGemm<typename T::Arch, typename T::Tile, typename T::Cluster, float>;
+  using CfgF16 = BlockScaledGemm<typename T::Arch, typename T::Tile, typename T::Cluster, cutlass::half_t>;
+  using CfgBF16 = BlockScaledGemm<typename T::Arch, typename T::Tile, typename T::Cluster, cutlass::bfloat16_t>;
+  // MXFP4 x MXFP4 (mx_float4_t: E8M0 scales over 32 values), BF16 output only: the dtype
+  // training writes; one more instantiation per output dtype would lengthen every build.
+  using CfgMxBF16 =
+      BlockScaledGemm<typename T::Arch, typename T::Tile, typename T::Cluster, cutlass::bfloat16_t, ElementMxfp4>;
+
+  // CUTLASS sizes the mainloop stages to fit its own idea of the capacity; these keep a
+  // header update from silently producing a kernel that cannot launch.
+  static_assert(CfgF32::kSmemBytes <= T::kSmemLimit, "fp32-output GEMM exceeds the shared memory of its target");
+  static_assert(CfgF16::kSmemBytes <= T::kSmemLimit, "fp16-output GEMM exceeds the shared memory of its target");
+  static_assert(CfgBF16::kSmemBytes <= T::kSmemLimit, "bf16-output GEMM exceeds the shared memory of its target");
+  static_assert(CfgMxBF16::kSmemBytes <= T::kSmemLimit, "mxfp4 GEMM exceeds the shared memory of its target");
+
+  template <class F>
+  static nvfp4_status_t by_job(const GemmJob& job, F&& f) {
+    if (job.format == Format::kMxfp4) {
+      if (job.d_dtype == NVFP4_DTYPE_BFLOAT16) return f(Runner<CfgMxBF16>{});
+      return fail(NVFP4_ERROR_NOT_SUPPORTED,
+                  std::string("cutlass ") + T::kName + " mxfp4: the output dtype must be bfloat16");
+    }
+    switch (job.d_dtype) {
+      case NVFP4_DTYPE_FLOAT32: return f(Runner<CfgF32>{});
+      case NVFP4_DTYPE_FLOAT16: return f(Runner<CfgF16>{});
+      case NVFP4_DTYPE_BFLOAT16: return f(Runner<CfgBF16>{});
+      default:
+        return fail(NVFP4_ERROR_NOT_SUPPORTED,
+                    std::string("cutlass ") + T::kName + ": output dtype must be float32, float16 or bfloat16");
+    }
+  }
+
+  static size_t workspace_size(const GemmJob& job) {
+    size_t bytes = 0;
+    by_job(job, [&](auto r) {
+      bytes = decltype(r)::plan(job).total;
+      return NVFP4_SUCCESS;
+    });
+    return bytes;
+  }
+
+  static nvfp4_status_t can_implement(const GemmJob& job) {
+    return by_job(job, [&](auto r) { return decltype(r)::can_implement(job, T::kName); });
+  }
+
+  static nvfp4_status_t run(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream) {
+    return by_job(job, [&](auto r) {
+      return decltype(r)::run(job, workspace, workspace_bytes, reinterpret_cast<cudaStream_t>(stream), T::kName);
+    });
+  }
+
+  static bool mx_applicable(const GemmJob& job) { return job.d_dtype == NVFP4_DTYPE_BFLOAT16; }
+
+  static std::string compare_scale_layout(int64_t rows, int64_t k) {
+    // The three kernels share one mainloop layout; checking each guards against a future
+    // per-dtype tile change that would also change the scale layout.
+    std::string s = blockscaled::compare_scale_layout<typename CfgBF16::SfConfig>(rows, k);
+    if (s.empty()) s = blockscaled::compare_scale_layout<typename CfgF16::SfConfig>(rows, k);
+    if (s.empty()) s = blockscaled::compare_scale_layout<typename CfgF32::SfConfig>(rows, k);
+    return s;
+  }
+
+  static int smem_bytes(nvfp4_dtype_t d, int* limit) {
+    if (limit != nullptr) *limit = T::kSmemLimit;
+    switch (d) {
+      case NVFP4_DTYPE_FLOAT32: return CfgF32::kSmemBytes;
+      case NVFP4_DTYPE_FLOAT16: return CfgF16::kSmemBytes;
+      case NVFP4_DTYPE_BFLOAT16: return CfgBF16::kSmemBytes;
+      default: return 0;
+    }
+  }
+
+  static std::string mx_compare_scale_layout(int64_t rows, int64_t k) {
+    return blockscaled::compare_scale_layout<typename CfgMxBF16::SfConfig>(rows, k);
+  }
+
+  static int mx_smem_bytes(nvfp4_dtype_t d, int* limit) {
+    if (limit != nullptr) *limit = T::kSmemLimit;
+    return d == NVFP4_DTYPE_BFLOAT16 ? CfgMxBF16::kSmemBytes : 0;
+  }
+
+  static const BlockscaledGemms& table() {
+    static const BlockscaledGemms t{T::kName,      &workspace_size, &can_implement,          &run,
+                                    &mx_applicable, &compare_scale_layout, &smem_bytes, &mx_compare_scale_layout,
+                                    &mx_smem_bytes};
+    return t;
+  }
+};
 
 }  // namespace nvfp4::detail::blockscaled
