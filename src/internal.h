@@ -1,5 +1,5 @@
-// Internal interface between the C API (api.cpp), the CPU reference (cpu/) and the CUDA
-// kernels (quant/, gemm/). Plain pointers and sizes only: api.cpp validates every
+// Internal interface between the C API (api*.cpp), the CPU reference (cpu/) and the CUDA
+// kernels (quant/, gemm/). Plain pointers and sizes only: the C API validates every
 // descriptor first, so what reaches a backend is already known to be well formed.
 #pragma once
 

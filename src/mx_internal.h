@@ -1,6 +1,6 @@
-// Internal interface of the MXFP4 entry points (api_mx.cpp) with the CPU reference
+// Internal interface of the MXFP4 entry points (api_quantize.cpp) with the CPU reference
 // (cpu/mx.cpp) and the CUDA kernels (quant/mx_*.cu). Plain pointers and sizes only:
-// api_mx.cpp has validated every descriptor before a job reaches a backend.
+// api_quantize.cpp has validated every descriptor before a job reaches a backend.
 #pragma once
 
 #include <cstdint>

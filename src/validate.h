@@ -21,8 +21,8 @@
 #include <string>
 #include <type_traits>
 
-#include "core/mx.h"
 #include "core/swizzle.h"
+#include "format.h"
 #include "internal.h"
 
 #if defined(NVFP4_WITH_CUDA)
@@ -222,8 +222,6 @@ inline void check_disjoint(const ByteRange& out, const ByteRange& other) {
     invalid(std::string(out.name) + ": overlaps " + other.name + " (outputs may not share memory with other buffers)");
 }
 
-// Expected shapes of one quantized direction of an orientation [rows, cols]; cols is a
-// multiple of 16.
 // The scales of `rows` rows of `blocks` blocks each: linear [rows, blocks] or swizzled
 // [roundup(rows, 128), roundup(blocks, 4)] (both formats use the one 128x4 layout).
 inline void check_scale_shape(const nvfp4_tensor_t* scales, const std::string& name, int64_t rows, int64_t blocks,
@@ -238,39 +236,36 @@ inline void check_scale_shape(const nvfp4_tensor_t* scales, const std::string& n
   }
 }
 
-inline void check_quantized(const nvfp4_tensor_t& ref, const nvfp4_quantized_t* q, const char* name, int64_t rows,
-                            int64_t cols, nvfp4_scale_layout_t layout) {
-  const std::string n(name);
-  check_descriptor(&q->data, (n + ".data").c_str());
-  check_descriptor(&q->scales, (n + ".scales").c_str());
-  check_descriptor(&q->amax, (n + ".amax").c_str());
-  if (q->data.dtype != NVFP4_DTYPE_UINT8)
-    invalid(n + ".data: dtype must be uint8 (packed E2M1 pairs), got " + dtype_name(q->data.dtype));
-  if (!is_byte(q->scales.dtype))
-    invalid(n + ".scales: dtype must be float8_e4m3fn or uint8, got " + dtype_name(q->scales.dtype));
-  if (q->amax.dtype != NVFP4_DTYPE_FLOAT32 || numel(q->amax) != 1)
-    invalid(n + ".amax: must be float32 with 1 element, got " + dtype_name(q->amax.dtype) + " " + shape_str(q->amax));
-  check_shape2(&q->data, (n + ".data").c_str(), rows, cols / 2);
-  check_scale_shape(&q->scales, n + ".scales", rows, cols / 16, layout == NVFP4_SCALES_SWIZZLED);
-  check_same_device(ref, &q->data, (n + ".data").c_str());
-  check_same_device(ref, &q->scales, (n + ".scales").c_str());
-  check_same_device(ref, &q->amax, (n + ".amax").c_str());
-}
+// The descriptors of one quantized direction, whatever the format: codes, scales and, for
+// a format with a per-tensor scale, amax (null otherwise).
+struct QuantizedDesc {
+  const nvfp4_tensor_t* data;
+  const nvfp4_tensor_t* scales;
+  const nvfp4_tensor_t* amax;
+};
+inline QuantizedDesc quantized_desc(const nvfp4_quantized_t& q) { return {&q.data, &q.scales, &q.amax}; }
+inline QuantizedDesc quantized_desc(const nvfp4_mx_quantized_t& q) { return {&q.data, &q.scales, nullptr}; }
 
-// Expected shapes of one MXFP4 direction of an orientation [rows, cols] (cols % 32 == 0).
-inline void check_mx_quantized(const nvfp4_tensor_t& ref, const nvfp4_mx_quantized_t* q, const char* name, int64_t rows,
-                        int64_t cols, bool swizzled) {
+// One quantized direction of an orientation [rows, cols] (cols a multiple of the format's
+// block): codes [rows, cols/2] uint8, scales [rows, cols/block] in the layout, the amax a
+// float32 scalar where the format has one; all on ref's device.
+inline void check_quantized(const FormatSpec& f, const nvfp4_tensor_t& ref, const QuantizedDesc& q, const char* name,
+                            int64_t rows, int64_t cols, bool swizzled) {
   const std::string n(name);
-  check_descriptor(&q->data, (n + ".data").c_str());
-  check_descriptor(&q->scales, (n + ".scales").c_str());
-  if (q->data.dtype != NVFP4_DTYPE_UINT8)
-    invalid(n + ".data: dtype must be uint8 (packed E2M1 pairs), got " + dtype_name(q->data.dtype));
-  if (q->scales.dtype != NVFP4_DTYPE_UINT8)
-    invalid(n + ".scales: dtype must be uint8 (E8M0 bytes), got " + dtype_name(q->scales.dtype));
-  check_shape2(&q->data, (n + ".data").c_str(), rows, cols / 2);
-  check_scale_shape(&q->scales, n + ".scales", rows, cols / core::kMxBlock, swizzled);
-  check_same_device(ref, &q->data, (n + ".data").c_str());
-  check_same_device(ref, &q->scales, (n + ".scales").c_str());
+  check_descriptor(q.data, (n + ".data").c_str());
+  check_descriptor(q.scales, (n + ".scales").c_str());
+  if (f.tensor_scale) check_descriptor(q.amax, (n + ".amax").c_str());
+  if (q.data->dtype != NVFP4_DTYPE_UINT8)
+    invalid(n + ".data: dtype must be uint8 (packed E2M1 pairs), got " + dtype_name(q.data->dtype));
+  if (f.e4m3_scale_dtype ? !is_byte(q.scales->dtype) : q.scales->dtype != NVFP4_DTYPE_UINT8)
+    invalid(n + ".scales: dtype must be " + f.scale_dtypes + ", got " + dtype_name(q.scales->dtype));
+  if (f.tensor_scale && (q.amax->dtype != NVFP4_DTYPE_FLOAT32 || numel(*q.amax) != 1))
+    invalid(n + ".amax: must be float32 with 1 element, got " + dtype_name(q.amax->dtype) + " " + shape_str(*q.amax));
+  check_shape2(q.data, (n + ".data").c_str(), rows, cols / 2);
+  check_scale_shape(q.scales, n + ".scales", rows, cols / f.block, swizzled);
+  check_same_device(ref, q.data, (n + ".data").c_str());
+  check_same_device(ref, q.scales, (n + ".scales").c_str());
+  if (f.tensor_scale) check_same_device(ref, q.amax, (n + ".amax").c_str());
 }
 
 #if defined(NVFP4_WITH_CUDA)

@@ -6,27 +6,15 @@
 #include "core/e4m3.h"
 #include "core/scale.h"
 #include "core/swizzle.h"
+#include "cpu/io.h"
 #include "internal.h"
 #include "mx_internal.h"
 
 namespace nvfp4::detail {
 namespace {
 
-void store(void* out, nvfp4_dtype_t dt, int64_t i, float v) {
-  switch (dt) {
-    case NVFP4_DTYPE_FLOAT16: static_cast<uint16_t*>(out)[i] = core::float_to_fp16(v); break;
-    case NVFP4_DTYPE_BFLOAT16: static_cast<uint16_t*>(out)[i] = core::float_to_bf16(v); break;
-    default: static_cast<float*>(out)[i] = v; break;
-  }
-}
-
-float load(const void* x, nvfp4_dtype_t dt, int64_t i) {
-  switch (dt) {
-    case NVFP4_DTYPE_FLOAT16: return core::fp16_to_float(static_cast<const uint16_t*>(x)[i]);
-    case NVFP4_DTYPE_BFLOAT16: return core::bf16_to_float(static_cast<const uint16_t*>(x)[i]);
-    default: return static_cast<const float*>(x)[i];
-  }
-}
+using cpu::load;
+using cpu::store;
 
 // Â = e2m1 value * block scale, without the per-tensor scale (exact in fp32 and bf16).
 std::vector<float> decode_unscaled(const uint8_t* data, const uint8_t* scales, int64_t rows, int64_t cols,

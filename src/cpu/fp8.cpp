@@ -4,23 +4,13 @@
 #include <cstring>
 
 #include "core/common.h"
+#include "cpu/io.h"
 #include "fp8_internal.h"
 
 namespace nvfp4::detail {
 namespace {
 
-float load(const void* x, nvfp4_dtype_t dt, int64_t i) {
-  switch (dt) {
-    case NVFP4_DTYPE_FLOAT32: return static_cast<const float*>(x)[i];
-    case NVFP4_DTYPE_BFLOAT16: {
-      const uint32_t b = uint32_t(static_cast<const uint16_t*>(x)[i]) << 16;
-      float f;
-      std::memcpy(&f, &b, 4);
-      return f;
-    }
-    default: return core::fp16_to_float(static_cast<const uint16_t*>(x)[i]);
-  }
-}
+using cpu::load;
 
 // |a| rounded to nearest even into a format with `man` mantissa bits and exponent bias
 // `bias`; a is finite, >= 0 and at most the format's largest value.

@@ -6,26 +6,14 @@
 
 #include "core/mx.h"
 #include "core/swizzle.h"
+#include "cpu/io.h"
 #include "mx_internal.h"
 
 namespace nvfp4::detail {
 namespace {
 
-float load(const void* x, nvfp4_dtype_t dt, int64_t i) {
-  switch (dt) {
-    case NVFP4_DTYPE_FLOAT16: return core::fp16_to_float(static_cast<const uint16_t*>(x)[i]);
-    case NVFP4_DTYPE_BFLOAT16: return core::bf16_to_float(static_cast<const uint16_t*>(x)[i]);
-    default: return static_cast<const float*>(x)[i];
-  }
-}
-
-void store(void* out, nvfp4_dtype_t dt, int64_t i, float v) {
-  switch (dt) {
-    case NVFP4_DTYPE_FLOAT16: static_cast<uint16_t*>(out)[i] = core::float_to_fp16(v); break;
-    case NVFP4_DTYPE_BFLOAT16: static_cast<uint16_t*>(out)[i] = core::float_to_bf16(v); break;
-    default: static_cast<float*>(out)[i] = v; break;
-  }
-}
+using cpu::load;
+using cpu::store;
 
 // v is one orientation [rows, cols], cols % 32 == 0.
 void quantize_orientation(const std::vector<float>& v, int64_t rows, int64_t cols, const MxQuantJob& job,

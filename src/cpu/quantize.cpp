@@ -7,18 +7,13 @@
 #include "core/block.h"
 #include "core/rht.h"
 #include "core/swizzle.h"
+#include "cpu/io.h"
 #include "internal.h"
 
 namespace nvfp4::detail {
 namespace {
 
-float load(const void* x, nvfp4_dtype_t dt, int64_t i) {
-  switch (dt) {
-    case NVFP4_DTYPE_FLOAT16: return core::fp16_to_float(static_cast<const uint16_t*>(x)[i]);
-    case NVFP4_DTYPE_BFLOAT16: return core::bf16_to_float(static_cast<const uint16_t*>(x)[i]);
-    default: return static_cast<const float*>(x)[i];
-  }
-}
+using cpu::load;
 
 // One orientation to quantize: v is [rows, cols] (cols a multiple of 16), already
 // transposed/padded/Hadamard-transformed as the direction asks.

@@ -210,4 +210,4 @@ def test_workspace_keys_cover_every_gemm_environment_variable(monkeypatch):
         if _ops.gemm_env_key() == base:
             missing.append(name)
         monkeypatch.delenv(name)
-    assert not missing, f"not in nvfp4_gemm_env_key (src/api.cpp): {missing}"
+    assert not missing, f"not in nvfp4_gemm_env_key (src/api_gemm.cpp): {missing}"

@@ -1,0 +1,338 @@
+// extern "C" quantize and dequantize entry points of the FP4 formats, on one path: the
+// checks of validate.h in one order (settings, input, config, outputs, the 2D view, each
+// direction's descriptors, overlaps), then the CPU reference or the CUDA kernels. A format
+// brings its FormatSpec (format.h) and the small traits struct below: its config, its job
+// and backends. nvfp4_quantize / nvfp4_mx_quantize and the two dequantize functions are
+// thin wrappers with the messages and statuses the ABI has always had.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/rht.h"
+#include "format.h"
+#include "internal.h"
+#include "mx_internal.h"
+#include "settings.h"
+#include "validate.h"
+
+#if defined(NVFP4_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
+using namespace nvfp4::detail;
+
+namespace {
+
+std::string hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%x", v);
+  return buf;
+}
+
+// The caller's config as bytes: its enum fields are not loaded as enums before they are
+// checked as integers.
+template <class Config>
+Config config_bytes(const Config* cfg) {
+  if (!cfg) invalid("cfg: null");
+  Config c;
+  std::memcpy(&c, cfg, sizeof c);
+  return c;
+}
+
+// The fields both formats' dequantize jobs have.
+template <class Dequant, class Quantized>
+Dequant dequant_common(const Quantized& q, int64_t rows, int64_t cols, const nvfp4_tensor_t& out) {
+  Dequant d;
+  d.data = static_cast<const uint8_t*>(q.data.data);
+  d.scales = static_cast<const uint8_t*>(q.scales.data);
+  d.rows = rows;
+  d.cols = cols;
+  d.out = out.data;
+  d.out_dtype = out.dtype;
+  return d;
+}
+
+// ---- what each format does its own way ----
+//   checked(cfg)      the config, validated as far as it is before the outputs are looked at
+//   check_late(cfg)   what the format checks after the input's dtype and rank
+//   direction(...)    one requested direction's config and output pointers, into the job
+
+struct Nvfp4 {
+  static constexpr const FormatSpec& spec = kNvfp4Format;
+  using Config = nvfp4_quant_config_t;
+  using Quantized = nvfp4_quantized_t;
+  using Job = QuantJob;
+  using Dequant = DequantJob;
+
+  // Every field: enums checked as integers first.
+  static Config checked(const Config* cfg) {
+    Config c = config_bytes(cfg);
+    const nvfp4_block_t block = checked_enum(cfg->block, NVFP4_BLOCK_2D + 1, "cfg.block", "1D or 2D");
+    const nvfp4_rounding_t rounding =
+        checked_enum(cfg->rounding, NVFP4_ROUND_STOCHASTIC + 1, "cfg.rounding", "NEAREST or STOCHASTIC");
+    const nvfp4_scale_layout_t layout = checked_layout(cfg->scale_layout, "cfg.scale_layout");
+    if (cfg->rht & ~(NVFP4_RHT_ROWWISE | NVFP4_RHT_COLUMNWISE))
+      invalid("cfg.rht: unknown bits 0x" + hex(cfg->rht) + " (expected a mask of NVFP4_RHT_ROWWISE | NVFP4_RHT_COLUMNWISE)");
+    if (cfg->rht && block == NVFP4_BLOCK_2D) invalid("cfg.rht: the Hadamard transform applies to 1D blocks only");
+    if (cfg->rht_sign_mask > 0xffffu)
+      invalid("cfg.rht_sign_mask: 0x" + hex(cfg->rht_sign_mask) + " has bits above bit 15 (one bit per lane of 16)");
+    if (cfg->offset_device && reinterpret_cast<uintptr_t>(cfg->offset_device) % alignof(uint64_t) != 0)
+      invalid("cfg.offset_device: must be 8-byte aligned");
+    c.block = block;
+    c.rounding = rounding;
+    c.scale_layout = layout;
+    return c;
+  }
+  static void check_late(const Config&) {}
+  static Job job(const Config& cfg) {
+    Job j;
+    j.cfg = cfg;
+    return j;
+  }
+  static bool swizzled(const Config& cfg) { return cfg.scale_layout == NVFP4_SCALES_SWIZZLED; }
+  static void direction(Job& job, bool columnwise, const Config&, const Quantized& q) {
+    (columnwise ? job.col : job.row) = {static_cast<uint8_t*>(q.data.data), static_cast<uint8_t*>(q.scales.data),
+                                        static_cast<float*>(q.amax.data)};
+  }
+  // Nothing to quantize, but amax is still defined (0). Backends never see an empty job.
+  static nvfp4_status_t empty(const Job& job, const nvfp4_tensor_t& input, nvfp4_stream_t stream) {
+    for (const QuantOut* o : {&job.row, &job.col}) {
+      if (!o->amax) continue;
+      if (on_cuda(input)) {
+#if defined(NVFP4_WITH_CUDA)
+        DeviceGuard g(input);
+        cudaError_t e = cudaMemsetAsync(o->amax, 0, sizeof(float), reinterpret_cast<cudaStream_t>(stream));
+        if (e != cudaSuccess) raise(NVFP4_ERROR_CUDA, std::string("cudaMemsetAsync: ") + cudaGetErrorString(e));
+#endif
+      } else {
+        *o->amax = 0.0f;
+      }
+    }
+    (void)stream;
+    return NVFP4_SUCCESS;
+  }
+  static nvfp4_status_t cpu(const Job& j) { return cpu_quantize(j); }
+  static Dequant dequant_job(const Quantized& q, int64_t rows, int64_t cols, nvfp4_scale_layout_t layout,
+                             const nvfp4_tensor_t& out) {
+    Dequant d = dequant_common<Dequant>(q, rows, cols, out);
+    d.amax = static_cast<const float*>(q.amax.data);
+    d.layout = layout;
+    return d;
+  }
+  static nvfp4_status_t cpu_dequant(const Dequant& d) { return cpu_dequantize(d); }
+#if defined(NVFP4_WITH_CUDA)
+  static nvfp4_status_t cuda(const Job& j, nvfp4_stream_t s) { return cuda_quantize(j, s); }
+  static nvfp4_status_t cuda_dequant(const Dequant& d, nvfp4_stream_t s) { return cuda_dequantize(d, s); }
+#endif
+};
+
+struct Mxfp4 {
+  static constexpr const FormatSpec& spec = kMxfp4Format;
+  using Config = nvfp4_mx_quant_config_t;
+  using Quantized = nvfp4_mx_quantized_t;
+  using Job = MxQuantJob;
+  using Dequant = MxDequantJob;
+
+  // The per-direction fields are checked with the direction they belong to.
+  static Config checked(const Config* cfg) { return config_bytes(cfg); }
+  static void check_late(const Config& cfg) {
+    checked_layout(cfg.scale_layout, "cfg.scale_layout");
+    if (cfg.offset_device && reinterpret_cast<uintptr_t>(cfg.offset_device) % alignof(uint64_t) != 0)
+      invalid("cfg.offset_device: must be 8-byte aligned");
+  }
+  static Job job(const Config& cfg) {
+    Job j;
+    j.swizzled = enum_bits(cfg.scale_layout) == NVFP4_SCALES_SWIZZLED;
+    j.seed = cfg.seed;
+    j.offset = cfg.offset;
+    j.offset_device = cfg.offset_device;
+    return j;
+  }
+  static bool swizzled(const Config& cfg) { return enum_bits(cfg.scale_layout) == NVFP4_SCALES_SWIZZLED; }
+  static void direction(Job& job, bool columnwise, const Config& cfg, const Quantized& q) {
+    const nvfp4_mx_direction_config_t& d = columnwise ? cfg.columnwise : cfg.rowwise;
+    const std::string name = columnwise ? "cfg.columnwise" : "cfg.rowwise";
+    MxOut& o = columnwise ? job.col : job.row;
+    o.rounding = checked_enum(d.rounding, NVFP4_ROUND_STOCHASTIC + 1, name + ".rounding", "NEAREST or STOCHASTIC");
+    o.rule = checked_enum(d.scale_rule, NVFP4_MX_SCALE_TETRAJET + 1, name + ".scale_rule", "OCP, CEIL or TETRAJET");
+    o.data = static_cast<uint8_t*>(q.data.data);
+    o.scales = static_cast<uint8_t*>(q.scales.data);
+  }
+  // An empty input has empty outputs (every scale buffer is 0 bytes then): nothing to do.
+  static nvfp4_status_t empty(const Job&, const nvfp4_tensor_t&, nvfp4_stream_t) { return NVFP4_SUCCESS; }
+  static nvfp4_status_t cpu(const Job& j) { return cpu_mx_quantize(j); }
+  static Dequant dequant_job(const Quantized& q, int64_t rows, int64_t cols, nvfp4_scale_layout_t layout,
+                             const nvfp4_tensor_t& out) {
+    Dequant d = dequant_common<Dequant>(q, rows, cols, out);
+    d.swizzled = layout == NVFP4_SCALES_SWIZZLED;
+    return d;
+  }
+  static nvfp4_status_t cpu_dequant(const Dequant& d) { return cpu_mx_dequantize(d); }
+#if defined(NVFP4_WITH_CUDA)
+  static nvfp4_status_t cuda(const Job& j, nvfp4_stream_t s) { return cuda_mx_quantize(j, s); }
+  static nvfp4_status_t cuda_dequant(const Dequant& d, nvfp4_stream_t s) { return cuda_mx_dequantize(d, s); }
+#endif
+};
+
+// ---- the one path ----
+
+template <class F>
+nvfp4_status_t quantize(const nvfp4_tensor_t* input, const typename F::Config* cfg_in,
+                        const typename F::Quantized* rowwise, const typename F::Quantized* columnwise,
+                        nvfp4_stream_t stream) {
+  const FormatSpec& f = F::spec;
+  return guarded([&]() -> nvfp4_status_t {
+    check_quant_settings();
+    check_descriptor(input, "input");
+    const typename F::Config cfg = F::checked(cfg_in);
+    if (!rowwise && !columnwise) invalid("rowwise/columnwise: at least one output must be requested");
+    if (!is_float_io(input->dtype))
+      invalid(std::string("input: dtype must be float32, float16 or bfloat16, got ") + dtype_name(input->dtype));
+    if (input->ndim < 1) invalid("input: must have at least 1 dimension");
+    F::check_late(cfg);
+
+    typename F::Job job = F::job(cfg);
+    job.x = input->data;
+    job.dtype = input->dtype;
+    // The 2D view [rows, cols]: leading dims flattened (their product is checked on its
+    // own, since an empty input's numel does not bound it).
+    job.cols = input->shape[input->ndim - 1];
+    job.rows = 1;
+    for (int i = 0; i + 1 < input->ndim; ++i) job.rows = checked_mul(job.rows, input->shape[i], "input");
+    if (job.cols % f.block != 0)
+      invalid("input: last dimension must be a multiple of " + std::to_string(f.block) + f.block_note + ", got " +
+              std::to_string(job.cols));
+    const bool swizzled = F::swizzled(cfg);
+    std::vector<ByteRange> outs;
+    auto direction = [&](const typename F::Quantized& q, bool columnwise_dir) {
+      static const char* const kNames[2][4] = {{"rowwise", "rowwise.data", "rowwise.scales", "rowwise.amax"},
+                                               {"columnwise", "columnwise.data", "columnwise.scales", "columnwise.amax"}};
+      const char* const* n = kNames[columnwise_dir ? 1 : 0];
+      F::direction(job, columnwise_dir, cfg, q);
+      int64_t rows = job.rows, cols = job.cols;
+      if (columnwise_dir) {
+        // x^T [cols, roundup(rows, block)]: the padded extent and its element count must fit.
+        rows = job.cols;
+        cols = checked_round_up(job.rows, f.block, "columnwise");
+        checked_mul(rows, cols, "columnwise");
+      }
+      const QuantizedDesc d = quantized_desc(q);
+      check_quantized(f, *input, d, n[0], rows, cols, swizzled);
+      outs.push_back(byte_range(*d.data, n[1]));
+      outs.push_back(byte_range(*d.scales, n[2]));
+      if (f.tensor_scale) outs.push_back(byte_range(*d.amax, n[3]));
+    };
+    if (rowwise) direction(*rowwise, false);
+    if (columnwise) direction(*columnwise, true);
+    const ByteRange in = byte_range(*input, "input");
+    for (size_t i = 0; i < outs.size(); ++i) {
+      check_disjoint(outs[i], in);
+      for (size_t j = 0; j < i; ++j) check_disjoint(outs[i], outs[j]);
+      if (cfg.offset_device) {
+        const uintptr_t p = reinterpret_cast<uintptr_t>(cfg.offset_device);
+        check_disjoint(outs[i], ByteRange{"cfg.offset_device", p, p + sizeof(uint64_t)});
+      }
+    }
+    require_cuda_build(*input, "input");
+    if (job.rows == 0 || job.cols == 0) return F::empty(job, *input, stream);
+    if (on_cuda(*input)) {
+#if defined(NVFP4_WITH_CUDA)
+      DeviceGuard g(*input);
+      return F::cuda(job, stream);
+#endif
+    }
+    (void)stream;
+    return F::cpu(job);
+  });
+}
+
+template <class F>
+nvfp4_status_t dequantize(const typename F::Quantized* q, nvfp4_scale_layout_t layout_in, nvfp4_tensor_t* out,
+                          nvfp4_stream_t stream) {
+  const FormatSpec& f = F::spec;
+  return guarded([&]() -> nvfp4_status_t {
+    check_quant_settings();
+    if (!q) invalid("q: null");
+    check_descriptor(out, "out");
+    if (!is_float_io(out->dtype))
+      invalid(std::string("out: dtype must be float32, float16 or bfloat16, got ") + dtype_name(out->dtype));
+    const nvfp4_scale_layout_t layout = checked_layout(layout_in, "scale_layout");
+    check_descriptor(&q->data, "q.data");
+    if (q->data.ndim != 2) invalid("q.data: must have 2 dimensions [rows, cols/2], got " + shape_str(q->data));
+    const int64_t rows = q->data.shape[0], cols = checked_mul(q->data.shape[1], 2, "q.data");
+    if (cols % f.block != 0)
+      invalid("q.data: 2 * shape[1] must be a multiple of " + std::to_string(f.block) + ", got " + std::to_string(cols));
+    const QuantizedDesc d = quantized_desc(*q);
+    check_quantized(f, *out, d, "q", rows, cols, layout == NVFP4_SCALES_SWIZZLED);
+    check_shape2(out, "out", rows, cols);
+    const ByteRange o = byte_range(*out, "out");
+    check_disjoint(o, byte_range(*d.data, "q.data"));
+    check_disjoint(o, byte_range(*d.scales, "q.scales"));
+    if (f.tensor_scale) check_disjoint(o, byte_range(*d.amax, "q.amax"));
+    require_cuda_build(*out, "out");
+    if (rows == 0 || cols == 0) return NVFP4_SUCCESS;
+    const typename F::Dequant job = F::dequant_job(*q, rows, cols, layout, *out);
+    if (on_cuda(*out)) {
+#if defined(NVFP4_WITH_CUDA)
+      DeviceGuard g(*out);
+      return F::cuda_dequant(job, stream);
+#endif
+    }
+    (void)stream;
+    return F::cpu_dequant(job);
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+NVFP4_API void nvfp4_quant_config_default(nvfp4_quant_config_t* cfg) {
+  if (!cfg) return;
+  cfg->block = NVFP4_BLOCK_1D;
+  cfg->rounding = NVFP4_ROUND_NEAREST;
+  cfg->scale_layout = NVFP4_SCALES_SWIZZLED;
+  cfg->rht = NVFP4_RHT_NONE;
+  cfg->rht_sign_mask = nvfp4::core::kDefaultRhtSignMask;
+  cfg->seed = 0;
+  cfg->offset = 0;
+  cfg->offset_device = nullptr;
+}
+
+NVFP4_API uint32_t nvfp4_default_rht_sign_mask(void) { return nvfp4::core::kDefaultRhtSignMask; }
+
+NVFP4_API void nvfp4_mx_quant_config_default(nvfp4_mx_quant_config_t* cfg) {
+  if (!cfg) return;
+  cfg->rowwise.rounding = NVFP4_ROUND_NEAREST;
+  cfg->rowwise.scale_rule = NVFP4_MX_SCALE_OCP;
+  cfg->columnwise = cfg->rowwise;
+  cfg->scale_layout = NVFP4_SCALES_SWIZZLED;
+  cfg->seed = 0;
+  cfg->offset = 0;
+  cfg->offset_device = nullptr;
+}
+
+NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg,
+                                        nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
+                                        nvfp4_stream_t stream) {
+  return quantize<Nvfp4>(input, cfg, rowwise, columnwise, stream);
+}
+
+NVFP4_API nvfp4_status_t nvfp4_mx_quantize(const nvfp4_tensor_t* input, const nvfp4_mx_quant_config_t* cfg,
+                                           nvfp4_mx_quantized_t* rowwise, nvfp4_mx_quantized_t* columnwise,
+                                           nvfp4_stream_t stream) {
+  return quantize<Mxfp4>(input, cfg, rowwise, columnwise, stream);
+}
+
+NVFP4_API nvfp4_status_t nvfp4_dequantize(const nvfp4_quantized_t* q, nvfp4_scale_layout_t layout,
+                                          nvfp4_tensor_t* out, nvfp4_stream_t stream) {
+  return dequantize<Nvfp4>(q, layout, out, stream);
+}
+
+NVFP4_API nvfp4_status_t nvfp4_mx_dequantize(const nvfp4_mx_quantized_t* q, nvfp4_scale_layout_t layout,
+                                             nvfp4_tensor_t* out, nvfp4_stream_t stream) {
+  return dequantize<Mxfp4>(q, layout, out, stream);
+}
+
+}  // extern "C"
