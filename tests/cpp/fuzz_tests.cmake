@@ -48,14 +48,13 @@ if(_nvfp4_fuzz_sanitized)
   message(STATUS "nvfp4: nvfp4_fuzz_api built with ASan + UBSan (${NVFP4_FUZZ_SECONDS} s under ctest)")
 
   # The deterministic C API tests too, against the same instrumented sources.
-  add_executable(nvfp4_test_api_sanitized ${CMAKE_CURRENT_LIST_DIR}/test_api.cpp ${CMAKE_CURRENT_LIST_DIR}/c_callers.c
-                                         ${_nvfp4_fuzz_src})
+  add_executable(nvfp4_test_api_sanitized ${NVFP4_TEST_API_SOURCES} ${_nvfp4_fuzz_src})
   target_link_libraries(nvfp4_test_api_sanitized PRIVATE nvfp4_core Threads::Threads)
   target_include_directories(nvfp4_test_api_sanitized PRIVATE ${PROJECT_BINARY_DIR}/generated)
   target_compile_definitions(nvfp4_test_api_sanitized PRIVATE NVFP4_BUILDING)
   target_compile_options(nvfp4_test_api_sanitized PRIVATE ${_nvfp4_san} $<$<COMPILE_LANGUAGE:CXX>:-fstrict-enums> -O1 -g)
   target_link_options(nvfp4_test_api_sanitized PRIVATE ${_nvfp4_san})
-  foreach(_case IN ITEMS args hardening caps cpu_roundtrip fp8)
+  foreach(_case IN LISTS NVFP4_TEST_API_CASES)
     add_test(NAME nvfp4_api_sanitized_${_case} COMMAND nvfp4_test_api_sanitized ${_case})
     set_tests_properties(nvfp4_api_sanitized_${_case} PROPERTIES TIMEOUT 300 LABELS "api;sanitized"
       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
