@@ -97,10 +97,13 @@ endif()
 message(STATUS "nvfp4: cuDNN backend headers: ${NVFP4_CUDNN_FRONTEND_INCLUDE_DIR}, ${NVFP4_CUDNN_INCLUDE_DIR}, "
                "${NVFP4_NVRTC_INCLUDE_DIR}")
 
-# The frontend only in this one source file (it is large and slow to compile), as
-# system headers; no JSON: we key graphs ourselves.
-set(_nvfp4_cudnn_cpp ${CMAKE_CURRENT_SOURCE_DIR}/src/gemm/cudnn/cudnn_gemm.cpp)
-target_sources(nvfp4_host PRIVATE ${_nvfp4_cudnn_cpp})
+# The frontend only in the files that define, build and run graphs (it is large and slow
+# to compile: ~35 CPU-seconds a file), as system headers; no JSON: we key graphs ourselves.
+# Loading libcudnn.so.9 needs no cuDNN header at all.
+set(_nvfp4_cudnn_cpp ${CMAKE_CURRENT_SOURCE_DIR}/src/gemm/cudnn/cudnn_gemm.cpp
+                     ${CMAKE_CURRENT_SOURCE_DIR}/src/gemm/cudnn/cudnn_graph.cpp
+                     ${CMAKE_CURRENT_SOURCE_DIR}/src/gemm/cudnn/cudnn_autotune.cpp)
+target_sources(nvfp4_host PRIVATE ${_nvfp4_cudnn_cpp} ${CMAKE_CURRENT_SOURCE_DIR}/src/gemm/cudnn/cudnn_library.cpp)
 set_source_files_properties(${_nvfp4_cudnn_cpp} PROPERTIES
   COMPILE_DEFINITIONS "NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING;CUDNN_FRONTEND_SKIP_JSON_LIB"
   COMPILE_OPTIONS "-isystem;${NVFP4_CUDNN_FRONTEND_INCLUDE_DIR};-isystem;${NVFP4_CUDNN_INCLUDE_DIR};-isystem;${NVFP4_NVRTC_INCLUDE_DIR}")
