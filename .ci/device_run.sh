@@ -80,10 +80,15 @@ job_quant() {  # with a baseline build (base), the same benchmark on it right af
       2>&1 | tee "$OUT/bench_quant_base.log" | tail -30
   fi
 }
-job_gemm() {
+job_gemm() {  # with a baseline build (base), the same benchmark on it right after, same machine
   step bench gemm
   PYTHONPATH=$NEW python3 bench/bench_gemm.py ${GEMM_BENCH_ARGS:-} --json "$OUT/bench_gemm.json" 2>&1 \
     | tee "$OUT/bench_gemm.log" | tail -40
+  if [[ -d /tmp/base/nvfp4 ]]; then
+    step bench gemm, baseline build
+    PYTHONPATH=$BASE python3 bench/bench_gemm.py ${GEMM_BENCH_ARGS:-} --json "$OUT/bench_gemm_base.json" 2>&1 \
+      | tee "$OUT/bench_gemm_base.log" | tail -40
+  fi
 }
 job_ncu() {  # Nsight Compute on the quantization and decode kernels (bench/ncu_kernels.py)
   step "ncu: quantization and decode kernels"
@@ -95,9 +100,14 @@ job_ncu() {  # Nsight Compute on the quantization and decode kernels (bench/ncu_
   grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall Long Scoreboard" \
     "$OUT/ncu.txt" | head -150
 }
-job_host() {
+job_host() {  # with a baseline build (base), the same benchmark on it right after
   step bench host overhead
   PYTHONPATH=$NEW python3 bench/bench_host.py --json "$OUT/bench_host.json" 2>&1 | tee "$OUT/bench_host.log" | tail -30
+  if [[ -d /tmp/base/nvfp4 ]]; then
+    step bench host overhead, baseline build
+    PYTHONPATH=$BASE python3 bench/bench_host.py --json "$OUT/bench_host_base.json" 2>&1 \
+      | tee "$OUT/bench_host_base.log" | tail -30
+  fi
 }
 stepbench() {  # name, lib path, extra args
   local name=$1 lib=$2; shift 2
