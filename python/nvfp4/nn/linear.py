@@ -328,7 +328,7 @@ class Linear(nn.Linear):
     # -- compute
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_input(self, x, self.weight.device)
-        if self.precision == "bf16" or not self._recipe.quantized or x.numel() == 0:
+        if self.precision == "bf16" or not self._recipe.quantized:
             return F.linear(x, self.weight, self.bias)
         dev = x.device.type
         if dev != "meta" and torch.is_autocast_enabled(dev):
@@ -336,6 +336,9 @@ class Linear(nn.Linear):
         if x.dtype not in _FLOATS or self.weight.dtype not in _FLOATS:
             raise TypeError(f"x: nvfp4 Linear takes float32/float16/bfloat16 inputs and weights, got "
                             f"{x.dtype} and {self.weight.dtype}")
+        if x.numel() == 0:  # nothing to quantize; the output in the input's dtype, as for any input
+            b = None if self.bias is None else self.bias.to(x.dtype)
+            return F.linear(x, self.weight.to(x.dtype), b)
         mode = _W_MODE[self.weight_reuse]
         counter = self.sr_step
         if dev == "meta":
