@@ -378,9 +378,30 @@ lib.define("gemm(Tensor a_data, Tensor a_scales, Tensor a_amax, Tensor b_data, T
            "int backend, ScalarType out_dtype, Tensor? bias) -> Tensor")
 
 
+_U8, _F32, _E4M3 = torch.uint8, torch.float32, torch.float8_e4m3fn
+_ONE = (1,)
+
+
 def _gemm_check(a_data, a_scales, a_amax, b_data, b_scales, b_amax, out_dtype, bias):
     """(m, n, k, bias) of two swizzled NVFP4 triples; every tensor checked against the
     shapes that the codes' [rows, K/2] imply, and against a_data's device."""
+    # The common case in one expression, in as few tensor-attribute reads as it takes (this
+    # runs on every GEMM); anything else falls through to the checks that name the field.
+    ash, bsh = a_data.shape, b_data.shape
+    if len(ash) == 2 and len(bsh) == 2 and bias is None:
+        m, kh = ash
+        n = bsh[0]
+        sc = (kh // 8 + 3) // 4 * 4  # roundup(K/16, 4)
+        dev = a_data.device
+        if (kh % 8 == 0 and bsh[1] == kh and a_data.dtype is _U8 and b_data.dtype is _U8 and a_amax.dtype is _F32
+                and b_amax.dtype is _F32 and (a_scales.dtype is _E4M3 or a_scales.dtype is _U8)
+                and (b_scales.dtype is _E4M3 or b_scales.dtype is _U8)
+                and a_scales.shape == ((m + 127) // 128 * 128, sc) and b_scales.shape == ((n + 127) // 128 * 128, sc)
+                and a_amax.shape == _ONE and b_amax.shape == _ONE and a_data.is_contiguous() and b_data.is_contiguous()
+                and a_scales.is_contiguous() and b_scales.is_contiguous() and a_scales.device == dev
+                and a_amax.device == dev and b_data.device == dev and b_scales.device == dev and b_amax.device == dev
+                and out_dtype in DTYPE_CODE):
+            return m, n, kh * 2, None
     _need_2d("a_data", a_data)
     _need_2d("b_data", b_data)
     m, kh = a_data.shape

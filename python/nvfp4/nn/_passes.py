@@ -83,8 +83,29 @@ def _packed(name: str, t, nbytes: int, device, device_of: str) -> None:
                          f"{check.describe(t)}")
 
 
+_FLOATS = frozenset(check.FLOATS)
+_I64 = torch.int64
+
+
 def _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
     """(m, k, n, y shape, xt bytes, wt bytes); every tensor checked against x."""
+    xs, ws = x.shape, w.shape
+    # the common case (a layer's own call) in one expression; the rest names what is wrong
+    if not (len(xs) == 2 and len(ws) == 2 and xs[1] == ws[1] and x.dtype in _FLOATS and w.dtype in _FLOATS
+            and counter.dtype is _I64 and counter.numel() == 1 and len(cfg) == LinearConfig.SIZE
+            and w_mode == W_FRESH and w.device == x.device and counter.device == x.device
+            and (bias is None or (bias.dtype in _FLOATS and bias.shape == (ws[0],) and bias.device == x.device))):
+        _fwd_check_slow(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
+    m, k = xs
+    n = ws[0]
+    y_shape = (m, n) if cfg[LinearConfig.FPROP] else (0,)
+    xt_bytes = packed_nbytes(k, _up(m, 16)) if save_xt else 0
+    # W^T for dgrad travels with the autograd context unless a weight cache holds it
+    wt_bytes = packed_nbytes(k, _up(n, 16)) if (save_wt and w_mode == W_FRESH) else 0
+    return m, k, n, y_shape, xt_bytes, wt_bytes
+
+
+def _fwd_check_slow(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
     _need_2d("x", x)
     check.tensor("x", x, check.FLOATS, contiguous=False)
     m, k = x.shape
@@ -104,11 +125,6 @@ def _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
         if w_cache is None:
             raise ValueError("w_cache: a weight cache buffer is required with this w_mode")
         _packed("w_cache", w_cache, w_cache_nbytes(n, k), dev, "x")
-    y_shape = (m, n) if cfg[LinearConfig.FPROP] else (0,)
-    xt_bytes = packed_nbytes(k, _up(m, 16)) if save_xt else 0
-    # W^T for dgrad travels with the autograd context unless a weight cache holds it
-    wt_bytes = packed_nbytes(k, _up(n, 16)) if (save_wt and w_mode == W_FRESH) else 0
-    return m, k, n, y_shape, xt_bytes, wt_bytes
 
 
 def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
