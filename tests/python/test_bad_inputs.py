@@ -351,3 +351,50 @@ def test_last_dimension_rule_holds_for_a_columnwise_only_quantization():
     if header.is_file():
         text = " ".join(w for w in header.read_text().split() if w != "*")
         assert "last dim % 16 == 0 whichever outputs are requested, a columnwise-only call included" in text
+
+
+# ------------------------------------------------------------------------------ on a GPU
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available() or not nvfp4.is_supported("cutlass", "cuda"),
+                               reason="needs a CUDA GPU with an nvfp4 GEMM backend")
+
+
+@cuda_only
+def test_cuda_operand_beside_a_cpu_one_refused_by_name():
+    a = nvfp4.quantize(torch.randn(16, 64, device="cuda"))
+    b = nvfp4.quantize(torch.randn(32, 64))
+    ta, tb = (a.data, a.scales, a.amax), (b.data, b.scales, b.amax)
+    with raises(ValueError, "b_data", "on cpu, but a_data is on cuda"):
+        ops.gemm(ta, tb)
+    with raises(ValueError, "b_amax", "on cpu, but a_data is on cuda"):
+        ops.gemm(ta, (a.data, a.scales, b.amax))
+    with raises(ValueError, "b", "on cpu, but a is on cuda"):
+        nvfp4.gemm(a, b)
+    with raises(ValueError, "rowwise.amax", "on cpu, but rowwise.data is on cuda"):
+        R(a, rowwise=R(a.rowwise, amax=b.amax))
+    with raises(ValueError, "x", "on cpu, but the layer's weight is on cuda"):
+        nn4.Linear(64, 32, device="cuda")(torch.randn(4, 64))
+
+
+@cuda_only
+def test_cuda_checks_and_results():
+    """The checks pass what the library builds and leave its results as they were: the op
+    layer's GEMM on checked triples equals nvfp4.gemm, bit for bit; tampered CUDA buffers
+    are refused like CPU ones; a CUDA amax is not read when a tensor is built (no sync),
+    and a negative one is refused when a frozen state_dict loads."""
+    torch.manual_seed(0)
+    a = nvfp4.quantize(torch.randn(48, 128, device="cuda"))
+    b = nvfp4.quantize(torch.randn(80, 128, device="cuda"))
+    y = nvfp4.gemm(a, b, out_dtype=torch.float32)
+    assert torch.equal(ops.gemm((a.data, a.scales, a.amax), (b.data, b.scales, b.amax), 0, torch.float32), y)
+    with raises(ValueError, "a_scales", "expected"):
+        ops.gemm((a.data, a.scales[:64], a.amax), (b.data, b.scales, b.amax))
+    with raises(ValueError, "rowwise.data", "expected a contiguous tensor"):
+        R(a, rowwise=R(a.rowwise, data=torch.zeros(48, 128, dtype=torch.uint8, device="cuda")[:, ::2]))
+    neg = R(a, rowwise=R(a.rowwise, amax=-a.amax))  # on the device: not read here
+    assert neg.amax.device.type == "cuda"
+    with raises(ValueError, "x", "expected 128 input features"):
+        nn4.Linear(128, 32, device="cuda")(torch.randn(4, 64, device="cuda"))
+    src = nn4.FrozenLinear.from_weight(torch.randn(32, 128, device="cuda"))
+    sd = src.state_dict()
+    with raises(ValueError, "weight_amax", "expected max"):
+        nn4.FrozenLinear(128, 32, device="cuda").load_state_dict({**sd, "weight_amax": -sd["weight_amax"]})
