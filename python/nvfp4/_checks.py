@@ -29,8 +29,8 @@ import torch
 
 from ._format import swizzled_shape
 
-__all__ = ["describe", "tensor", "same_device", "nvfp4_orientation", "mx_orientation", "amax_not_negative",
-           "scale_shape", "FLOATS", "SCALE_DTYPES"]
+__all__ = ["describe", "tensor", "nvfp4_orientation", "mx_orientation", "amax_not_negative", "FLOATS",
+           "SCALE_DTYPES", "MX_SCALE_DTYPES"]
 
 _U8 = torch.uint8
 _F32 = torch.float32
@@ -51,7 +51,7 @@ def _shape(s) -> str:
 
 
 def describe(t) -> str:
-    """'float64 [1]', '... on meta', '... with strides (1, 4)': what a tensor is, for errors."""
+    """'float64 [1]': a tensor's dtype and shape, for errors (or the type of a non-tensor)."""
     if not isinstance(t, torch.Tensor):
         return type(t).__name__
     return f"{_dt(t.dtype)} {_shape(t.shape)}"
@@ -75,19 +75,6 @@ def tensor(name: str, t, dtypes, shape=None, device=None, device_of: str = "", c
         raise ValueError(f"{name}: on {t.device}, but {device_of or 'the other operands'} "
                          f"{'is' if device_of else 'are'} on {device}")
     return t
-
-
-def same_device(device, device_of: str, **named) -> None:
-    """Every named tensor (None skipped) is on `device`."""
-    for name, t in named.items():
-        if t is not None and t.device != device:
-            raise ValueError(f"{name}: on {t.device}, but {device_of} is on {device}")
-
-
-def scale_shape(rows: int, blocks: int, layout: int) -> tuple:
-    """Shape of a scale matrix of `rows` rows and `blocks` scales a row: linear (layout 0)
-    or 128x4 swizzled (layout 1)."""
-    return swizzled_shape(rows, blocks) if layout == 1 else (rows, blocks)
 
 
 _ONE = (1,)
