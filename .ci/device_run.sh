@@ -100,7 +100,7 @@ job_ncu() {  # Nsight Compute on the quantization and decode kernels (bench/ncu_
   grep -E "^  [a-z_].*\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Stall Long Scoreboard" \
     "$OUT/ncu.txt" | head -150
 }
-job_host() {  # with a baseline build (base), the same benchmark on it right after
+job_host() {  # with a baseline build (base), the same benchmark on it right after, same machine
   step bench host overhead
   PYTHONPATH=$NEW python3 bench/bench_host.py --json "$OUT/bench_host.json" 2>&1 | tee "$OUT/bench_host.log" | tail -30
   if [[ -d /tmp/base/nvfp4 ]]; then

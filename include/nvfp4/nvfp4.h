@@ -30,8 +30,9 @@
  *    What cannot be checked is the caller's promise: that each pointer addresses memory
  *    of the size its descriptor states, on the device it names.
  *
- * Quantized tensor layout (a "2D" view [R, C] of the input, leading dims flattened):
- *  - rowwise:    quantization of x [R, C] in blocks of 16 along C (C % 16 == 0).
+ * Quantized tensor layout (a "2D" view [R, C] of the input, leading dims flattened; C % 16 == 0
+ * for either output: the kernels read x in tiles of 16 columns, and a 2D block is 16x16):
+ *  - rowwise:    quantization of x [R, C] in blocks of 16 along C.
  *      data   uint8 [R, C/2], two E2M1 codes a byte, element 2i in the low nibble.
  *      scales E4M3  [R, C/16] (linear) or [roundup(R,128), roundup(C/16,4)] (swizzled).
  *  - columnwise: quantization of x^T [C, R] in blocks of 16 along R, stored as x^T.
@@ -138,9 +139,10 @@ typedef struct {
   nvfp4_tensor_t amax;   /* float32 [1]; written by nvfp4_quantize */
 } nvfp4_quantized_t;
 
-/* Quantizes input (float32/float16/bfloat16, contiguous, last dim % 16 == 0 when rowwise
- * is requested; leading dims are flattened into R). rowwise and columnwise may each be
- * NULL, not both. On CUDA nothing is synchronized: amax stays on the device. */
+/* Quantizes input (float32/float16/bfloat16, contiguous, last dim % 16 == 0 whichever
+ * outputs are requested, a columnwise-only call included; leading dims are flattened into
+ * R, which may be any count). rowwise and columnwise may each be NULL, not both. On CUDA
+ * nothing is synchronized: amax stays on the device. */
 NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg,
                                         nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
                                         nvfp4_stream_t stream);

@@ -6,7 +6,7 @@ FP4 GEMMs (CUTLASS and cuDNN backends, a CPU reference) and training layers.
 from __future__ import annotations
 
 try:
-    from . import _C
+    from . import _ops
 except ImportError as e:  # pragma: no cover
     raise ImportError("nvfp4: the compiled extension nvfp4._C could not be loaded "
                       f"({e}); reinstall with `pip install .`") from e
@@ -20,7 +20,7 @@ from .backends import device_info, is_supported, supported_backends
 from . import nn
 from .nn import convert, freeze_fp4, unconvert
 
-__version__ = _C.version()
+__version__ = _ops.version()
 
 __all__ = [
     "NVFP4Tensor", "quantize", "dequantize", "gemm", "swizzle_scales", "unswizzle_scales",

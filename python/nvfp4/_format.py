@@ -8,8 +8,6 @@ import operator
 import numpy as np
 import torch
 
-from . import _C
-
 BLOCKS = {"1d": 0, "2d": 1}
 ROUNDINGS = {"rtn": 0, "sr": 1}
 SCALE_LAYOUTS = {"linear": 0, "swizzled": 1}
@@ -139,7 +137,9 @@ def stream_of(device: torch.device) -> int:
 
 
 def default_rht_mask() -> int:
-    return _C.default_rht_sign_mask()
+    """The mask of DEFAULT_RHT_SIGNS (the library's nvfp4_default_rht_sign_mask; a test keeps
+    the two equal)."""
+    return signs_to_mask(DEFAULT_RHT_SIGNS)
 
 
 def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:

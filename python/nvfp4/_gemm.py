@@ -5,8 +5,8 @@ from typing import Optional
 
 import torch
 
-from . import _C, _mx, _ops
-from ._format import SCALE_LAYOUTS, check_choice, check_dtype, check_real, overlaps, stream_of
+from . import _ops
+from ._format import SCALE_LAYOUTS, check_choice, check_dtype, check_real, overlaps
 from ._mx import MXFP4Tensor, gemm_mxfp4
 from ._tensor import NVFP4Tensor
 from .backends import BACKENDS, check_backend
@@ -14,15 +14,9 @@ from .backends import BACKENDS, check_backend
 __all__ = ["gemm"]
 
 _OUT = (torch.bfloat16, torch.float16, torch.float32)
-_WS_CACHE: dict = {}
 
-
-def clear_workspace_cache() -> None:
-    """Forget the cached workspace sizes (frees the cache's memory; the sizes are keyed by
-    problem and by the GEMM environment variables, so they never go stale)."""
-    _WS_CACHE.clear()
-    _ops.clear_workspace_cache()
-    _mx.clear_workspace_cache()
+#: Forget the cached GEMM workspace sizes (one cache for every GEMM path: nvfp4._ops).
+clear_workspace_cache = _ops.clear_workspace_cache
 
 
 def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: torch.dtype = torch.bfloat16,
@@ -106,18 +100,6 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
         return d.view(lead + (n,))
     d2 = d.view(m, n)
     c2 = d2 if (out is not None and beta != 0.0) else None
-    args = (a.data, a.scales.view(torch.uint8), a.amax, b.data, b.scales.view(torch.uint8), b.amax,
-            SCALE_LAYOUTS[a.scale_layout], c2, bias, float(beta), d2, BACKENDS[backend])
-    # The workspace size depends only on the problem's shape, dtypes, layout, backend,
-    # device and the GEMM environment variables (_ops.gemm_env_key); asked once per key.
-    key = (m, n, ka, a.scale_layout, backend, d.dtype, c2 is not None, None if bias is None else bias.dtype,
-           a.device, _ops.gemm_env_key())
-    ws_bytes = _WS_CACHE.get(key)
-    if ws_bytes is None:
-        ws_bytes = _C.gemm_workspace_size(*args)
-        if len(_WS_CACHE) > 4096:
-            _WS_CACHE.clear()
-        _WS_CACHE[key] = ws_bytes
-    ws = torch.empty((ws_bytes,), dtype=torch.uint8, device=a.device) if ws_bytes else None
-    _C.gemm(*args, ws, stream_of(a.device))
+    _ops.gemm_into((a.data, a.scales.view(torch.uint8), a.amax), (b.data, b.scales.view(torch.uint8), b.amax),
+                   SCALE_LAYOUTS[a.scale_layout], d2, c=c2, bias=bias, beta=beta, backend=BACKENDS[backend])
     return d

@@ -6,14 +6,15 @@ The numerics live in C++ (src/core/mx.h); this module allocates, validates and w
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import InitVar, dataclass, replace
 from typing import Optional, Tuple, Union
 
 import torch
 
-from . import _C
+from . import _checks as check
+from . import _ops
 from ._format import (ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype, check_int, check_real,
-                      overlaps, stream_of, swizzled_shape)
+                      overlaps, swizzled_shape)
 from ._quantize import as_torch
 from ._tensor import _TwoOrientations
 
@@ -56,16 +57,35 @@ class MXFP4Tensor(_TwoOrientations):
     rowwise: Optional[_MXDirection]
     columnwise: Optional[_MXDirection]
     transposed: bool = False
+    _checked: InitVar[bool] = False  # built by nvfp4 from buffers it allocated: nothing to check
 
     block_size = MX_BLOCK
 
+    def __post_init__(self, _checked: bool) -> None:
+        # checked once, here (constructor and dataclasses.replace); the dataclass is frozen
+        if _checked:
+            return
+        r, c = self._check_common(MX_BLOCK, _MXDirection)
+        layout = SCALE_LAYOUTS[self.scale_layout]
+        first = None
+        for name, d, rows, cols in self._orientations(r, c, MX_BLOCK):
+            first = self._check_device(name, d.data, first)
+            check.mx_orientation(name, d.data, d.scales, rows, cols, layout)
+            check_choice(f"{name}.rounding", d.rounding, ROUNDINGS)
+            check_choice(f"{name}.scale_rule", d.scale_rule, MX_SCALE_RULES)
+
     def to(self, device) -> "MXFP4Tensor":
-        device = torch.device(device)
+        try:
+            device = torch.device(device)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise TypeError(f"device: not a device: {device!r} ({e})") from None
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device: must be cpu or cuda, got {device}")
 
         def mv(d):
             return None if d is None else replace(d, data=d.data.to(device), scales=d.scales.to(device))
 
-        return replace(self, rowwise=mv(self.rowwise), columnwise=mv(self.columnwise))
+        return replace(self, rowwise=mv(self.rowwise), columnwise=mv(self.columnwise), _checked=True)
 
     def dequantize(self, dtype: Optional[torch.dtype] = None, columnwise: bool = False) -> torch.Tensor:
         """Decoded values e2m1 * 2^scale, exact in float32 and bfloat16 (magnitudes >= 2^128
@@ -80,8 +100,7 @@ class MXFP4Tensor(_TwoOrientations):
             raise ValueError(f"columnwise: this tensor has no {which} data")
         rows, width = d.data.shape[0], d.data.shape[1] * 2
         out = torch.empty((rows, width), dtype=dtype, device=d.data.device)
-        _C.mx_dequantize(d.data, d.scales.view(torch.uint8), SCALE_LAYOUTS[self.scale_layout], out,
-                         stream_of(out.device))
+        _ops.mx_dequantize_into(d.data, d.scales.view(torch.uint8), SCALE_LAYOUTS[self.scale_layout], out)
         shape = self.shape if not self.transposed else (self.rows, self.cols)
         if not columnwise:
             return out[:, : self.cols].reshape(shape)
@@ -172,14 +191,13 @@ def quantize_mxfp4(x, rounding: Union[str, Tuple[str, str]] = "rtn", scale_rule:
     x2 = x.reshape(rows, cols)
     row = _alloc(rows, cols, scale_layout, x.device) if rowwise else None
     col = _alloc(cols, (rows + MX_BLOCK - 1) // MX_BLOCK * MX_BLOCK, scale_layout, x.device) if columnwise else None
-    _C.mx_quantize(x2, *(row or (None, None)), *(col or (None, None)), ROUNDINGS[rnd[0]], MX_SCALE_RULES[rule[0]],
-                   ROUNDINGS[rnd[1]], MX_SCALE_RULES[rule[1]], SCALE_LAYOUTS[scale_layout], seed, offset,
-                   stream_of(x.device))
+    _ops.mx_quantize_into(x2, row, col, ROUNDINGS[rnd[0]], MX_SCALE_RULES[rule[0]], ROUNDINGS[rnd[1]],
+                          MX_SCALE_RULES[rule[1]], SCALE_LAYOUTS[scale_layout], seed, offset)
 
     def direction(t, i):
         return None if t is None else _MXDirection(t[0], t[1].view(E8M0_DTYPE), rnd[i], rule[i])
 
-    return MXFP4Tensor(tuple(x.shape), x.dtype, scale_layout, direction(row, 0), direction(col, 1))
+    return MXFP4Tensor(tuple(x.shape), x.dtype, scale_layout, direction(row, 0), direction(col, 1), _checked=True)
 
 
 # ------------------------------------------------------------------------------ GEMM
@@ -191,8 +209,7 @@ def decode_stored(data: torch.Tensor, scales: torch.Tensor, layout: int, dtype: 
     """One MXFP4 orientation (codes [rows, width/2], E8M0 scales in `layout`) decoded as
     stored: [rows, width] of e2m1 * 2^scale, padding included."""
     out = torch.empty((data.shape[0], data.shape[1] * 2), dtype=dtype, device=data.device)
-    _C.mx_dequantize(data, scales.view(torch.uint8), layout, out, stream_of(out.device))
-    return out
+    return _ops.mx_dequantize_into(data, scales.view(torch.uint8), layout, out)
 
 
 def mm_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -208,14 +225,6 @@ def mm_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         except (TypeError, RuntimeError, NotImplementedError):
             _mm_out_dtype_ok = False
     return a.float() @ b.float().t()
-
-
-_WS_CACHE: dict = {}
-
-
-def clear_workspace_cache() -> None:
-    """Forget the cached MXFP4 GEMM workspace sizes (nvfp4.gemm's clear_workspace_cache calls it)."""
-    _WS_CACHE.clear()
 
 
 def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dtype: torch.dtype = torch.bfloat16,
@@ -283,9 +292,9 @@ def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dty
         raise ValueError("beta: nonzero beta needs out= (it is read as C)")
     if out is None:
         # one op (torch.ops.nvfp4.mx_gemm): traceable by torch.compile
-        d = torch.ops.nvfp4.mx_gemm(a.rowwise.data, a.rowwise.scales.view(torch.uint8), b.rowwise.data,
-                                    b.rowwise.scales.view(torch.uint8), SCALE_LAYOUTS[a.scale_layout],
-                                    BACKENDS[backend], out_dtype, bias)
+        d = _ops.mx_gemm(a.rowwise.data, a.rowwise.scales.view(torch.uint8), b.rowwise.data,
+                         b.rowwise.scales.view(torch.uint8), SCALE_LAYOUTS[a.scale_layout], BACKENDS[backend],
+                         out_dtype, bias)
         return d.view(lead + (n,))
     c2 = d if beta != 0.0 else None
     mx_gemm_raw(a.rowwise.data, a.rowwise.scales, b.rowwise.data, b.rowwise.scales, SCALE_LAYOUTS[a.scale_layout],
@@ -299,19 +308,5 @@ def mx_gemm_raw(a_data: torch.Tensor, a_scales: torch.Tensor, b_data: torch.Tens
     """d [M, N] = A^ @ B^ᵀ (+ beta * c) (+ bias) on raw MXFP4 directions (data [M, K/2], E8M0
     scales in `layout`), through nvfp4_mx_gemm, which checks every argument. For callers that
     hold the tensors already (nvfp4.nn's per-operand path); returns d."""
-    m, n, k = a_data.shape[0], b_data.shape[0], a_data.shape[1] * 2
-    args = (a_data, a_scales.view(torch.uint8), b_data, b_scales.view(torch.uint8), layout, c, bias, float(beta), d,
-            backend)
-    # The workspace size depends only on the problem, the backend, the device and the GEMM
-    # environment variables (nvfp4_gemm_env_key); asked once per key.
-    key = (m, n, k, layout, backend, d.dtype, c is not None, None if bias is None else bias.dtype, d.device,
-           _C.gemm_env_key())
-    ws_bytes = _WS_CACHE.get(key)
-    if ws_bytes is None:
-        ws_bytes = _C.mx_gemm(*args, None, 0, True)
-        if len(_WS_CACHE) > 4096:
-            _WS_CACHE.clear()
-        _WS_CACHE[key] = ws_bytes
-    ws = torch.empty((ws_bytes,), dtype=torch.uint8, device=d.device) if ws_bytes else None
-    _C.mx_gemm(*args, ws, stream_of(d.device), False)
-    return d
+    return _ops.mx_gemm_into(a_data, a_scales, b_data, b_scales, layout, d, c=c, bias=bias, beta=beta,
+                             backend=backend)

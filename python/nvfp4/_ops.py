@@ -1,21 +1,27 @@
-"""nvfp4's torch operators (namespace ``nvfp4``): the one layer between torch and the library.
+"""nvfp4's op layer: the one module that calls the compiled library (nvfp4._C).
 
-Every device op nvfp4 runs from PyTorch goes through here, eagerly or inside a compiled
-graph, so the two take the same path and compute the same bits. The ops are declared with
-``torch.library.Library`` (a plain dispatcher registration: ~5 us a call, against ~20 us for
-``torch.library.custom_op``) and call the compiled module through its raw-pointer entry
-points (a torch tensor converted through DLPack costs ~5 us).
+Everything nvfp4 runs from PyTorch reaches the library through here, eagerly or inside a
+compiled graph, so the two take the same path and compute the same bits:
 
-Ops:
-- ``quantize``: rowwise and/or columnwise quantization, six tensors out (the public
-  ``nvfp4.quantize`` and tests use it).
-- ``gemm``: alpha * (Â @ B̂ᵀ) (+ bias) of two rowwise triples (data, scales, amax).
-- ``linear_fwd`` / ``linear_bwd``: one call per pass of an nvfp4 Linear (see nvfp4.nn.linear):
-  the forward quantizes X (and its columnwise copy for wgrad) and W and runs the forward
-  GEMM; the backward quantizes dY both ways and runs dgrad and wgrad. Stochastic rounding
-  reads the layer's step counter on the device, and the backward advances it there, so a
-  captured CUDA graph replays with fresh random bits and a recomputed forward
-  (activation checkpointing) sees the same counter as the original one.
+- torch operators (namespace ``nvfp4``), declared with ``torch.library.Library`` (a plain
+  dispatcher registration: ~5 us a call, against ~20 us for ``torch.library.custom_op``),
+  calling the library through its raw-pointer entry points (a torch tensor converted
+  through DLPack costs ~5 us): ``quantize``, ``gemm``, ``mx_gemm``, ``dequantize``,
+  ``swizzle``, ``fp8_cast``, ``fp8_delayed_update``. The passes of nvfp4.nn's layers
+  (``linear_fwd``, ``linear_bwd``, ``frozen_linear_fwd``) are ops of the same namespace,
+  defined in nvfp4.nn._passes on the raw entry points below;
+- the raw entry points themselves (``quantize_raw``, ``gemm_raw``, ``fp8_cast_raw``, ...):
+  addresses and sizes, no tensors. Whoever calls them has checked the tensors behind the
+  addresses (nvfp4._checks); the library still checks dtypes, alignment and overlap;
+- the array-path calls for the rest of the public API (linear scale layouts, ``out=`` and
+  ``beta``, MXFP4): tensors in, checked again by the C API;
+- the library's build and runner information, for nvfp4.backends;
+- one cache of GEMM workspace sizes, for every GEMM path (NVFP4 and MXFP4, raw and array).
+
+Every op validates its tensor arguments (nvfp4._checks) before it takes an address: dtype,
+shape against the logical shape and scale layout, contiguity, one device. On the meta
+device (and for torch.compile's fake tensors) the ops return outputs of the right shape
+and dtype and run nothing.
 
 A quantized orientation [rows, cols] that the Linear keeps is one uint8 buffer, "packed":
 data (rows*cols/2 bytes), then the swizzled scales, then the float32 amax, each section
@@ -28,10 +34,13 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from . import _C
-from ._format import swizzled_shape
+from . import _checks as check
+from ._format import stream_of, swizzled_shape
 
-__all__ = ["DTYPE_CODE", "packed_layout", "packed_nbytes", "unpack", "dequantize", "swizzle", "quantize", "gemm", "linear_fwd", "linear_bwd",
-           "LinearConfig", "gemm_workspace_bytes", "gemm_env_key", "TOKEN_ALIGN"]
+__all__ = ["DTYPE_CODE", "TOKEN_ALIGN", "packed_layout", "packed_nbytes", "unpack", "addresses", "dequantize",
+           "swizzle", "quantize", "gemm", "mx_gemm", "gemm_workspace_bytes", "gemm_env_key", "clear_workspace_cache",
+           "quantize_raw", "gemm_raw", "fp8_cast_raw", "fp8_delayed_update_raw", "quantize_into", "dequantize_into",
+           "swizzle_into", "gemm_into", "mx_quantize_into", "mx_dequantize_into", "mx_gemm_into"]
 
 # Rows of the token axis are padded to this before a columnwise quantization: the token axis
 # is the K of the wgrad GEMM, and native FP4 GEMMs need K % 32 == 0 (so does an MXFP4 block).
@@ -45,6 +54,32 @@ TOKEN_ALIGN = 32
 DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 _LAYOUT_SWIZZLED = 1
 _ALIGN = 256
+
+# ------------------------------------------------------------------------------ the library
+# Build and runner information (nvfp4.backends reads the runner table through these).
+version = _C.version
+build_cuda_archs = _C.build_cuda_archs
+default_rht_sign_mask = _C.default_rht_sign_mask
+cuda_device_count = _C.cuda_device_count
+cuda_device_cc = _C.cuda_device_cc
+backend_supported = _C.backend_supported
+runner_count = _C.runner_count
+runner_info = _C.runner_info
+runner_compiled_for = _C.runner_compiled_for
+runner_supported = _C.runner_supported
+
+# The raw-pointer entry points. Looked up as module attributes at every call (not bound
+# into callers), so that a test can watch every address handed to the library by
+# replacing them here.
+quantize_raw = _C.quantize_raw
+gemm_raw = _C.gemm_raw
+fp8_cast_raw = _C.fp8_cast_raw
+fp8_delayed_update_raw = _C.fp8_delayed_update_raw
+
+# The GEMM environment (nvfp4_gemm_env_key: the variables the library reads on each GEMM
+# call that can change the kernel, and so the workspace) is part of every workspace-size
+# key, so a cached size cannot outlive a change of them.
+gemm_env_key = _C.gemm_env_key
 
 
 def _up(v, m):
@@ -82,6 +117,12 @@ def unpack(buf: torch.Tensor, rows: int, cols: int) -> Tuple[torch.Tensor, torch
     return data, scales.view(torch.float8_e4m3fn), amax
 
 
+def addresses(base: int, rows: int, cols: int) -> Tuple[int, int, int]:
+    """(data, scales, amax) addresses of a packed orientation [rows, cols] starting at base."""
+    so, ao, _ = packed_layout(rows, cols)
+    return base, base + so, base + ao
+
+
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent from CPU-only builds
 
 
@@ -98,34 +139,30 @@ def _device(t: torch.Tensor) -> Tuple[int, int, int]:
     raise ValueError(f"nvfp4 ops run on cpu or cuda tensors, got a tensor on {d}")
 
 
-def _addresses(base: int, rows: int, cols: int) -> Tuple[int, int, int]:
-    so, ao, _ = packed_layout(rows, cols)
-    return base, base + so, base + ao
+def _need_2d(name: str, t: torch.Tensor) -> None:
+    # the ops take 2D views
+    if t.dim() != 2:
+        raise ValueError(f"{name}: the nvfp4 ops take 2D tensors, got shape {tuple(t.shape)}")
+
+
+def _bias(bias, n: int, device, device_of: str):
+    """bias: None or float [n] on `device`; returned contiguous."""
+    if bias is None:
+        return None
+    check.tensor("bias", bias, check.FLOATS, (n,), device, device_of, contiguous=False)
+    return bias.contiguous()
 
 
 # ------------------------------------------------------------------------------ GEMM workspace sizes
+# One cache for every GEMM path: the key starts with the path's name, then everything the
+# size depends on (shapes, dtypes, layout, backend, device) and the GEMM environment.
 _WS: dict = {}
 
-# The GEMM environment (nvfp4_gemm_env_key: the variables the library reads on each GEMM
-# call that can change the kernel, and so the workspace) is part of every workspace-size
-# key, so a cached size cannot outlive a change of them.
-gemm_env_key = _C.gemm_env_key
 
-
-def gemm_workspace_bytes(m, n, k, backend: int, out_dtype: torch.dtype, bias_dtype, has_c: bool,
-                         device: torch.device, dev: Tuple[int, int, int]) -> int:
-    """The workspace the library asks for this problem, asked once per problem and GEMM
-    environment (gemm_env_key): shapes, dtypes, backend, device and those variables."""
-    key = (m, n, k, backend, out_dtype, bias_dtype, has_c, device, gemm_env_key())
+def _workspace(key: tuple, ask) -> int:
     v = _WS.get(key)
     if v is None:
-        dt, di, _ = dev
-        # Sizes only: distinct, far-apart, aligned dummy addresses (the checks see no
-        # overlap; nothing is read or written).
-        a = [(i + 1) << 40 for i in range(9)]
-        v = _C.gemm_raw(a[0], a[1], a[2], a[3], a[4], a[5], m, n, k, _LAYOUT_SWIZZLED,
-                        a[6] if has_c else 0, DTYPE_CODE[out_dtype], a[7] if bias_dtype is not None else 0,
-                        DTYPE_CODE.get(bias_dtype, 0), 0.0, a[8], DTYPE_CODE[out_dtype], backend, 0, -1, dt, di, 0)
+        v = ask()
         if len(_WS) > 4096:
             _WS.clear()
         _WS[key] = v
@@ -134,8 +171,25 @@ def gemm_workspace_bytes(m, n, k, backend: int, out_dtype: torch.dtype, bias_dty
 
 def clear_workspace_cache() -> None:
     """Forget the cached workspace sizes (frees the memory of the cache; never needed for
-    correctness)."""
+    correctness: every key holds the GEMM environment)."""
     _WS.clear()
+
+
+def gemm_workspace_bytes(m, n, k, backend: int, out_dtype: torch.dtype, bias_dtype, has_c: bool,
+                         device: torch.device, dev: Tuple[int, int, int]) -> int:
+    """The workspace the library asks for this swizzled-layout problem, asked once per
+    problem and GEMM environment (gemm_env_key): shapes, dtypes, backend, device and those
+    variables."""
+    def ask():
+        dt, di, _ = dev
+        # Sizes only: distinct, far-apart, aligned dummy addresses (the checks see no
+        # overlap; nothing is read or written).
+        a = [(i + 1) << 40 for i in range(9)]
+        return gemm_raw(a[0], a[1], a[2], a[3], a[4], a[5], m, n, k, _LAYOUT_SWIZZLED,
+                        a[6] if has_c else 0, DTYPE_CODE[out_dtype], a[7] if bias_dtype is not None else 0,
+                        DTYPE_CODE.get(bias_dtype, 0), 0.0, a[8], DTYPE_CODE[out_dtype], backend, 0, -1, dt, di, 0)
+
+    return _workspace(("raw", m, n, k, backend, out_dtype, bias_dtype, has_c, device, gemm_env_key()), ask)
 
 
 def _run_gemm(a: Tuple[int, int, int], b: Tuple[int, int, int], m, n, k, d: torch.Tensor, bias, backend: int,
@@ -153,9 +207,9 @@ def _run_gemm(a: Tuple[int, int, int], b: Tuple[int, int, int], m, n, k, d: torc
         else:
             ws_base = 0
     dt, di, st = dev
-    _C.gemm_raw(a[0], a[1], a[2], b[0], b[1], b[2], m, n, k, _LAYOUT_SWIZZLED, 0, 0,
-                0 if bias is None else bias.data_ptr(), DTYPE_CODE[bias.dtype] if bias is not None else 0, 0.0,
-                d.data_ptr(), DTYPE_CODE[d.dtype], backend, ws_base, ws_bytes, dt, di, st)
+    gemm_raw(a[0], a[1], a[2], b[0], b[1], b[2], m, n, k, _LAYOUT_SWIZZLED, 0, 0,
+             0 if bias is None else bias.data_ptr(), DTYPE_CODE[bias.dtype] if bias is not None else 0, 0.0,
+             d.data_ptr(), DTYPE_CODE[d.dtype], backend, ws_base, ws_bytes, dt, di, st)
     return ws
 
 
@@ -181,24 +235,33 @@ def _fp8_outputs(x, format, rowwise, transposed):
     return q, qt, scale_inv, amax
 
 
-def _fp8_cast_impl(x, format, margin, scale, rowwise, transposed):
+def _fp8_cast_check(x, format, scale):
     _need_2d("x", x)
     if format not in (0, 1):
         raise ValueError(f"format: 0 (E4M3) or 1 (E5M2), got {format}")
     if x.dtype not in DTYPE_CODE:
         raise ValueError(f"x: dtype must be float32, float16 or bfloat16, got {x.dtype}")
+    if scale is not None:
+        check.tensor("scale", scale, (torch.float32,), None, x.device, "x", contiguous=False)
+        if scale.numel() != 1:
+            raise ValueError(f"scale: expected one float32 element, got {check.describe(scale)}")
+
+
+def _fp8_cast_impl(x, format, margin, scale, rowwise, transposed):
+    _fp8_cast_check(x, format, scale)
     x = x.contiguous()
     if x.is_cuda and x.data_ptr() % 16:
         x = x.clone()  # the kernels read 16-byte chunks; a fresh allocation is aligned
     q, qt, scale_inv, amax = _fp8_outputs(x, format, rowwise, transposed)
     dt, di, st = _device(x)
-    _C.fp8_cast_raw(x.data_ptr(), DTYPE_CODE[x.dtype], x.shape[0], x.shape[1], format, margin,
+    fp8_cast_raw(x.data_ptr(), DTYPE_CODE[x.dtype], x.shape[0], x.shape[1], format, margin,
                     0 if scale is None else scale.data_ptr(), q.data_ptr(), qt.data_ptr(), rowwise, transposed,
                     scale_inv.data_ptr(), amax.data_ptr(), dt, di, st)
     return [q, qt, scale_inv, amax]
 
 
 def _fp8_cast_fake(x, format, margin, scale, rowwise, transposed):
+    _fp8_cast_check(x, format, scale)
     return list(_fp8_outputs(x, format, rowwise, transposed))
 
 
@@ -212,7 +275,7 @@ torch.library.register_fake("nvfp4::fp8_cast", _fp8_cast_fake, lib=lib)
 lib.define("fp8_delayed_update(Tensor(a!) history, Tensor(b!) scale, int format, float margin, int algo) -> ()")
 
 
-def _fp8_delayed_update_impl(history, scale, format, margin, algo):
+def _fp8_delayed_update_check(history, scale):
     if history.dim() != 1 or not history.is_contiguous():
         raise ValueError(f"history: must be a contiguous 1D tensor, got shape {tuple(history.shape)}")
     if scale.numel() != 1:
@@ -221,14 +284,18 @@ def _fp8_delayed_update_impl(history, scale, format, margin, algo):
         raise ValueError(f"history/scale: must be float32, got {history.dtype} / {scale.dtype}")
     if scale.device != history.device:
         raise ValueError(f"scale: on {scale.device}, but history is on {history.device}")
+
+
+def _fp8_delayed_update_impl(history, scale, format, margin, algo):
+    _fp8_delayed_update_check(history, scale)
     dt, di, st = _device(history)
-    _C.fp8_delayed_update_raw(history.data_ptr(), history.shape[0], scale.data_ptr(), format, margin, algo, dt, di,
-                              st)
+    fp8_delayed_update_raw(history.data_ptr(), history.shape[0], scale.data_ptr(), format, margin, algo, dt, di, st)
 
 
 for _k in ("CPU", "CUDA"):
     lib.impl("fp8_delayed_update", lambda *a: _fp8_delayed_update_impl(*a), _k)
-torch.library.register_fake("nvfp4::fp8_delayed_update", lambda *a: None, lib=lib)
+torch.library.register_fake("nvfp4::fp8_delayed_update",
+                            lambda history, scale, *a: _fp8_delayed_update_check(history, scale), lib=lib)
 
 
 # ------------------------------------------------------------------------------ quantize
@@ -249,31 +316,40 @@ def _empty3(device):
 
 
 _U64 = (1 << 64) - 1
+_COUNTER_DTYPES = (torch.int64, torch.uint64) if hasattr(torch, "uint64") else (torch.int64,)
 
 
-def _need_2d(name: str, t: torch.Tensor) -> None:
-    # the ops take 2D views; the C API checks the rest (dtype, device, sizes, alignment)
-    if t.dim() != 2:
-        raise ValueError(f"{name}: the nvfp4 ops take 2D tensors, got shape {tuple(t.shape)}")
+def check_counter(name: str, t, device, device_of: str) -> None:
+    """A step counter read by the kernels as a uint64 (offset_device): 8 bytes, one element."""
+    if t is not None:
+        check.tensor(name, t, _COUNTER_DTYPES, None, device, device_of, contiguous=False)
+        if t.numel() != 1:
+            raise ValueError(f"{name}: expected one int64 element, got {check.describe(t)}")
 
 
 def _quantize_impl(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
     _need_2d("x", x)
+    check.tensor("x", x, check.FLOATS, contiguous=False)
+    check_counter("offset_device", offset_device, x.device, "x")
     x = x.contiguous()
     seed, offset = seed & _U64, offset & _U64  # the schema's int is int64: the same bits as the uint64
     rows, cols = x.shape
     row = _alloc_orientation(rows, cols, x.device) if rowwise else _empty3(x.device)
     col = _alloc_orientation(cols, _up(rows, 16), x.device) if columnwise else _empty3(x.device)
     dt, di, st = _device(x)
-    _C.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], rows, cols,
-                    *((t.data_ptr() for t in row) if rowwise else (0, 0, 0)),
-                    *((t.data_ptr() for t in col) if columnwise else (0, 0, 0)),
-                    block, rounding, _LAYOUT_SWIZZLED, rht, sign_mask, seed, offset,
-                    0 if offset_device is None else offset_device.data_ptr(), dt, di, st)
+    quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], rows, cols,
+                 *((t.data_ptr() for t in row) if rowwise else (0, 0, 0)),
+                 *((t.data_ptr() for t in col) if columnwise else (0, 0, 0)),
+                 block, rounding, _LAYOUT_SWIZZLED, rht, sign_mask, seed, offset,
+                 0 if offset_device is None else offset_device.data_ptr(), dt, di, st)
     return [*row, *col]
 
 
 def _quantize_fake(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
+    # the same checks as the kernels' road: a meta tensor among CPU ones dispatches here
+    _need_2d("x", x)
+    check.tensor("x", x, check.FLOATS, contiguous=False)
+    check_counter("offset_device", offset_device, x.device, "x")
     rows, cols = x.shape
     row = _alloc_orientation(rows, cols, x.device) if rowwise else _empty3(x.device)
     col = _alloc_orientation(cols, _up(rows, 16), x.device) if columnwise else _empty3(x.device)
@@ -302,22 +378,58 @@ lib.define("gemm(Tensor a_data, Tensor a_scales, Tensor a_amax, Tensor b_data, T
            "int backend, ScalarType out_dtype, Tensor? bias) -> Tensor")
 
 
-def _gemm_impl(a_data, a_scales, a_amax, b_data, b_scales, b_amax, backend, out_dtype, bias):
+_U8, _F32, _E4M3 = torch.uint8, torch.float32, torch.float8_e4m3fn
+_ONE = (1,)
+
+
+def _gemm_check(a_data, a_scales, a_amax, b_data, b_scales, b_amax, out_dtype, bias):
+    """(m, n, k, bias) of two swizzled NVFP4 triples; every tensor checked against the
+    shapes that the codes' [rows, K/2] imply, and against a_data's device."""
+    # The common case in one expression, in as few tensor-attribute reads as it takes (this
+    # runs on every GEMM); anything else falls through to the checks that name the field.
+    ash, bsh = a_data.shape, b_data.shape
+    if len(ash) == 2 and len(bsh) == 2 and bias is None:
+        m, kh = ash
+        n = bsh[0]
+        sc = (kh // 8 + 3) // 4 * 4  # roundup(K/16, 4)
+        dev = a_data.device
+        if (kh % 8 == 0 and bsh[1] == kh and a_data.dtype is _U8 and b_data.dtype is _U8 and a_amax.dtype is _F32
+                and b_amax.dtype is _F32 and (a_scales.dtype is _E4M3 or a_scales.dtype is _U8)
+                and (b_scales.dtype is _E4M3 or b_scales.dtype is _U8)
+                and a_scales.shape == ((m + 127) // 128 * 128, sc) and b_scales.shape == ((n + 127) // 128 * 128, sc)
+                and a_amax.shape == _ONE and b_amax.shape == _ONE and a_data.is_contiguous() and b_data.is_contiguous()
+                and a_scales.is_contiguous() and b_scales.is_contiguous() and a_scales.device == dev
+                and a_amax.device == dev and b_data.device == dev and b_scales.device == dev and b_amax.device == dev
+                and out_dtype in DTYPE_CODE):
+            return m, n, kh * 2, None
     _need_2d("a_data", a_data)
     _need_2d("b_data", b_data)
-    m, n, k = a_data.shape[0], b_data.shape[0], a_data.shape[1] * 2
+    m, kh = a_data.shape
+    n = b_data.shape[0]
+    k = kh * 2
+    if k % 16:
+        raise ValueError(f"a_data: K = 2 * shape[1] must be a multiple of 16, got {k}")
+    dev = a_data.device
+    check.nvfp4_orientation("a", a_data, a_scales, a_amax, m, k, _LAYOUT_SWIZZLED, sep="_")
+    check.nvfp4_orientation("b", b_data, b_scales, b_amax, n, k, _LAYOUT_SWIZZLED, dev, "a_data", sep="_")
+    if out_dtype not in DTYPE_CODE:
+        raise TypeError(f"out_dtype: must be float32, float16 or bfloat16, got {out_dtype}")
+    return m, n, k, _bias(bias, n, dev, "a_data")
+
+
+def _gemm_impl(a_data, a_scales, a_amax, b_data, b_scales, b_amax, backend, out_dtype, bias):
+    m, n, k, bias = _gemm_check(a_data, a_scales, a_amax, b_data, b_scales, b_amax, out_dtype, bias)
     d = torch.empty((m, n), dtype=out_dtype, device=a_data.device)
     if m == 0 or n == 0:
         return d
-    dev = _device(d)
-    bias = None if bias is None else bias.contiguous()
     _run_gemm((a_data.data_ptr(), a_scales.data_ptr(), a_amax.data_ptr()),
-              (b_data.data_ptr(), b_scales.data_ptr(), b_amax.data_ptr()), m, n, k, d, bias, backend, dev)
+              (b_data.data_ptr(), b_scales.data_ptr(), b_amax.data_ptr()), m, n, k, d, bias, backend, _device(d))
     return d
 
 
 def _gemm_fake(a_data, a_scales, a_amax, b_data, b_scales, b_amax, backend, out_dtype, bias):
-    return a_data.new_empty((a_data.shape[0], b_data.shape[0]), dtype=out_dtype)
+    m, n, _, _ = _gemm_check(a_data, a_scales, a_amax, b_data, b_scales, b_amax, out_dtype, bias)
+    return a_data.new_empty((m, n), dtype=out_dtype)
 
 
 for _k in ("CPU", "CUDA"):
@@ -329,35 +441,57 @@ def gemm(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], backend: int = 0,
          out_dtype: torch.dtype = torch.bfloat16, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """alpha * (Â @ B̂ᵀ) (+ bias) of two rowwise (data, scales, amax) triples: [rows_a, rows_b].
     backend: the C API code (0 auto, 1 reference, 2 cutlass, 3 cudnn)."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, (tuple, list)) or len(t) != 3:
+            raise TypeError(f"{name}: expected a (data, scales, amax) triple, got {type(t).__name__}")
     return torch.ops.nvfp4.gemm(a[0], a[1], a[2], b[0], b[1], b[2], backend, out_dtype, bias)
 
 
-# MXFP4 GEMM (nvfp4_mx_gemm) as an op: A^ @ B^ᵀ (+ bias) of two rowwise MXFP4 directions
+# MXFP4 GEMM (nvfp4_mx_gemm) as an op: A^ @ B^ᵀ (+ bias) of two rowwise MXFP4 orientations
 # (codes [rows, K/2], E8M0 scales in `layout`: 0 linear, 1 swizzled), [rows_a, rows_b].
 lib.define("mx_gemm(Tensor a_data, Tensor a_scales, Tensor b_data, Tensor b_scales, int layout, int backend, "
            "ScalarType out_dtype, Tensor? bias) -> Tensor")
 
 
-def _mx_gemm_impl(a_data, a_scales, b_data, b_scales, layout, backend, out_dtype, bias):
-    from ._mx import mx_gemm_raw  # here: _mx imports nothing of this module, but the package order does
-
+def _mx_gemm_check(a_data, a_scales, b_data, b_scales, layout, out_dtype, bias):
     _need_2d("a_data", a_data)
     _need_2d("b_data", b_data)
-    d = torch.empty((a_data.shape[0], b_data.shape[0]), dtype=out_dtype, device=a_data.device)
+    if layout not in (0, 1):
+        raise ValueError(f"layout: 0 (linear) or 1 (swizzled), got {layout}")
+    m, kh = a_data.shape
+    n, k = b_data.shape[0], kh * 2
+    if k % 32:
+        raise ValueError(f"a_data: K = 2 * shape[1] must be a multiple of 32 (MXFP4 blocks), got {k}")
+    dev = a_data.device
+    check.mx_orientation("a", a_data, a_scales, m, k, layout, sep="_")
+    check.mx_orientation("b", b_data, b_scales, n, k, layout, dev, "a_data", sep="_")
+    if out_dtype not in DTYPE_CODE:
+        raise TypeError(f"out_dtype: must be float32, float16 or bfloat16, got {out_dtype}")
+    return m, n, _bias(bias, n, dev, "a_data")
+
+
+def _mx_gemm_impl(a_data, a_scales, b_data, b_scales, layout, backend, out_dtype, bias):
+    m, n, bias = _mx_gemm_check(a_data, a_scales, b_data, b_scales, layout, out_dtype, bias)
+    d = torch.empty((m, n), dtype=out_dtype, device=a_data.device)
     if d.numel() == 0:
         return d
-    bias = None if bias is None else bias.contiguous()
-    return mx_gemm_raw(a_data.contiguous(), a_scales.contiguous(), b_data.contiguous(), b_scales.contiguous(), layout,
-                       d, bias=bias, backend=backend)
+    return mx_gemm_into(a_data, a_scales, b_data, b_scales, layout, d, bias=bias, backend=backend)
 
 
 def _mx_gemm_fake(a_data, a_scales, b_data, b_scales, layout, backend, out_dtype, bias):
-    return a_data.new_empty((a_data.shape[0], b_data.shape[0]), dtype=out_dtype)
+    m, n, _ = _mx_gemm_check(a_data, a_scales, b_data, b_scales, layout, out_dtype, bias)
+    return a_data.new_empty((m, n), dtype=out_dtype)
 
 
 for _k in ("CPU", "CUDA"):
     lib.impl("mx_gemm", lambda *a: _mx_gemm_impl(*a), _k)
 torch.library.register_fake("nvfp4::mx_gemm", _mx_gemm_fake, lib=lib)
+
+
+def mx_gemm(a_data, a_scales, b_data, b_scales, layout: int, backend: int = 0,
+            out_dtype: torch.dtype = torch.bfloat16, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Â @ B̂ᵀ (+ bias) of two rowwise MXFP4 orientations, as the op (traceable)."""
+    return torch.ops.nvfp4.mx_gemm(a_data, a_scales, b_data, b_scales, layout, backend, out_dtype, bias)
 
 
 # ------------------------------------------------------------------------------ dequantize and the scale swizzle
@@ -367,32 +501,60 @@ lib.define("dequantize(Tensor data, Tensor scales, Tensor amax, ScalarType dtype
 lib.define("swizzle(Tensor src, int rows, int cols, bool to_swizzled) -> Tensor")
 
 
-def _dequantize_impl(data, scales, amax, dtype):
+def _dequantize_check(data, scales, amax, dtype):
     _need_2d("data", data)
     rows, cols = data.shape[0], data.shape[1] * 2
+    if cols % 16:
+        raise ValueError(f"data: 2 * shape[1] must be a multiple of 16, got {cols}")
+    # amax: float32 [1], or its 4 bytes (a packed buffer's section)
+    if amax.dtype == torch.uint8 and tuple(amax.shape) == (4,):
+        amax = amax.view(torch.float32)
+    check.nvfp4_orientation("", data, scales, amax, rows, cols, _LAYOUT_SWIZZLED, sep="")
+    if dtype not in DTYPE_CODE:
+        raise TypeError(f"dtype: must be float32, float16 or bfloat16, got {dtype}")
+    return rows, cols, amax
+
+
+def _dequantize_impl(data, scales, amax, dtype):
+    rows, cols, amax = _dequantize_check(data, scales, amax, dtype)
     out = torch.empty((rows, cols), dtype=dtype, device=data.device)
-    _C.dequantize(data.contiguous(), scales.contiguous().view(torch.uint8), amax.reshape(1).view(torch.float32),
-                  _LAYOUT_SWIZZLED, out, _device(data)[2])
+    dequantize_into(data, scales.view(torch.uint8), amax, _LAYOUT_SWIZZLED, out)
     return out
 
 
-def _swizzle_impl(src, rows, cols, to_swizzled):
+def _dequantize_fake(data, scales, amax, dtype):
+    rows, cols, _ = _dequantize_check(data, scales, amax, dtype)
+    return data.new_empty((rows, cols), dtype=dtype)
+
+
+_BYTE_DTYPES = tuple(dict.fromkeys((torch.uint8, torch.float8_e4m3fn) + check.MX_SCALE_DTYPES))
+
+
+def _swizzle_check(src, rows, cols, to_swizzled):
     _need_2d("src", src)
-    shape = swizzled_shape(rows, cols) if to_swizzled else (rows, cols)
+    if rows < 0 or cols < 0:
+        raise ValueError(f"rows/cols: must be >= 0, got {rows}, {cols}")
+    want = (rows, cols) if to_swizzled else swizzled_shape(rows, cols)
+    check.tensor("src", src, _BYTE_DTYPES, want, contiguous=False)
+    return swizzled_shape(rows, cols) if to_swizzled else (rows, cols)
+
+
+def _swizzle_impl(src, rows, cols, to_swizzled):
+    shape = _swizzle_check(src, rows, cols, to_swizzled)
     dst = torch.empty(shape, dtype=torch.uint8, device=src.device)
-    _C.swizzle(src.contiguous().view(torch.uint8), dst, to_swizzled, _device(src)[2])
+    swizzle_into(src.contiguous().view(torch.uint8), dst, to_swizzled)
     return dst
+
+
+def _swizzle_fake(src, rows, cols, to_swizzled):
+    return src.new_empty(_swizzle_check(src, rows, cols, to_swizzled), dtype=torch.uint8)
 
 
 for _k in ("CPU", "CUDA"):
     lib.impl("dequantize", lambda *a: _dequantize_impl(*a), _k)
     lib.impl("swizzle", lambda *a: _swizzle_impl(*a), _k)
-torch.library.register_fake(
-    "nvfp4::dequantize", lambda data, scales, amax, dtype: data.new_empty((data.shape[0], data.shape[1] * 2),
-                                                                          dtype=dtype), lib=lib)
-torch.library.register_fake(
-    "nvfp4::swizzle", lambda src, rows, cols, to_swizzled: src.new_empty(
-        swizzled_shape(rows, cols) if to_swizzled else (rows, cols), dtype=torch.uint8), lib=lib)
+torch.library.register_fake("nvfp4::dequantize", _dequantize_fake, lib=lib)
+torch.library.register_fake("nvfp4::swizzle", _swizzle_fake, lib=lib)
 
 
 def dequantize(data: torch.Tensor, scales: torch.Tensor, amax: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
@@ -406,249 +568,67 @@ def swizzle(src: torch.Tensor, rows: int, cols: int, to_swizzled: bool = True) -
     return torch.ops.nvfp4.swizzle(src, rows, cols, to_swizzled)
 
 
-# ------------------------------------------------------------------------------ the Linear's two passes
-class LinearConfig:
-    """Indices into the int list that configures linear_fwd / linear_bwd (a list of ints
-    is what an op schema can carry; nvfp4.nn.linear builds it once per layer)."""
+# ------------------------------------------------------------------------------ the array path
+# The public functions' other layouts and options (linear scales, out= and beta, MXFP4)
+# hand tensors to the C API through DLPack; the C API checks them again (shape, dtype,
+# contiguity) from their descriptors. The callers have checked them already (nvfp4._checks),
+# so that errors name the caller's fields.
 
-    FPROP = 11         # run the forward GEMM (else only the operands backward needs)
-    BACKEND = 0        # C API backend code
-    SIGN_MASK = 1      # RHT signs (bit i set: lane i negated)
-    X_ROUND = 2        # fprop X: 0 nearest, 1 stochastic (1D blocks)
-    XT_ROUND = 3       # wgrad X^T (columnwise): rounding
-    XT_RHT = 4         # wgrad X^T: Hadamard transform (0/1)
-    W_BLOCK = 5        # W: 0 1D, 1 2D (always round to nearest)
-    DY_ROUND = 6       # dgrad dY: rounding
-    DYT_ROUND = 7      # wgrad dY^T: rounding
-    DYT_RHT = 8        # wgrad dY^T: Hadamard transform
-    SEED_X = 9         # Philox key of the forward operands
-    SEED_DY = 10       # Philox key of the backward operands
-    SIZE = 12
+def quantize_into(x2: torch.Tensor, row, col, block: int, rounding: int, layout: int, rht: int, sign_mask: int,
+                  seed: int, offset: int) -> None:
+    """NVFP4 quantization of x2 [rows, cols] into row / col: (data, scale bytes, amax) or None."""
+    _C.quantize(x2, *(row or (None, None, None)), *(col or (None, None, None)), block, rounding, layout, rht,
+                sign_mask, seed, offset, stream_of(x2.device))
 
 
-# W cache modes of linear_fwd.
-W_FRESH, W_STORE, W_REUSE = 0, 1, 2
-
-lib.define("linear_fwd(Tensor x, Tensor w, Tensor? bias, Tensor counter, int[] cfg, bool save_xt, bool save_wt, "
-           "int w_mode, Tensor(a!)? w_cache) -> (Tensor, Tensor, Tensor)")
-lib.define("linear_bwd(Tensor dy, Tensor xt, Tensor wt, Tensor(a!) counter, int[] cfg, int k, bool need_dx, "
-           "bool need_dw, ScalarType dw_dtype) -> (Tensor, Tensor)")
+def dequantize_into(data, scale_bytes, amax, layout: int, out: torch.Tensor) -> torch.Tensor:
+    _C.dequantize(data, scale_bytes, amax, layout, out, stream_of(out.device))
+    return out
 
 
-def _w_cache_layout(n, k):
-    """Offsets of W's two packed orientations inside a weight cache buffer."""
-    row = packed_nbytes(n, k)
-    return row, row + packed_nbytes(k, _up(n, 16))
+def swizzle_into(src_bytes: torch.Tensor, dst: torch.Tensor, to_swizzled: bool) -> torch.Tensor:
+    _C.swizzle(src_bytes, dst, to_swizzled, stream_of(src_bytes.device))
+    return dst
 
 
-def w_cache_nbytes(n: int, k: int) -> int:
-    return _w_cache_layout(n, k)[1]
+def gemm_into(a: Tuple[torch.Tensor, torch.Tensor, torch.Tensor], b: Tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+              layout: int, d: torch.Tensor, *, c: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+              beta: float = 0.0, backend: int = 0) -> torch.Tensor:
+    """d [M, N] = alpha * Â @ B̂ᵀ (+ beta * c) (+ bias) of two NVFP4 triples (data, scale
+    bytes, amax) in `layout`, through nvfp4_gemm; returns d."""
+    m, n, k = a[0].shape[0], b[0].shape[0], a[0].shape[1] * 2
+    args = (*a, *b, layout, c, bias, float(beta), d, backend)
+    ws_bytes = _workspace(("array", m, n, k, layout, backend, d.dtype, c is not None,
+                           None if bias is None else bias.dtype, d.device, gemm_env_key()),
+                          lambda: _C.gemm_workspace_size(*args))
+    ws = torch.empty((ws_bytes,), dtype=torch.uint8, device=d.device) if ws_bytes else None
+    _C.gemm(*args, ws, stream_of(d.device))
+    return d
 
 
-def _fwd_shapes(x, w, cfg, save_xt, save_wt, w_mode):
-    m, k = x.shape
-    n = w.shape[0]
-    y_shape = (m, n) if cfg[LinearConfig.FPROP] else (0,)
-    xt_bytes = packed_nbytes(k, _up(m, 16)) if save_xt else 0
-    # W^T for dgrad travels with the autograd context unless a weight cache holds it
-    wt_bytes = packed_nbytes(k, _up(n, 16)) if (save_wt and w_mode == W_FRESH) else 0
-    return m, k, n, y_shape, xt_bytes, wt_bytes
+def mx_quantize_into(x2: torch.Tensor, row, col, row_rounding: int, row_rule: int, col_rounding: int, col_rule: int,
+                     layout: int, seed: int, offset: int) -> None:
+    """MXFP4 quantization of x2 [rows, cols] into row / col: (data, scale bytes) or None."""
+    _C.mx_quantize(x2, *(row or (None, None)), *(col or (None, None)), row_rounding, row_rule, col_rounding, col_rule,
+                   layout, seed, offset, stream_of(x2.device))
 
 
-def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
-    C = LinearConfig
-    x = x.contiguous()
-    m, k, n, y_shape, xt_bytes, wt_bytes = _fwd_shapes(x, w, cfg, save_xt, save_wt, w_mode)
-    fprop = bool(cfg[C.FPROP])
-    dev = x.device
-    if counter.device != dev:
-        raise ValueError(f"counter: the layer's step counter is on {counter.device} but x is on {dev}; "
-                         "move the module with .to()")
-    dt, di, st = _device(x)
-    y = torch.empty(y_shape, dtype=x.dtype, device=dev)
-    xt = torch.empty((xt_bytes,), dtype=torch.uint8, device=dev)
-    wt = torch.empty((wt_bytes,), dtype=torch.uint8, device=dev)
-    backend = cfg[C.BACKEND]
-    bias_dt = None if bias is None else bias.dtype
-    gemm_ws = gemm_workspace_bytes(m, n, k, backend, x.dtype, bias_dt, False, dev, (dt, di, st)) if fprop else 0
-    # one scratch buffer: X rowwise | W rowwise (when not cached) | GEMM workspace
-    xrow_bytes = packed_nbytes(m, k) if fprop else 0
-    wrow_bytes = packed_nbytes(n, k) if (fprop and w_mode == W_FRESH) else 0
-    ws = torch.empty((xrow_bytes + wrow_bytes + gemm_ws,), dtype=torch.uint8, device=dev)
-    base = ws.data_ptr()
-    xrow = _addresses(base, m, k) if fprop else (0, 0, 0)
-    cnt = counter.data_ptr()
-    sign_mask = cfg[C.SIGN_MASK]
-
-    # X: rowwise for fprop, columnwise (optionally Hadamard-transformed) for wgrad; one pass
-    # when both use the same rounding.
-    xt_addr = _addresses(xt.data_ptr(), k, _up(m, 16)) if save_xt else (0, 0, 0)
-    rht = 2 if (save_xt and cfg[C.XT_RHT]) else 0
-    if fprop and save_xt and cfg[C.XT_ROUND] != cfg[C.X_ROUND]:
-        _C.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, *xrow, 0, 0, 0, 0, cfg[C.X_ROUND],
-                        _LAYOUT_SWIZZLED, 0, sign_mask, cfg[C.SEED_X], 0, cnt, dt, di, st)
-        _C.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, 0, 0, 0, *xt_addr, 0, cfg[C.XT_ROUND],
-                        _LAYOUT_SWIZZLED, rht, sign_mask, cfg[C.SEED_X], 0, cnt, dt, di, st)
-    elif fprop or save_xt:
-        _C.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, *xrow, *xt_addr, 0,
-                        cfg[C.X_ROUND] if fprop else cfg[C.XT_ROUND], _LAYOUT_SWIZZLED, rht, sign_mask, cfg[C.SEED_X],
-                        0, cnt, dt, di, st)
-
-    # W: both orientations in one pass (round to nearest, no transform), into the scratch
-    # buffer and the saved W^T, or into the layer's cache.
-    if w_mode == W_FRESH:
-        wrow = _addresses(base + xrow_bytes, n, k) if fprop else (0, 0, 0)
-        wcol = _addresses(wt.data_ptr(), k, _up(n, 16)) if save_wt else (0, 0, 0)
-    else:
-        if w_cache is None:
-            raise ValueError("w_cache: a weight cache buffer is required with this w_mode")
-        cb = w_cache.data_ptr()
-        off, _ = _w_cache_layout(n, k)
-        wrow = _addresses(cb, n, k)
-        wcol = _addresses(cb + off, k, _up(n, 16))
-    if w_mode != W_REUSE and (wrow[0] or wcol[0]):
-        w = w.contiguous()
-        _C.quantize_raw(w.data_ptr(), DTYPE_CODE[w.dtype], n, k, *wrow, *wcol, cfg[C.W_BLOCK], 0, _LAYOUT_SWIZZLED,
-                        0, sign_mask, 0, 0, 0, dt, di, st)
-    if not fprop:
-        return y, xt, wt
-    # fprop: Y = alpha * X̂ Ŵᵀ (+ bias)
-    _C.gemm_raw(*xrow, *wrow, m, n, k, _LAYOUT_SWIZZLED, 0, 0, 0 if bias is None else bias.data_ptr(),
-                DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(), DTYPE_CODE[x.dtype], backend,
-                base + xrow_bytes + wrow_bytes, gemm_ws, dt, di, st)
-    return y, xt, wt
+def mx_dequantize_into(data: torch.Tensor, scale_bytes: torch.Tensor, layout: int, out: torch.Tensor) -> torch.Tensor:
+    _C.mx_dequantize(data, scale_bytes, layout, out, stream_of(out.device))
+    return out
 
 
-def _linear_fwd_fake(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
-    m, k, n, y_shape, xt_bytes, wt_bytes = _fwd_shapes(x, w, cfg, save_xt, save_wt, w_mode)
-    return (x.new_empty(y_shape), x.new_empty((xt_bytes,), dtype=torch.uint8),
-            x.new_empty((wt_bytes,), dtype=torch.uint8))
-
-
-def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
-    """dy [m, n]; xt: packed X^T [k, roundup(m,16)] (need_dw); wt: packed W^T [k, roundup(n,16)]
-    (need_dx). Advances counter by one after the quantization of dY has read it."""
-    C = LinearConfig
-    dy = dy.contiguous()
-    m, n = dy.shape
-    dev = dy.device
-    dt, di, st = _device(dy)
-    mp = _up(m, 16)
-    backend = cfg[C.BACKEND]
-    dx = torch.empty((m, k) if need_dx else (0,), dtype=dy.dtype, device=dev)
-    dw = torch.empty((n, k) if need_dw else (0,), dtype=dw_dtype, device=dev)
-    ws_dx = gemm_workspace_bytes(m, k, n, backend, dy.dtype, None, False, dev, (dt, di, st)) if need_dx else 0
-    ws_dw = gemm_workspace_bytes(n, k, mp, backend, dw_dtype, None, False, dev, (dt, di, st)) if need_dw else 0
-    row_bytes = packed_nbytes(m, n) if need_dx else 0
-    col_bytes = packed_nbytes(n, mp) if need_dw else 0
-    ws = torch.empty((row_bytes + col_bytes + max(ws_dx, ws_dw),), dtype=torch.uint8, device=dev)
-    base = ws.data_ptr()
-    dyrow = _addresses(base, m, n) if need_dx else (0, 0, 0)
-    dycol = _addresses(base + row_bytes, n, mp) if need_dw else (0, 0, 0)
-    g = base + row_bytes + col_bytes
-    cnt = counter.data_ptr()
-    sign_mask = cfg[C.SIGN_MASK]
-    rht = 2 if (need_dw and cfg[C.DYT_RHT]) else 0
-    if need_dx and need_dw and cfg[C.DY_ROUND] != cfg[C.DYT_ROUND]:
-        _C.quantize_raw(dy.data_ptr(), DTYPE_CODE[dy.dtype], m, n, *dyrow, 0, 0, 0, 0, cfg[C.DY_ROUND],
-                        _LAYOUT_SWIZZLED, 0, sign_mask, cfg[C.SEED_DY], 0, cnt, dt, di, st)
-        _C.quantize_raw(dy.data_ptr(), DTYPE_CODE[dy.dtype], m, n, 0, 0, 0, *dycol, 0, cfg[C.DYT_ROUND],
-                        _LAYOUT_SWIZZLED, rht, sign_mask, cfg[C.SEED_DY], 0, cnt, dt, di, st)
-    elif need_dx or need_dw:
-        rounding = cfg[C.DY_ROUND] if need_dx else cfg[C.DYT_ROUND]
-        _C.quantize_raw(dy.data_ptr(), DTYPE_CODE[dy.dtype], m, n, *dyrow, *dycol, 0, rounding, _LAYOUT_SWIZZLED,
-                        rht, sign_mask, cfg[C.SEED_DY], 0, cnt, dt, di, st)
-    if need_dx:  # dgrad: dX = alpha * dŶ (Ŵᵀ)ᵀ, W^T quantized along N
-        _C.gemm_raw(*dyrow, *_addresses(wt.data_ptr(), k, _up(n, 16)), m, k, n, _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0,
-                    dx.data_ptr(), DTYPE_CODE[dy.dtype], backend, g, ws_dx, dt, di, st)
-    if need_dw:  # wgrad: dW = alpha * (dŶᵀ)(X̂ᵀ)ᵀ, both along the token axis
-        _C.gemm_raw(*dycol, *_addresses(xt.data_ptr(), k, mp), n, k, mp, _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0,
-                    dw.data_ptr(), DTYPE_CODE[dw_dtype], backend, g, ws_dw, dt, di, st)
-    # The next backward of this layer draws new bits. In stream order after the quantize
-    # kernels above, which read the counter when they run.
-    counter.add_(1)
-    return dx, dw
-
-
-def _linear_bwd_fake(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
-    m, n = dy.shape
-    return (dy.new_empty((m, k) if need_dx else (0,)), dy.new_empty((n, k) if need_dw else (0,), dtype=dw_dtype))
-
-
-for _k in ("CPU", "CUDA"):
-    lib.impl("linear_fwd", lambda *a: _linear_fwd_impl(*a), _k)
-    lib.impl("linear_bwd", lambda *a: _linear_bwd_impl(*a), _k)
-torch.library.register_fake("nvfp4::linear_fwd", _linear_fwd_fake, lib=lib)
-torch.library.register_fake("nvfp4::linear_bwd", _linear_bwd_fake, lib=lib)
-
-
-def linear_fwd(x, w, bias, counter, cfg, save_xt, save_wt, w_mode=W_FRESH, w_cache=None):
-    return torch.ops.nvfp4.linear_fwd(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
-
-
-def linear_bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
-    return torch.ops.nvfp4.linear_bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
-
-
-# ------------------------------------------------------------------------------ a frozen, already quantized weight
-# The forward of a layer whose weight exists only in NVFP4 (nvfp4.nn.FrozenLinear): W's rowwise
-# (data, swizzled scales, amax) are three tensors the layer owns, read and never written, so
-# the op mutates nothing. X is quantized exactly as linear_fwd quantizes it for fprop (same
-# rounding, seed and counter), so both layers compute the same bits from the same W.
-lib.define("frozen_linear_fwd(Tensor x, Tensor w_data, Tensor w_scales, Tensor w_amax, Tensor? bias, "
-           "Tensor counter, int[] cfg) -> Tensor")
-
-
-def _frozen_fwd_check(x, w_data, w_scales, w_amax):
-    m, k = x.shape
-    n = w_data.shape[0]
-    if w_data.dim() != 2 or w_data.shape[1] * 2 != k:
-        raise ValueError(f"w_data: expected [{n}, {k // 2}] packed codes for an input of {k} features, "
-                         f"got {list(w_data.shape)}")
-    sr, sc = swizzled_shape(n, k // 16)
-    if w_scales.numel() < sr * sc or w_amax.numel() * w_amax.element_size() < 4:
-        raise ValueError("w_scales/w_amax: too small for the weight")
-    return m, k, n
-
-
-def _frozen_fwd_impl(x, w_data, w_scales, w_amax, bias, counter, cfg):
-    C = LinearConfig
-    x = x.contiguous()
-    m, k, n = _frozen_fwd_check(x, w_data, w_scales, w_amax)
-    dev = x.device
-    for name, t in (("w_data", w_data), ("w_scales", w_scales), ("w_amax", w_amax), ("counter", counter)):
-        if t.device != dev:
-            raise ValueError(f"{name}: on {t.device} but x is on {dev}; move the module with .to()")
-    y = torch.empty((m, n), dtype=x.dtype, device=dev)
-    if m == 0 or n == 0:
-        return y
-    dt, di, st = _device(x)
-    backend = cfg[C.BACKEND]
-    bias_dt = None if bias is None else bias.dtype
-    bias = None if bias is None else bias.contiguous()
-    gemm_ws = gemm_workspace_bytes(m, n, k, backend, x.dtype, bias_dt, False, dev, (dt, di, st))
-    xrow_bytes = packed_nbytes(m, k)
-    ws = torch.empty((xrow_bytes + gemm_ws,), dtype=torch.uint8, device=dev)
-    xrow = _addresses(ws.data_ptr(), m, k)
-    _C.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, *xrow, 0, 0, 0, 0, cfg[C.X_ROUND], _LAYOUT_SWIZZLED,
-                    0, cfg[C.SIGN_MASK], cfg[C.SEED_X], 0, counter.data_ptr(), dt, di, st)
-    _C.gemm_raw(*xrow, w_data.data_ptr(), w_scales.data_ptr(), w_amax.data_ptr(), m, n, k, _LAYOUT_SWIZZLED, 0, 0,
-                0 if bias is None else bias.data_ptr(), DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(),
-                DTYPE_CODE[x.dtype], backend, ws.data_ptr() + xrow_bytes, gemm_ws, dt, di, st)
-    return y
-
-
-def _frozen_fwd_fake(x, w_data, w_scales, w_amax, bias, counter, cfg):
-    return x.new_empty((x.shape[0], w_data.shape[0]))
-
-
-for _k in ("CPU", "CUDA"):
-    lib.impl("frozen_linear_fwd", lambda *a: _frozen_fwd_impl(*a), _k)
-torch.library.register_fake("nvfp4::frozen_linear_fwd", _frozen_fwd_fake, lib=lib)
-
-
-def frozen_linear_fwd(x, w_data, w_scales, w_amax, bias, counter, cfg):
-    """Y = alpha * Q(X) Ŵᵀ (+ bias) for a weight given as its rowwise NVFP4 triple (data
-    uint8 [N, K/2], swizzled scales as bytes, amax float32 [1]); X [M, K] is quantized as the
-    cfg says for fprop (LinearConfig.X_ROUND, SEED_X, the counter as SR offset)."""
-    return torch.ops.nvfp4.frozen_linear_fwd(x, w_data, w_scales, w_amax, bias, counter, cfg)
+def mx_gemm_into(a_data: torch.Tensor, a_scales: torch.Tensor, b_data: torch.Tensor, b_scales: torch.Tensor,
+                 layout: int, d: torch.Tensor, *, c: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+                 beta: float = 0.0, backend: int = 0) -> torch.Tensor:
+    """d [M, N] = Â @ B̂ᵀ (+ beta * c) (+ bias) on two MXFP4 orientations (data [M, K/2], E8M0
+    scales in `layout`), through nvfp4_mx_gemm; returns d."""
+    m, n, k = a_data.shape[0], b_data.shape[0], a_data.shape[1] * 2
+    args = (a_data, a_scales.view(torch.uint8), b_data, b_scales.view(torch.uint8), layout, c, bias, float(beta), d,
+            backend)
+    ws_bytes = _workspace(("mx", m, n, k, layout, backend, d.dtype, c is not None,
+                           None if bias is None else bias.dtype, d.device, gemm_env_key()),
+                          lambda: _C.mx_gemm(*args, None, 0, True))
+    ws = torch.empty((ws_bytes,), dtype=torch.uint8, device=d.device) if ws_bytes else None
+    _C.mx_gemm(*args, ws, stream_of(d.device), False)
+    return d

@@ -8,9 +8,9 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 
-from . import _C, _ops
+from . import _ops
 from ._format import (BLOCKS, RHT_COLUMNWISE, RHT_ROWWISE, ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice,
-                      check_int, default_rht_mask, signs_to_mask, stream_of, swizzled_shape)
+                      check_int, signs_to_mask, swizzled_shape)
 from ._tensor import NVFP4Tensor, _Direction
 
 __all__ = ["quantize", "swizzle_scales", "unswizzle_scales", "as_torch"]
@@ -120,7 +120,7 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
     columnwise = check_bool("columnwise", columnwise)
     if not (rowwise or columnwise):
         raise ValueError("rowwise/columnwise: at least one must be True")
-    sign_mask = default_rht_mask() if rht_signs is None else signs_to_mask(rht_signs, "rht_signs")
+    sign_mask = _ops.default_rht_sign_mask() if rht_signs is None else signs_to_mask(rht_signs, "rht_signs")
     if seed is not None:
         seed = check_int("seed", seed, 0, 2**64)
     offset = check_int("offset", offset, 0, 2**64)
@@ -157,9 +157,8 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
             row = _alloc_direction(rows, cols, scale_layout, x.device)
         if columnwise:
             col = _alloc_direction(cols, (rows + 15) // 16 * 16, scale_layout, x.device)
-        _C.quantize(x2, *(row or (None, None, None)), *(col or (None, None, None)), BLOCKS[block],
-                    ROUNDINGS[rounding], SCALE_LAYOUTS[scale_layout], rht_mask, sign_mask, seed, offset,
-                    stream_of(x.device))
+        _ops.quantize_into(x2, row, col, BLOCKS[block], ROUNDINGS[rounding], SCALE_LAYOUTS[scale_layout], rht_mask,
+                           sign_mask, seed, offset)
 
     def direction(t, bit):
         if t is None:
@@ -167,7 +166,7 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
         return _Direction(t[0], t[1].view(torch.float8_e4m3fn), t[2], bool(rht_mask & bit))
 
     return NVFP4Tensor(tuple(x.shape), x.dtype, block, rounding, scale_layout,
-                       direction(row, RHT_ROWWISE), direction(col, RHT_COLUMNWISE), sign_mask)
+                       direction(row, RHT_ROWWISE), direction(col, RHT_COLUMNWISE), sign_mask, _checked=True)
 
 
 def _bytes(t, name: str) -> torch.Tensor:
@@ -188,7 +187,7 @@ def swizzle_scales(scales) -> torch.Tensor:
     src = _bytes(scales, "scales")
     r, c = src.shape
     dst = torch.empty(swizzled_shape(r, c), dtype=torch.uint8, device=src.device)
-    _C.swizzle(src, dst, True, stream_of(src.device))
+    _ops.swizzle_into(src, dst, True)
     return dst.view(torch.float8_e4m3fn) if as_torch(scales).dtype == torch.float8_e4m3fn else dst
 
 
@@ -202,5 +201,5 @@ def unswizzle_scales(scales, rows: int, cols: int) -> torch.Tensor:
         raise ValueError(f"scales: a swizzled [{rows}, {cols}] scale matrix has shape {list(want)}, "
                          f"got {list(src.shape)}")
     dst = torch.empty((rows, cols), dtype=torch.uint8, device=src.device)
-    _C.swizzle(src, dst, False, stream_of(src.device))
+    _ops.swizzle_into(src, dst, False)
     return dst.view(torch.float8_e4m3fn) if as_torch(scales).dtype == torch.float8_e4m3fn else dst

@@ -1,23 +1,19 @@
 """NVFP4Tensor: packed E2M1 codes, E4M3 block scales and the per-tensor amax."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import InitVar, dataclass, replace
 from typing import Optional
 
 import torch
 
-from . import _C
-from ._format import SCALE_LAYOUTS, check_bool, check_dtype, inverse_rht_blocks, global_decode_scale
+from . import _checks as check
+from . import _ops
+from ._format import (BLOCKS, ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype, global_decode_scale,
+                      inverse_rht_blocks)
 
 __all__ = ["NVFP4Tensor", "dequantize"]
 
 _OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _stream(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.current_stream(device).cuda_stream
-    return 0
 
 
 @dataclass(frozen=True)
@@ -75,7 +71,52 @@ class _TwoOrientations:
 
     @property
     def T(self):
-        return replace(self, rowwise=self.columnwise, columnwise=self.rowwise, transposed=not self.transposed)
+        # the same (already checked) orientations, swapped: nothing to check again
+        return replace(self, rowwise=self.columnwise, columnwise=self.rowwise, transposed=not self.transposed,
+                       _checked=True)
+
+    # -- the checks a quantized tensor passes when it is built (constructor, dataclasses.replace)
+    def _check_common(self, block: int, direction_type) -> tuple:
+        """Shape, dtype, layout and the two orientations' types; returns the 2D view (R, C)."""
+        shape = self.shape
+        if not isinstance(shape, tuple) or not shape or any(
+                isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape):
+            raise TypeError(f"shape: expected a non-empty tuple of ints >= 0, got {shape!r}")
+        if shape[-1] % block:
+            raise ValueError(f"shape: the last dimension must be a multiple of {block}, got {shape}")
+        check_dtype("dtype", self.dtype, _OUT_DTYPES)
+        check_choice("scale_layout", self.scale_layout, SCALE_LAYOUTS)
+        check_bool("transposed", self.transposed)
+        for name in ("rowwise", "columnwise"):
+            d = getattr(self, name)
+            if d is not None and not isinstance(d, direction_type):
+                raise TypeError(f"{name}: expected a {direction_type.__name__} or None, got {type(d).__name__}")
+        if self.rowwise is None and self.columnwise is None:
+            raise ValueError("rowwise/columnwise: at least one orientation is needed")
+        r = 1
+        for s in shape[:-1]:
+            r *= s
+        return r, shape[-1]
+
+    def _orientations(self, r: int, c: int, block: int):
+        """(name, orientation, rows, cols) of each stored orientation: the rowwise slot holds
+        [R, C] (the columnwise one [C, roundup(R, block)]) unless transposed swapped them."""
+        row, col = (r, c), (c, (r + block - 1) // block * block)
+        if self.transposed:
+            row, col = col, row
+        return [(n, d, *rc) for n, d, rc in (("rowwise", self.rowwise, row), ("columnwise", self.columnwise, col))
+                if d is not None]
+
+    @staticmethod
+    def _check_device(name: str, data, first: Optional[tuple]) -> tuple:
+        """(name, device) of the first orientation, after checking this one's codes against it."""
+        if not isinstance(data, torch.Tensor):
+            raise TypeError(f"{name}.data: expected a torch.Tensor, got {type(data).__name__}")
+        if data.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{name}.data: on {data.device}; a quantized tensor lives on cpu or cuda")
+        if first is not None and data.device != first[1]:
+            raise ValueError(f"{name}.data: on {data.device}, but {first[0]}.data is on {first[1]}")
+        return first or (name, data.device)
 
 
 @dataclass(frozen=True)
@@ -97,6 +138,26 @@ class NVFP4Tensor(_TwoOrientations):
     columnwise: Optional[_Direction]
     rht_sign_mask: int = 0
     transposed: bool = False
+    _checked: InitVar[bool] = False  # built by nvfp4 from buffers it allocated: nothing to check
+
+    def __post_init__(self, _checked: bool) -> None:
+        # Every field is checked once, here; the dataclass is frozen and dataclasses.replace
+        # comes through here again, so what a GEMM reads later is what was checked.
+        if _checked:
+            return
+        r, c = self._check_common(16, _Direction)
+        check_choice("block", self.block, BLOCKS)
+        check_choice("rounding", self.rounding, ROUNDINGS)
+        if isinstance(self.rht_sign_mask, bool) or not isinstance(self.rht_sign_mask, int) or \
+                not 0 <= self.rht_sign_mask < 1 << 16:
+            raise ValueError(f"rht_sign_mask: expected an int in [0, 0xffff], got {self.rht_sign_mask!r}")
+        layout = SCALE_LAYOUTS[self.scale_layout]
+        first = None
+        for name, d, rows, cols in self._orientations(r, c, 16):
+            first = self._check_device(name, d.data, first)
+            check.nvfp4_orientation(name, d.data, d.scales, d.amax, rows, cols, layout)
+            check_bool(f"{name}.rht", d.rht)
+            check.amax_not_negative(f"{name}.amax", d.amax)
 
     @property
     def amax(self):
@@ -126,7 +187,7 @@ class NVFP4Tensor(_TwoOrientations):
                 return None
             return _Direction(d.data.to(device), d.scales.to(device), d.amax.to(device), d.rht)
 
-        return replace(self, rowwise=mv(self.rowwise), columnwise=mv(self.columnwise))
+        return replace(self, rowwise=mv(self.rowwise), columnwise=mv(self.columnwise), _checked=True)
 
     def dequantize(self, dtype: Optional[torch.dtype] = None, columnwise: bool = False,
                    undo_rht: bool = True) -> torch.Tensor:
@@ -142,8 +203,7 @@ class NVFP4Tensor(_TwoOrientations):
             raise ValueError("columnwise: this tensor has no %s data" % ("columnwise" if columnwise else "rowwise"))
         rows, width = d.data.shape[0], d.data.shape[1] * 2
         out = torch.empty((rows, width), dtype=torch.float32, device=d.data.device)
-        _C.dequantize(d.data, d.scales.view(torch.uint8), d.amax, SCALE_LAYOUTS[self.scale_layout], out,
-                      _stream(out.device))
+        _ops.dequantize_into(d.data, d.scales.view(torch.uint8), d.amax, SCALE_LAYOUTS[self.scale_layout], out)
         if d.rht and undo_rht:
             out = inverse_rht_blocks(out, self.rht_sign_mask)
         # Orientation of d: rows x width; the represented 2D view is rows x cols (or its

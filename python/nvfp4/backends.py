@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _C
+from . import _ops
 
 __all__ = ["BACKENDS", "is_supported", "supported_backends", "check_backend", "device_info", "runners"]
 
@@ -19,8 +19,8 @@ def runners() -> list:
     """The library's GEMM runners, in dispatch order: one dict per row (name, backend, format,
     family, cc_min, cc_max, targets, kernels, shapes, description, built)."""
     rows = []
-    for i in range(_C.runner_count()):
-        r = dict(_C.runner_info(i))
+    for i in range(_ops.runner_count()):
+        r = dict(_ops.runner_info(i))
         r["backend"] = _NAMES.get(r["backend"], str(r["backend"]))
         r["index"] = i
         rows.append(r)
@@ -48,7 +48,7 @@ def _cc(device: torch.device) -> int:
             idx = 0
     except Exception:
         return -1
-    cc = _C.cuda_device_cc(idx)
+    cc = _ops.cuda_device_cc(idx)
     return cc if cc > 0 else -1
 
 
@@ -80,7 +80,7 @@ def is_supported(backend: str, device=None) -> bool:
     cc = _cc(dev)
     if cc < 0:
         return False
-    return bool(_C.backend_supported(BACKENDS[backend], cc))
+    return bool(_ops.backend_supported(BACKENDS[backend], cc))
 
 
 def supported_backends(device=None) -> list:
@@ -110,7 +110,7 @@ def _why_not(rows: list, cc: int) -> str:
         return "no runner for this architecture"
     if not any(r["built"] for r in mine):
         return "not in this build"
-    if not any(_C.runner_compiled_for(r["index"], cc) for r in mine):
+    if not any(_ops.runner_compiled_for(r["index"], cc) for r in mine):
         targets = sorted({r["targets"] for r in mine if r["built"]})
         return (f"no kernel image for compute capability {_cc_str(cc)} (built for {', '.join(t or '-' for t in targets)};"
                 " rebuild with NVFP4_CUDA_ARCHS=native)")
@@ -121,15 +121,15 @@ def device_info() -> dict:
     """What this build and this machine can do. Never raises."""
     info = {"version": None, "build_cuda_archs": [], "cuda_devices": [], "backends": {}, "runners": []}
     try:
-        info["version"] = _C.version()
-        archs = _C.build_cuda_archs()
+        info["version"] = _ops.version()
+        archs = _ops.build_cuda_archs()
         info["build_cuda_archs"] = [a for a in archs.split(";") if a]
         rows = runners()
         info["runners"] = rows
         by_backend = {b: [r for r in rows if r["backend"] == b] for b in ("cutlass", "cudnn")}
-        n = _C.cuda_device_count()
+        n = _ops.cuda_device_count()
         for i in range(n):
-            cc = _C.cuda_device_cc(i)
+            cc = _ops.cuda_device_cc(i)
             name = None
             try:
                 name = torch.cuda.get_device_name(i) if torch.cuda.is_available() else None
@@ -137,7 +137,7 @@ def device_info() -> dict:
                 pass
             modes = {}
             for b, brows in by_backend.items():
-                usable = [r for r in brows if _C.runner_supported(r["index"], cc)]
+                usable = [r for r in brows if _ops.runner_supported(r["index"], cc)]
                 if usable:
                     modes[b] = "; ".join(
                         r["description"] + ("" if r["shapes"] == "any shape" else f" [{r['shapes']}]") for r in usable)
@@ -153,9 +153,9 @@ def device_info() -> dict:
             key = r["backend"] if r["family"] == "cpu" else f"{r['backend']}@{r['family']}"
             if r["family"] == "cpu":
                 text = r["description"] + " (always available)"
-            elif not _C.runner_compiled_for(r["index"], r["cc_min"]) and not _C.runner_compiled_for(r["index"], r["cc_max"]):
+            elif not _ops.runner_compiled_for(r["index"], r["cc_min"]) and not _ops.runner_compiled_for(r["index"], r["cc_max"]):
                 continue  # its kernels were not compiled for this family
-            elif not _C.runner_supported(r["index"], r["cc_min"]) and not _C.runner_supported(r["index"], r["cc_max"]):
+            elif not _ops.runner_supported(r["index"], r["cc_min"]) and not _ops.runner_supported(r["index"], r["cc_max"]):
                 text = "not available (libcudnn.so.9 not loadable or too old)"
             else:
                 text = r["description"] + (f" [{r['shapes']}]" if r["shapes"] != "any shape" else "")

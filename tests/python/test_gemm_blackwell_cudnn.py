@@ -49,11 +49,10 @@ import torch
 import nvfp4
 from nvfp4 import _C
 from nvfp4.backends import BACKENDS
-from conftest import first_mismatch
+from conftest import E2M1, alpha_of, decode_rows, first_mismatch, linear_scales
 
 HAS_CUDA = torch.cuda.is_available()
 ARCHS = [a for a in _C.build_cuda_archs().split(";") if a]
-E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
 U_OUT = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 
 
@@ -75,32 +74,6 @@ needs_both = pytest.mark.skipif(not (_supported("cudnn") and _supported("cutlass
 
 
 # ------------------------------------------------------------------ helpers
-
-def linear_scales(q):
-    d = q.rowwise
-    rows, k = d.data.shape[0], d.data.shape[1] * 2
-    sc = d.scales.view(torch.uint8)
-    if q.scale_layout == "swizzled":
-        sc = nvfp4.unswizzle_scales(sc, rows, k // 16)
-    return sc.contiguous()
-
-
-def decode_rows(data, sc, dtype=torch.float64):
-    rows, k = data.shape[0], data.shape[1] * 2
-    lut = torch.tensor(E2M1, dtype=dtype, device=data.device)
-    codes = torch.stack([data & 15, data >> 4], -1).reshape(rows, k).long()
-    return lut[codes] * sc.view(torch.float8_e4m3fn).to(dtype).repeat_interleave(16, 1)
-
-
-def alpha_of(qa, qb):
-    def sdec(amax):
-        a = amax.detach().float().cpu().reshape(())
-        s = torch.tensor(448.0 * 6.0, dtype=torch.float32) / a
-        s = torch.where(s > torch.finfo(torch.float32).max, torch.tensor(torch.finfo(torch.float32).max), s)
-        s = torch.where(s == 0, torch.tensor(1.0), s)
-        return torch.tensor(1.0, dtype=torch.float32) / s
-    return float(sdec(qa.amax) * sdec(qb.amax))
-
 
 def reference(qa, qb):
     """(R, S) = alpha * Â @ B̂ᵀ and alpha * |Â| @ |B̂|ᵀ in float64."""

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import nvfp4
-from conftest import first_mismatch
+from conftest import E2M1, alpha_of, decode_rows, first_mismatch, linear_scales
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -32,36 +32,7 @@ def _cutlass_ok():
 needs_cutlass = pytest.mark.skipif(not _cutlass_ok(), reason="needs a CUDA GPU the cutlass backend supports")
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
 
-E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
 U_OUT = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
-
-
-def linear_scales(q):
-    """The block scales of q's rowwise data as a linear uint8 [rows, K/16] tensor."""
-    d = q.rowwise
-    rows, k = d.data.shape[0], d.data.shape[1] * 2
-    sc = d.scales.view(torch.uint8)
-    if q.scale_layout == "swizzled":
-        sc = nvfp4.unswizzle_scales(sc, rows, k // 16)
-    return sc.contiguous()
-
-
-def decode_rows(data, sc, dtype=torch.float64):
-    """Â = e2m1 value * block scale (exact) from packed codes [rows, K/2] and linear scales."""
-    rows, k = data.shape[0], data.shape[1] * 2
-    lut = torch.tensor(E2M1, dtype=dtype, device=data.device)
-    codes = torch.stack([data & 15, data >> 4], -1).reshape(rows, k).long()
-    return lut[codes] * sc.view(torch.float8_e4m3fn).to(dtype).repeat_interleave(16, 1)
-
-
-def alpha_of(qa, qb):
-    def sdec(amax):
-        a = amax.detach().float().cpu().reshape(())
-        s = torch.tensor(448.0 * 6.0, dtype=torch.float32) / a
-        s = torch.where(s > torch.finfo(torch.float32).max, torch.tensor(torch.finfo(torch.float32).max), s)
-        s = torch.where(s == 0, torch.tensor(1.0), s)
-        return torch.tensor(1.0, dtype=torch.float32) / s
-    return float(sdec(qa.amax) * sdec(qb.amax))  # the fp32 product every backend uses
 
 
 def reference(qa, qb, n_chunk=16384):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import random
 
 import numpy as np
@@ -24,13 +23,6 @@ ROUNDINGS = ["rtn", "sr"]
 LAYOUT = {"linear": 0, "swizzled": 1}
 ROUND = {"rtn": 0, "sr": 1}
 RULE = {"ocp": 0, "ceil": 1, "tetrajet": 2}
-
-
-@pytest.fixture
-def gen():
-    seed = int(os.environ.get("NVFP4_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
-    print(f"generator seed: NVFP4_TEST_SEED={seed}")
-    return torch.Generator().manual_seed(seed)
 
 
 def check(x, rounding="rtn", rule="ocp", seed=0, offset=0, layout="linear", rowwise=True, columnwise=True):

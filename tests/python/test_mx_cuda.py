@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 
 import pytest
 import torch
 
 import nvfp4
+from conftest import first_diff
 from nvfp4 import _C
 
 if not torch.cuda.is_available():
@@ -65,14 +65,6 @@ def quantize_raw(x, rounding=("rtn", "rtn"), rule=("ocp", "ocp"), seed=0, offset
     return {"row": row, "col": col}
 
 
-def first_diff(got, want) -> str:
-    idx = (got != want).nonzero()
-    if len(idx) == 0:
-        return "equal"
-    i = tuple(idx[0].tolist())
-    return f"{len(idx)} of {got.numel()} differ; first at {i}: got 0x{int(got[i]):02x}, want 0x{int(want[i]):02x}"
-
-
 def assert_same(got, want, what):
     for name, g, w in (("data", got[0], want[0]), ("scales", got[1], want[1])):
         g = g.cpu()
@@ -100,13 +92,6 @@ def randn(shape, dtype, gen):
     if dtype == torch.float16:
         x = x.clamp(-6e4, 6e4)
     return x.to(dtype)
-
-
-@pytest.fixture
-def gen():
-    seed = int(os.environ.get("NVFP4_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
-    print(f"generator seed: NVFP4_TEST_SEED={seed}")
-    return torch.Generator().manual_seed(seed)
 
 
 # ----------------------------------------------------------------------------- shapes

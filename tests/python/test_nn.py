@@ -373,8 +373,9 @@ def test_devices_refused_by_name():
     layer = nn4.Linear(64, 64, device="meta")
     with pytest.raises(ValueError, match="x: "):
         layer(torch.randn(8, 64))  # mixed meta / cpu
-    with pytest.raises(ValueError, match="meta"):
-        layer(torch.randn(8, 64, device="meta"))
+    # all on meta is not an error: shapes and dtypes, as nn.Linear gives them (test_meta.py)
+    y = layer(torch.randn(8, 64, device="meta"))
+    assert y.device.type == "meta" and y.shape == (8, 64)
     with pytest.raises(ValueError, match="layer_index"):
         nn4.Linear(64, 64, layer_index=-1)
 
@@ -528,7 +529,7 @@ def test_convert_patterns():
     assert nn4.convert(lin) is lin and isinstance(lin, nn4.Linear)
     with pytest.raises(ValueError, match="skip_first"):
         nn4.convert(Toy(), skip_first=-1)
-    with pytest.raises(ValueError, match="include/exclude"):
+    with pytest.raises(TypeError, match=r"^include\[0\]: patterns must be"):
         nn4.convert(Toy(), include=[3])
 
 
@@ -850,35 +851,31 @@ def test_op_addresses_aligned(monkeypatch):
     """Every address the Linear's ops hand to the library is 16-byte aligned and every GEMM
     workspace 256-byte aligned, as the CUDA kernels require (the CPU reference does not
     care, so this is checked here rather than left to the GPU)."""
-    real_q, real_g = ops._C.quantize_raw, ops._C.gemm_raw
+    # every address reaches the library through the op layer's raw entry points
+    from nvfp4 import _ops as op_layer
+    real_q, real_g = op_layer.quantize_raw, op_layer.gemm_raw
     seen = {"q": 0, "g": 0}
 
-    class Checked:
-        def __getattr__(self, name):
-            return getattr(ops.__dict__["_real_C"], name)
+    def quantize_raw(x, dtype, rows, cols, rd, rs, ra, cd, cs, ca, *rest):
+        offset_device = rest[-4]
+        assert all(p % 16 == 0 for p in (x, rd, rs, ra, cd, cs, ca)), "quantize address not 16-byte aligned"
+        assert offset_device % 8 == 0
+        seen["q"] += 1
+        return real_q(x, dtype, rows, cols, rd, rs, ra, cd, cs, ca, *rest)
 
-        @staticmethod
-        def quantize_raw(x, dtype, rows, cols, rd, rs, ra, cd, cs, ca, *rest):
-            offset_device = rest[-4]
-            assert all(p % 16 == 0 for p in (x, rd, rs, ra, cd, cs, ca)), "quantize address not 16-byte aligned"
-            assert offset_device % 8 == 0
-            seen["q"] += 1
-            return real_q(x, dtype, rows, cols, rd, rs, ra, cd, cs, ca, *rest)
-
-        @staticmethod
-        def gemm_raw(ad, as_, aa, bd, bs, ba, m, n, k, layout, c, cdt, bias, bdt, beta, d, ddt, backend, ws, ws_bytes,
-                     *rest):
-            assert all(p % 16 == 0 for p in (ad, as_, aa, bd, bs, ba, c, bias, d)), "gemm address not aligned"
-            if ws_bytes >= 0:
-                # torch's CPU allocations start on 64-byte boundaries, CUDA ones on 512
-                assert ws % (256 if x_dev == "cuda" else 64) == 0, f"workspace at {ws:#x} not aligned"
-                seen["g"] += 1
-            return real_g(ad, as_, aa, bd, bs, ba, m, n, k, layout, c, cdt, bias, bdt, beta, d, ddt, backend, ws,
-                          ws_bytes, *rest)
+    def gemm_raw(ad, as_, aa, bd, bs, ba, m, n, k, layout, c, cdt, bias, bdt, beta, d, ddt, backend, ws, ws_bytes,
+                 *rest):
+        assert all(p % 16 == 0 for p in (ad, as_, aa, bd, bs, ba, c, bias, d)), "gemm address not aligned"
+        if ws_bytes >= 0:
+            # torch's CPU allocations start on 64-byte boundaries, CUDA ones on 512
+            assert ws % (256 if x_dev == "cuda" else 64) == 0, f"workspace at {ws:#x} not aligned"
+            seen["g"] += 1
+        return real_g(ad, as_, aa, bd, bs, ba, m, n, k, layout, c, cdt, bias, bdt, beta, d, ddt, backend, ws,
+                      ws_bytes, *rest)
 
     x_dev = "cpu"
-    monkeypatch.setitem(ops.__dict__, "_real_C", ops._C)
-    monkeypatch.setattr(ops, "_C", Checked())
+    monkeypatch.setattr(op_layer, "quantize_raw", quantize_raw)
+    monkeypatch.setattr(op_layer, "gemm_raw", gemm_raw)
     # The offsets inside one allocation keep the alignment of its base.
     for r, c in ((1, 16), (3, 80), (13, 48), (129, 4096), (48, 96)):
         so, ao, total = ops.packed_layout(r, c)

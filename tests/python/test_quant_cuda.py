@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import nvfp4
+from conftest import first_diff
 from nvfp4 import _C
 
 if not torch.cuda.is_available():
@@ -70,15 +71,6 @@ def quantize_raw(x: torch.Tensor, block="1d", rounding="rtn", rht="none", sign_m
     return {"row": row, "col": col}
 
 
-def first_diff(got: torch.Tensor, want: torch.Tensor) -> str:
-    ne = got != want
-    idx = ne.nonzero()
-    if len(idx) == 0:
-        return "equal"
-    i = tuple(idx[0].tolist())
-    return f"{len(idx)} of {got.numel()} differ; first at {i}: got 0x{int(got[i]):02x}, want 0x{int(want[i]):02x}"
-
-
 def assert_same(got, want, what: str):
     """Bytes of data/scales equal; amax bit-equal (NaN: both NaN, payloads may differ)."""
     for name, g, w in (("data", got[0], want[0]), ("scales", got[1], want[1])):
@@ -113,14 +105,6 @@ def randn(shape, dtype, gen, scale_spread=True):
         x = x * torch.exp2(torch.randint(-6, 7, (shape[0], 1), generator=gen).float())
         x = x * torch.exp2(torch.randint(-3, 4, (1, shape[1]), generator=gen).float())
     return x.to(dtype)
-
-
-@pytest.fixture
-def gen():
-    # NVFP4_TEST_SEED reproduces a failing run; pytest shows this line with the failure.
-    seed = int(os.environ.get("NVFP4_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
-    print(f"generator seed: NVFP4_TEST_SEED={seed}")
-    return torch.Generator().manual_seed(seed)
 
 
 # ----------------------------------------------------------------------------- shapes

@@ -5,9 +5,10 @@
 Frozen NVFP4 bases: ``FrozenLinear`` (weight stored only in NVFP4), ``freeze_fp4`` for whole
 models, ``save`` / ``load`` (safetensors), and LoRA adapters on top (``LoRALinear``,
 ``add_lora``, ``merge_and_unload``; peft's LoRA works too). The device work runs through
-nvfp4's torch ops (``nvfp4.nn.ops`` is ``nvfp4._ops``, namespace ``nvfp4``).
+nvfp4's torch ops (namespace ``nvfp4``): ``nvfp4.nn.ops`` holds the layers' passes and
+re-exports the op layer's basic ops (nvfp4._ops).
 """
-from .. import _ops as ops
+from . import _passes as ops
 from .recipe import RECIPES, QuantConfig, Recipe, get_recipe, layer_seed
 from .linear import Linear
 from .frozen import FP4Weight, FrozenLinear, load, recipe_from_dict, save

@@ -41,12 +41,28 @@ DEFAULT_EXCLUDE = ("lm_head", "*.lm_head", "output", "*.output", "head", "*.head
 Pattern = Union[str, "re.Pattern", Callable[[str, nn.Module], bool]]
 
 
-def _as_list(p) -> list:
+def _as_list(p, name: str = "include/exclude") -> list:
+    """The patterns of an include/exclude argument, each checked (a bad regex is refused here,
+    by name, not when the first module name is matched)."""
     if p is None:
         return []
     if isinstance(p, (str, re.Pattern)) or callable(p):
-        return [p]
-    return list(p)
+        p = [p]
+    elif hasattr(p, "__iter__") and not isinstance(p, (bytes, dict)):
+        p = list(p)
+    else:
+        raise TypeError(f"{name}: expected a pattern (str, re.Pattern or callable) or a list of them, got "
+                        f"{type(p).__name__} {p!r}")
+    for i, q in enumerate(p):
+        if isinstance(q, str):
+            if q.startswith("re:"):
+                try:
+                    re.compile(q[3:])
+                except re.error as e:
+                    raise ValueError(f"{name}: {q!r} is not a valid regular expression ({e})") from None
+        elif not isinstance(q, re.Pattern) and not callable(q):
+            raise TypeError(f"{name}[{i}]: patterns must be str, re.Pattern or callable, got {type(q).__name__}")
+    return p
 
 
 def _matches(name: str, module: nn.Module, patterns: Sequence[Pattern]) -> bool:
@@ -120,7 +136,7 @@ def find_blocks(model: nn.Module, blocks=None) -> List[Tuple[str, List[str]]]:
     name(s) of the ModuleList(s) to use instead of the search."""
     if blocks is not None:
         out = []
-        for name in _as_list(blocks):
+        for name in _as_list(blocks, "blocks"):
             if not isinstance(name, str):
                 raise ValueError(f"blocks: expected ModuleList names, got {type(name).__name__}")
             try:
@@ -198,8 +214,8 @@ def plan_conversion(model: nn.Module, skip_first: int = 0, skip_last: int = 0, i
     for name, v in (("skip_first", skip_first), ("skip_last", skip_last), ("skip_first_blocks", skip_first_blocks),
                     ("skip_last_blocks", skip_last_blocks)):
         _check_count(name, v)
-    inc = _as_list(include)
-    exc = list(DEFAULT_EXCLUDE) if exclude is None else _as_list(exclude)
+    inc = _as_list(include, "include")
+    exc = list(DEFAULT_EXCLUDE) if exclude is None else _as_list(exclude, "exclude")
     tied = set() if convert_tied else _tied_params(model)
     stacks = find_blocks(model, blocks)
     if (skip_first_blocks or skip_last_blocks) and not stacks:
@@ -431,6 +447,8 @@ def unconvert(model: nn.Module) -> nn.Module:
     """Turn every nvfp4.nn.Linear (and FP8Linear) in `model` back into a plain nn.Linear (a Conv1DLinear back
     into its Conv1D), in place. Frozen layers stay frozen: their full-precision weight no
     longer exists (FrozenLinear.to_linear() builds an nn.Linear from the decoded one)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
     for m in list(model.modules()):
         if isinstance(m, (Linear, FP8Linear)):
             m.to_linear()
@@ -473,8 +491,8 @@ def set_precision(model: nn.Module, precision: Union[str, Recipe]) -> int:
 def set_sr_step(model: nn.Module, step: int) -> None:
     """Set every layer's stochastic-rounding counter. The counters are in the state_dict,
     so a resume from a checkpoint does not need this."""
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step: must be a non-negative int, got {step!r}")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**63:
+        raise ValueError(f"step: must be an int in [0, 2**63) (the counter is an int64 buffer), got {step!r}")
     for m in model.modules():
         if isinstance(m, (Linear, FrozenLinear)):
             with torch.no_grad():

@@ -39,12 +39,11 @@ from typing import Tuple
 import torch
 import torch.nn.functional as F
 
-from .. import _C
+from .. import _ops
+from .._ops import TOKEN_ALIGN
 from .._format import SCALE_LAYOUTS, global_decode_scale
 from .._mx import MXFP4Tensor, decode_stored, mm_fp32, mx_gemm_raw, quantize_mxfp4
-from .._ops import TOKEN_ALIGN
 from .._quantize import quantize
-from .._tensor import _stream
 from .recipe import QuantConfig, Recipe, layer_seed
 
 __all__ = ["EmulatedLinearFn", "emulated_linear", "check_shapes"]
@@ -81,7 +80,7 @@ def _decode(q, columnwise: bool, dtype: torch.dtype) -> Op:
         return d.data, d.scales.view(torch.uint8), True
     out = torch.empty((d.data.shape[0], d.data.shape[1] * 2), dtype=dtype, device=d.data.device)
     one = torch.full((1,), 2688.0, dtype=torch.float32, device=d.data.device)
-    _C.dequantize(d.data, d.scales.view(torch.uint8), one, _LINEAR, out, _stream(out.device))
+    _ops.dequantize_into(d.data, d.scales.view(torch.uint8), one, _LINEAR, out)
     return out, global_decode_scale(d.amax), False
 
 

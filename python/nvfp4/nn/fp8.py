@@ -38,8 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import _C
-from .. import _ops  # noqa: F401  (registers torch.ops.nvfp4.fp8_cast)
+from .. import _ops  # also registers torch.ops.nvfp4.fp8_cast
 
 __all__ = ["FP8Recipe", "FP8_RECIPES", "get_fp8_recipe", "FP8Linear", "fp8_max", "tensor_amax", "current_scale",
            "delayed_scale_update", "quantize_fp8", "dequantize_fp8", "fp8_supported"]
@@ -285,7 +284,7 @@ class _Plan:
 
 
 _FORMAT_CODE = {torch.float8_e4m3fn: 0, torch.float8_e5m2: 1}
-_HAS_CUDA_KERNELS = bool(_C.build_cuda_archs())
+_HAS_CUDA_KERNELS = bool(_ops.build_cuda_archs())
 
 
 def _quantize_role(t, role, dtype, plan: _Plan, history, scale, transposed: bool = False):

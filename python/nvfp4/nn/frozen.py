@@ -49,9 +49,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._pytree import tree_map
 
-from .. import _ops
+from . import _passes
 from .._format import signs_to_mask, swizzled_shape
-from .linear import _FLOATS, Linear, _make_cfg, _Plan, _uses_sr
+from .. import _checks as check
+from .linear import _FLOATS, Linear, _make_cfg, _Plan, _uses_sr, check_counter_state, check_input
 from .recipe import QuantConfig, Recipe, get_recipe, layer_seed
 
 __all__ = ["FrozenLinear", "FP4Weight", "dequantize_weight", "transpose_weight", "swizzle_bytes",
@@ -66,22 +67,22 @@ def swizzle_bytes(lin: torch.Tensor) -> torch.Tensor:
     """Linear scale bytes [R, C] -> the 128x4 swizzled layout [roundup(R,128), roundup(C,4)],
     padding zero (nvfp4.swizzle_scales, as an op)."""
     r, c = lin.shape
-    return _ops.swizzle(lin, r, c, True)
+    return _passes.swizzle(lin, r, c, True)
 
 
 def unswizzle_bytes(swz: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """The inverse of swizzle_bytes: [rows, cols] of a swizzled [roundup(rows,128), roundup(cols,4)]."""
-    return _ops.swizzle(swz, rows, cols, False)
+    return _passes.swizzle(swz, rows, cols, False)
 
 
 def dequantize_weight(data: torch.Tensor, scales: torch.Tensor, amax: torch.Tensor, dtype=torch.float32):
     """Decoded values [N, K] of a rowwise NVFP4 weight (data uint8 [N, K/2], swizzled scale
     bytes, amax float32 [1]): nvfp4.dequantize, as an op."""
-    return _ops.dequantize(data, scales, amax.view(torch.float32), dtype)
+    return _passes.dequantize(data, scales, amax.view(torch.float32), dtype)
 
 
 def transpose_weight(data: torch.Tensor, scales: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
-    """Ŵᵀ [K, N] as one packed buffer (nvfp4._ops.packed_layout) from Ŵ's rowwise 2D-tile
+    """Ŵᵀ [K, N] as one packed buffer (nvfp4.nn.ops.packed_layout) from Ŵ's rowwise 2D-tile
     quantization [N, K]: codes transposed, the tile scales transposed. Bit-identical to
     the columnwise output of quantizing W with 2D tiles (N a multiple of 16)."""
     n, k = data.shape[0], data.shape[1] * 2
@@ -90,7 +91,7 @@ def transpose_weight(data: torch.Tensor, scales: torch.Tensor, amax: torch.Tenso
     data_t = (ct[..., 0] | (ct[..., 1] << 4)).reshape(-1)
     tiles = unswizzle_bytes(scales.view(torch.uint8), n, k // 16)[::16]  # [N/16, K/16]: one scale per tile
     scales_t = swizzle_bytes(tiles.t().repeat_interleave(16, dim=0)).reshape(-1)  # [K, N/16] -> swizzled
-    so, ao, total = _ops.packed_layout(k, n)
+    so, ao, total = _passes.packed_layout(k, n)
     dev = data.device
     gap = lambda nbytes: torch.zeros((nbytes,), dtype=torch.uint8, device=dev)  # noqa: E731
     return torch.cat((data_t, gap(so - data_t.numel()), scales_t, gap(ao - so - scales_t.numel()),
@@ -103,7 +104,7 @@ def _quantize_weight(w: torch.Tensor):
     w = w.detach()
     if w.dtype not in _FLOATS:
         w = w.float()
-    q = _ops.quantize(w.contiguous(), 1, 0, 0, 0, 0, 0, None, True, False)
+    q = _passes.quantize(w.contiguous(), 1, 0, 0, 0, 0, 0, None, True, False)
     return q[0], q[1].view(torch.uint8), q[2]
 
 
@@ -138,7 +139,7 @@ class _FrozenFn(torch.autograd.Function):
         n = w_data.shape[0]
         x2 = x.reshape(-1, k)
         b = None if bias is None else bias.to(cdt)
-        y = _ops.frozen_linear_fwd(x2, w_data, w_scales, w_amax, b, counter, plan.cfg)
+        y = _passes.frozen_linear_fwd(x2, w_data, w_scales, w_amax, b, counter, plan.cfg)
         # The weight and the counter are module state, not activations: kept as attributes
         # (inference tensors may not be saved for backward; the counter is mutated there).
         ctx.w = (w_data, w_scales, w_amax)
@@ -157,7 +158,7 @@ class _FrozenFn(torch.autograd.Function):
         if need_dx and r.dgrad:
             wt = transpose_weight(*ctx.w)
             # dgrad only: no X^T (no wgrad), W^T from the frozen codes; advances the counter
-            dx, _ = _ops.linear_bwd(dy2, dy2.new_empty((0,), dtype=torch.uint8), wt, ctx.counter, ctx.plan.cfg, k,
+            dx, _ = _passes.linear_bwd(dy2, dy2.new_empty((0,), dtype=torch.uint8), wt, ctx.counter, ctx.plan.cfg, k,
                                     True, False, dy2.dtype)
             dx = dx.reshape(x_shape)
         else:
@@ -397,8 +398,11 @@ class FrozenLinear(nn.Linear):
     def __setattr__(self, name, value):
         if name == "weight":  # nn.Module would try to register a Parameter named weight
             self._assign_weight(value)
-        else:
-            super().__setattr__(name, value)
+            return
+        if name in ("weight_data", "weight_scales", "weight_amax") and "_dtype_ref" in self.__dict__.get("_buffers", {}):
+            # a buffer replaced by assignment is checked like a loaded one
+            self._check_state("", {name: value})
+        super().__setattr__(name, value)
 
     def _assign_weight(self, value) -> None:
         if isinstance(value, FP4Weight):
@@ -446,8 +450,30 @@ class FrozenLinear(nn.Linear):
             if a is not None and a.dtype == torch.int32:
                 self._buffers["weight_amax"] = a.view(torch.float32)
 
+    def _check_state(self, prefix: str, state_dict: dict) -> None:
+        """The quantized weight of a state_dict, before anything is copied: dtypes and shapes
+        (copy_ would convert a float weight_data to bytes and a float64 amax without a word)
+        and the sign of the amax (a negative one flips every output)."""
+        n, k = self.out_features, self.in_features
+        want = {"weight_data": ((torch.uint8,), (n, k // 2)),
+                "weight_scales": (check.SCALE_DTYPES, swizzled_shape(n, k // 16)),
+                "weight_amax": ((torch.float32,), (1,))}
+        for name, (dtypes, shape) in want.items():
+            t = state_dict.get(prefix + name)
+            if t is not None:
+                check.tensor(prefix + name, t, dtypes, shape, contiguous=False)
+        amax = state_dict.get(prefix + "weight_amax")
+        if amax is not None and amax.device.type != "meta":
+            # read once at load time (a CUDA amax costs one synchronization here, never in forward)
+            v = float(amax.detach().reshape(()).cpu())
+            if v < 0:
+                raise ValueError(f"{prefix}weight_amax: expected max |W| (>= 0), got {v}; a negative amax flips the "
+                                 "sign of every output")
+        check_counter_state(prefix, state_dict)
+
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
+        self._check_state(prefix, state_dict)
         wkey = prefix + "weight"
         quantize_from = None
         if wkey in state_dict and prefix + "weight_data" not in state_dict:
@@ -470,12 +496,9 @@ class FrozenLinear(nn.Linear):
 
     # -- compute
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_input(self, x, self.weight_data.device)
         dev = x.device.type
-        if x.device != self.weight_data.device:
-            raise ValueError(f"x: on {x.device}, but the layer's weight is on {self.weight_data.device}")
-        if dev == "meta":
-            raise ValueError("x: nvfp4 FrozenLinear cannot run on the meta device")
-        if torch.is_autocast_enabled(dev):
+        if dev != "meta" and torch.is_autocast_enabled(dev):
             x = x.to(torch.get_autocast_dtype(dev))
         if x.dtype not in _FLOATS:
             raise TypeError(f"x: nvfp4 FrozenLinear takes float32/float16/bfloat16 inputs, got {x.dtype}")

@@ -3,7 +3,7 @@
 fprop  Y  = Q(X)·Q(W)ᵀ          dgrad  dX = Q(dY)·Q(Wᵀ)ᵀ          wgrad  dW = Q(dYᵀ)·Q(Xᵀ)ᵀ
 
 Wᵀ is W quantized along N (with 2D tiles: the forward codes, transposed); dYᵀ and Xᵀ are
-quantized along the token axis. Each pass is one op (nvfp4._ops.linear_fwd / linear_bwd):
+quantized along the token axis. Each pass is one op (nvfp4.nn.ops.linear_fwd / linear_bwd):
 the forward quantizes X (rowwise for fprop, columnwise for wgrad, one read of X) and W
 (straight from the master weight, never from an autocast copy; both orientations in one
 pass) and runs the forward GEMM; the backward quantizes dY both ways and runs both GEMMs.
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import _ops
+from . import _passes
 from .._format import signs_to_mask
 from ..backends import BACKENDS
 from .emulated import check_shapes, emulated_linear
@@ -39,12 +39,36 @@ __all__ = ["Linear", "TOKEN_ALIGN", "WEIGHT_REUSE_MODES"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
-TOKEN_ALIGN = _ops.TOKEN_ALIGN  # the token-axis padding before a columnwise quantization
+
+def check_input(layer: nn.Module, x, weight_device: torch.device) -> None:
+    """x: a tensor [..., in_features] on the weight's device (what F.linear would accept,
+    with errors that name x)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dim() < 1:
+        raise ValueError(f"x: expected a tensor [..., {layer.in_features}], got a 0-d tensor")
+    if x.shape[-1] != layer.in_features:
+        raise ValueError(f"x: expected {layer.in_features} input features (the layer's in_features) in its last "
+                         f"dimension, got shape {tuple(x.shape)}")
+    if x.device != weight_device:
+        raise ValueError(f"x: on {x.device}, but the layer's weight is on {weight_device}")
+
+
+def check_counter_state(prefix: str, state_dict: dict) -> None:
+    """A loaded sr_step is one integer (copy_ would silently truncate a float one)."""
+    t = state_dict.get(prefix + "sr_step")
+    if t is not None and (not isinstance(t, torch.Tensor) or t.numel() != 1 or t.is_floating_point()
+                          or t.is_complex() or t.dtype == torch.bool):
+        raise ValueError(f"{prefix}sr_step: expected one int64 element (the stochastic-rounding counter), got "
+                         f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__} "
+                         f"{list(t.shape) if isinstance(t, torch.Tensor) else ''}")
+
+TOKEN_ALIGN = _passes.TOKEN_ALIGN  # the token-axis padding before a columnwise quantization
 
 #: Values of Linear.weight_reuse: None (quantize W on every forward), "store" (quantize and
 #: keep it), "reuse" (use the kept quantization: later micro-batches of one optimizer step).
 WEIGHT_REUSE_MODES = (None, "store", "reuse")
-_W_MODE = {None: _ops.W_FRESH, "store": _ops.W_STORE, "reuse": _ops.W_REUSE}
+_W_MODE = {None: _passes.W_FRESH, "store": _passes.W_STORE, "reuse": _passes.W_REUSE}
 
 
 @dataclass(frozen=True)
@@ -57,7 +81,7 @@ class _Plan:
 
 
 def _make_cfg(r: Recipe, sign_mask: int, seed_x: int, seed_dy: int) -> Tuple[int, ...]:
-    C = _ops.LinearConfig
+    C = _passes.LinearConfig
     sr = {"rtn": 0, "sr": 1}
     cfg = [0] * C.SIZE
     cfg[C.BACKEND] = BACKENDS[r.backend]
@@ -101,11 +125,11 @@ class _LinearFn(torch.autograd.Function):
 
         xt = wt = None
         if r.fprop or fp4_wgrad or fp4_dgrad:
-            y, xt, wt = _ops.linear_fwd(_pad_rows(x2, pad), weight, b if r.fprop else None, counter, plan.cfg,
+            y, xt, wt = _passes.linear_fwd(_pad_rows(x2, pad), weight, b if r.fprop else None, counter, plan.cfg,
                                         fp4_wgrad, fp4_dgrad, w_mode, w_cache)
-            if w_mode != _ops.W_FRESH and fp4_dgrad:
+            if w_mode != _passes.W_FRESH and fp4_dgrad:
                 # Wᵀ lives in the layer's cache, after W's rowwise quantization
-                wt = w_cache[_ops.packed_nbytes(n, k):]
+                wt = w_cache[_passes.packed_nbytes(n, k):]
         if r.fprop:
             if pad:
                 y = y[:m]
@@ -135,7 +159,7 @@ class _LinearFn(torch.autograd.Function):
         dx = dw = db = None
 
         if fp4_dgrad or fp4_wgrad:
-            dxq, dwq = _ops.linear_bwd(_pad_rows(dy2, pad), xt, wt, ctx.counter, plan.cfg, k, fp4_dgrad, fp4_wgrad,
+            dxq, dwq = _passes.linear_bwd(_pad_rows(dy2, pad), xt, wt, ctx.counter, plan.cfg, k, fp4_dgrad, fp4_wgrad,
                                        w_dtype)
             if fp4_dgrad:
                 dx = dxq[:m] if pad else dxq
@@ -225,6 +249,7 @@ class Linear(nn.Linear):
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
+        check_counter_state(prefix, state_dict)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
         # a checkpoint of the model before conversion has no counter: keep ours
@@ -275,7 +300,7 @@ class Linear(nn.Linear):
             raise ValueError(f"mode: must be one of {WEIGHT_REUSE_MODES}, got {mode!r}")
         if mode is not None and self._w_cache is None:
             # allocated here, outside any CUDA-graph capture, sized for both orientations
-            nbytes = _ops.w_cache_nbytes(self.out_features, self.in_features)
+            nbytes = _passes.w_cache_nbytes(self.out_features, self.in_features)
             self._w_cache = torch.zeros((nbytes,), dtype=torch.uint8, device=self.weight.device)
             self._w_cache_stored = False
         if mode == "reuse" and not self._w_cache_stored:
@@ -288,32 +313,51 @@ class Linear(nn.Linear):
             s += f", precision={self.precision}"
         return s
 
+    # -- initialization
+    def reset_parameters(self) -> None:
+        """nn.Linear's initialization, and the stochastic-rounding counter back to 0 (after
+        to_empty(), as FSDP's meta-device initialization does, its memory is uninitialized)."""
+        super().reset_parameters()
+        step = self._buffers.get("sr_step")
+        if step is not None:
+            with torch.no_grad():
+                step.zero_()
+        if "_w_cache_stored" in self.__dict__:
+            self._w_cache_stored = False
+
     # -- compute
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.precision == "bf16" or not self._recipe.quantized or x.numel() == 0:
+        check_input(self, x, self.weight.device)
+        if self.precision == "bf16" or not self._recipe.quantized:
             return F.linear(x, self.weight, self.bias)
         dev = x.device.type
-        if dev != self.weight.device.type or dev == "meta":
-            if x.device != self.weight.device:
-                raise ValueError(f"x: on {x.device}, but the layer's weight is on {self.weight.device}")
-            raise ValueError("x: nvfp4 Linear cannot run on the meta device; materialize the module first "
-                             "(e.g. module.to_empty(device=...) and initialize it)")
-        if torch.is_autocast_enabled(dev):
+        if dev != "meta" and torch.is_autocast_enabled(dev):
             x = x.to(torch.get_autocast_dtype(dev))
         if x.dtype not in _FLOATS or self.weight.dtype not in _FLOATS:
             raise TypeError(f"x: nvfp4 Linear takes float32/float16/bfloat16 inputs and weights, got "
                             f"{x.dtype} and {self.weight.dtype}")
+        if x.numel() == 0:  # nothing to quantize; the output in the input's dtype, as for any input
+            b = None if self.bias is None else self.bias.to(x.dtype)
+            return F.linear(x, self.weight.to(x.dtype), b)
         mode = _W_MODE[self.weight_reuse]
         counter = self.sr_step
+        if dev == "meta":
+            # shapes and dtypes only (model builders, FSDP's meta-device init): the ops'
+            # fake implementations, no kernel; the per-operand path reads the counter on the
+            # host, so it gets the same shapes from F.linear
+            if not self._recipe.fused:
+                b = None if self.bias is None else self.bias.to(x.dtype)
+                return F.linear(x, self.weight.to(x.dtype), b)
+            return _LinearFn.apply(x, self.weight, self.bias, counter, self._w_cache, self._plan, _passes.W_FRESH)
         if not self._recipe.fused:
-            if mode != _ops.W_FRESH:
+            if mode != _passes.W_FRESH:
                 raise RuntimeError(f"weight_reuse: {self.weight_reuse!r} is implemented for the fused NVFP4 recipes; "
                                    f"recipe {self._recipe.name!r} quantizes the weight on every forward")
             if counter.is_inference() and not torch.is_inference_mode_enabled():
                 counter = self.sr_step = counter.clone()
             return emulated_linear(x, self.weight, self.bias, counter, self._recipe, self._layer_index)
         if not torch.compiler.is_compiling():
-            if mode == _ops.W_STORE:
+            if mode == _passes.W_STORE:
                 self._w_cache_stored = True
             if counter.is_inference() and not torch.is_inference_mode_enabled():
                 # loaded or moved under inference_mode: a normal counter the backward may advance

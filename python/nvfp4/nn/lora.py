@@ -84,13 +84,33 @@ class LoRALinear(nn.Module):
         if self.merged or not self.enabled:
             return y
         h = self.dropout(x)
-        if not torch.is_autocast_enabled(h.device.type):
+        if h.device.type == "meta" or not torch.is_autocast_enabled(h.device.type):
             h = h.to(self.lora_A.dtype)
         d = F.linear(F.linear(h, self.lora_A), self.lora_B)
         return y + (d * self.scaling).to(y.dtype)
 
+    def __setattr__(self, name, value):
+        if name in ("lora_A", "lora_B") and "base" in self.__dict__.get("_modules", {}):
+            self._check_adapter(name, value)
+        super().__setattr__(name, value)
+
+    def _check_adapter(self, name: str, t) -> None:
+        """A is [rank, in_features], B is [out_features, rank]: anything else would broadcast
+        into a wrong update (an A of [rank, 1] adds B·A to every input column)."""
+        want = (self.rank, self.in_features) if name == "lora_A" else (self.out_features, self.rank)
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a tensor {list(want)}, got {type(t).__name__}")
+        if tuple(t.shape) != want:
+            raise ValueError(f"{name}: expected shape {list(want)} (rank {self.rank}, "
+                             f"{self.in_features} -> {self.out_features}), got {list(t.shape)}")
+        if not t.is_floating_point():
+            raise ValueError(f"{name}: expected a floating-point tensor, got {t.dtype}")
+
     def delta_weight(self) -> torch.Tensor:
         """(alpha / rank) · B·A in float32, [out, in]."""
+        # checked again here: `.data` assignments bypass __setattr__
+        self._check_adapter("lora_A", self.lora_A)
+        self._check_adapter("lora_B", self.lora_B)
         return (self.lora_B.float() @ self.lora_A.float()) * self.scaling
 
     @torch.no_grad()
@@ -132,7 +152,7 @@ def add_lora(model: nn.Module, rank: int = 8, alpha: float = 16.0, dropout: floa
     layers' names."""
     from .convert import find_blocks, _block
 
-    pats = _as_list(target)
+    pats = _as_list(target, "target")
     frozen = [n for n, m in model.named_modules() if isinstance(m, FrozenLinear)]
     block_of = {b: s for s, bl in find_blocks(model) for b in bl}
     names = []

@@ -1,0 +1,342 @@
+"""The passes of nvfp4.nn's layers as torch operators (namespace ``nvfp4``), on the op
+layer's raw entry points (nvfp4._ops: the one module that calls the library).
+
+- ``linear_fwd`` / ``linear_bwd``: one call per pass of an nvfp4 Linear (see nvfp4.nn.linear):
+  the forward quantizes X (and its columnwise copy for wgrad) and W and runs the forward
+  GEMM; the backward quantizes dY both ways and runs dgrad and wgrad. Stochastic rounding
+  reads the layer's step counter on the device, and the backward advances it there, so a
+  captured CUDA graph replays with fresh random bits and a recomputed forward
+  (activation checkpointing) sees the same counter as the original one.
+- ``frozen_linear_fwd``: the forward of a layer whose weight exists only in NVFP4
+  (nvfp4.nn.FrozenLinear).
+
+Each op checks the tensors it is given (nvfp4._checks) before it takes an address: the
+weight against the input's features, the saved packed buffers against the sizes the
+shapes imply, one device for all. On the meta device (and for torch.compile's fake
+tensors) they return outputs of the right shape and dtype and run nothing.
+
+``nvfp4.nn.ops`` is this module: the passes, and the op layer's basic ops re-exported.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import _checks as check
+from .. import _ops
+from .._ops import (DTYPE_CODE, TOKEN_ALIGN, _LAYOUT_SWIZZLED, _device, _need_2d, _up, addresses, dequantize,  # noqa: F401
+                    gemm, gemm_env_key, gemm_workspace_bytes, lib, mx_gemm, packed_layout, packed_nbytes, quantize,
+                    swizzle, unpack)
+
+__all__ = ["LinearConfig", "W_FRESH", "W_STORE", "W_REUSE", "linear_fwd", "linear_bwd", "frozen_linear_fwd",
+           "w_cache_nbytes", "quantize", "gemm", "mx_gemm", "dequantize", "swizzle", "unpack", "packed_layout",
+           "packed_nbytes", "TOKEN_ALIGN"]
+
+
+class LinearConfig:
+    """Indices into the int list that configures linear_fwd / linear_bwd (a list of ints
+    is what an op schema can carry; nvfp4.nn.linear builds it once per layer)."""
+
+    FPROP = 11         # run the forward GEMM (else only the operands backward needs)
+    BACKEND = 0        # C API backend code
+    SIGN_MASK = 1      # RHT signs (bit i set: lane i negated)
+    X_ROUND = 2        # fprop X: 0 nearest, 1 stochastic (1D blocks)
+    XT_ROUND = 3       # wgrad X^T (columnwise): rounding
+    XT_RHT = 4         # wgrad X^T: Hadamard transform (0/1)
+    W_BLOCK = 5        # W: 0 1D, 1 2D (always round to nearest)
+    DY_ROUND = 6       # dgrad dY: rounding
+    DYT_ROUND = 7      # wgrad dY^T: rounding
+    DYT_RHT = 8        # wgrad dY^T: Hadamard transform
+    SEED_X = 9         # Philox key of the forward operands
+    SEED_DY = 10       # Philox key of the backward operands
+    SIZE = 12
+
+
+# W cache modes of linear_fwd.
+W_FRESH, W_STORE, W_REUSE = 0, 1, 2
+
+lib.define("linear_fwd(Tensor x, Tensor w, Tensor? bias, Tensor counter, int[] cfg, bool save_xt, bool save_wt, "
+           "int w_mode, Tensor(a!)? w_cache) -> (Tensor, Tensor, Tensor)")
+lib.define("linear_bwd(Tensor dy, Tensor xt, Tensor wt, Tensor(a!) counter, int[] cfg, int k, bool need_dx, "
+           "bool need_dw, ScalarType dw_dtype) -> (Tensor, Tensor)")
+
+
+def _w_cache_layout(n, k):
+    """Offsets of W's two packed orientations inside a weight cache buffer."""
+    row = packed_nbytes(n, k)
+    return row, row + packed_nbytes(k, _up(n, 16))
+
+
+def w_cache_nbytes(n: int, k: int) -> int:
+    return _w_cache_layout(n, k)[1]
+
+
+def _cfg(cfg) -> None:
+    if len(cfg) != LinearConfig.SIZE:
+        raise ValueError(f"cfg: expected {LinearConfig.SIZE} ints (LinearConfig), got {len(cfg)}")
+
+
+def _packed(name: str, t, nbytes: int, device, device_of: str) -> None:
+    """A packed buffer (uint8, 1D) of at least nbytes on `device`."""
+    check.tensor(name, t, (torch.uint8,), None, device, device_of)
+    if t.dim() != 1 or t.numel() < nbytes:
+        raise ValueError(f"{name}: expected a packed uint8 buffer of at least {nbytes} bytes, got "
+                         f"{check.describe(t)}")
+
+
+_FLOATS = frozenset(check.FLOATS)
+_I64 = torch.int64
+
+
+def _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
+    """(m, k, n, y shape, xt bytes, wt bytes); every tensor checked against x."""
+    xs, ws = x.shape, w.shape
+    # the common case (a layer's own call) in one expression; the rest names what is wrong
+    if not (len(xs) == 2 and len(ws) == 2 and xs[1] == ws[1] and x.dtype in _FLOATS and w.dtype in _FLOATS
+            and counter.dtype is _I64 and counter.numel() == 1 and len(cfg) == LinearConfig.SIZE
+            and w_mode == W_FRESH and w.device == x.device and counter.device == x.device
+            and (bias is None or (bias.dtype in _FLOATS and bias.shape == (ws[0],) and bias.device == x.device))):
+        _fwd_check_slow(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
+    m, k = xs
+    n = ws[0]
+    y_shape = (m, n) if cfg[LinearConfig.FPROP] else (0,)
+    xt_bytes = packed_nbytes(k, _up(m, 16)) if save_xt else 0
+    # W^T for dgrad travels with the autograd context unless a weight cache holds it
+    wt_bytes = packed_nbytes(k, _up(n, 16)) if (save_wt and w_mode == W_FRESH) else 0
+    return m, k, n, y_shape, xt_bytes, wt_bytes
+
+
+def _fwd_check_slow(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
+    _need_2d("x", x)
+    check.tensor("x", x, check.FLOATS, contiguous=False)
+    m, k = x.shape
+    dev = x.device
+    if w.dim() != 2 or w.shape[1] != k:
+        raise ValueError(f"w: expected a weight [out_features, {k}] for an input of {k} features, got "
+                         f"{check.describe(w)}")
+    check.tensor("w", w, check.FLOATS, None, dev, "x", contiguous=False)
+    n = w.shape[0]
+    _ops.check_counter("counter", counter, dev, "x")
+    if bias is not None:
+        check.tensor("bias", bias, check.FLOATS, (n,), dev, "x", contiguous=False)
+    _cfg(cfg)
+    if w_mode not in (W_FRESH, W_STORE, W_REUSE):
+        raise ValueError(f"w_mode: W_FRESH, W_STORE or W_REUSE (0, 1, 2), got {w_mode}")
+    if w_mode != W_FRESH:
+        if w_cache is None:
+            raise ValueError("w_cache: a weight cache buffer is required with this w_mode")
+        _packed("w_cache", w_cache, w_cache_nbytes(n, k), dev, "x")
+
+
+def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
+    C = LinearConfig
+    m, k, n, y_shape, xt_bytes, wt_bytes = _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
+    x = x.contiguous()
+    fprop = bool(cfg[C.FPROP])
+    dev = x.device
+    dt, di, st = _device(x)
+    y = torch.empty(y_shape, dtype=x.dtype, device=dev)
+    xt = torch.empty((xt_bytes,), dtype=torch.uint8, device=dev)
+    wt = torch.empty((wt_bytes,), dtype=torch.uint8, device=dev)
+    backend = cfg[C.BACKEND]
+    bias_dt = None if bias is None else bias.dtype
+    gemm_ws = gemm_workspace_bytes(m, n, k, backend, x.dtype, bias_dt, False, dev, (dt, di, st)) if fprop else 0
+    # one scratch buffer: X rowwise | W rowwise (when not cached) | GEMM workspace
+    xrow_bytes = packed_nbytes(m, k) if fprop else 0
+    wrow_bytes = packed_nbytes(n, k) if (fprop and w_mode == W_FRESH) else 0
+    ws = torch.empty((xrow_bytes + wrow_bytes + gemm_ws,), dtype=torch.uint8, device=dev)
+    base = ws.data_ptr()
+    xrow = addresses(base, m, k) if fprop else (0, 0, 0)
+    cnt = counter.data_ptr()
+    sign_mask = cfg[C.SIGN_MASK]
+
+    # X: rowwise for fprop, columnwise (optionally Hadamard-transformed) for wgrad; one pass
+    # when both use the same rounding.
+    xt_addr = addresses(xt.data_ptr(), k, _up(m, 16)) if save_xt else (0, 0, 0)
+    rht = 2 if (save_xt and cfg[C.XT_RHT]) else 0
+    if fprop and save_xt and cfg[C.XT_ROUND] != cfg[C.X_ROUND]:
+        _ops.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, *xrow, 0, 0, 0, 0, cfg[C.X_ROUND],
+                          _LAYOUT_SWIZZLED, 0, sign_mask, cfg[C.SEED_X], 0, cnt, dt, di, st)
+        _ops.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, 0, 0, 0, *xt_addr, 0, cfg[C.XT_ROUND],
+                          _LAYOUT_SWIZZLED, rht, sign_mask, cfg[C.SEED_X], 0, cnt, dt, di, st)
+    elif fprop or save_xt:
+        _ops.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, *xrow, *xt_addr, 0,
+                          cfg[C.X_ROUND] if fprop else cfg[C.XT_ROUND], _LAYOUT_SWIZZLED, rht, sign_mask,
+                          cfg[C.SEED_X], 0, cnt, dt, di, st)
+
+    # W: both orientations in one pass (round to nearest, no transform), into the scratch
+    # buffer and the saved W^T, or into the layer's cache.
+    if w_mode == W_FRESH:
+        wrow = addresses(base + xrow_bytes, n, k) if fprop else (0, 0, 0)
+        wcol = addresses(wt.data_ptr(), k, _up(n, 16)) if save_wt else (0, 0, 0)
+    else:
+        cb = w_cache.data_ptr()
+        off, _ = _w_cache_layout(n, k)
+        wrow = addresses(cb, n, k)
+        wcol = addresses(cb + off, k, _up(n, 16))
+    if w_mode != W_REUSE and (wrow[0] or wcol[0]):
+        w = w.contiguous()
+        _ops.quantize_raw(w.data_ptr(), DTYPE_CODE[w.dtype], n, k, *wrow, *wcol, cfg[C.W_BLOCK], 0,
+                          _LAYOUT_SWIZZLED, 0, sign_mask, 0, 0, 0, dt, di, st)
+    if not fprop:
+        return y, xt, wt
+    # fprop: Y = alpha * X̂ Ŵᵀ (+ bias)
+    _ops.gemm_raw(*xrow, *wrow, m, n, k, _LAYOUT_SWIZZLED, 0, 0, 0 if bias is None else bias.data_ptr(),
+                  DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(), DTYPE_CODE[x.dtype], backend,
+                  base + xrow_bytes + wrow_bytes, gemm_ws, dt, di, st)
+    return y, xt, wt
+
+
+def _linear_fwd_fake(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
+    m, k, n, y_shape, xt_bytes, wt_bytes = _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
+    return (x.new_empty(y_shape), x.new_empty((xt_bytes,), dtype=torch.uint8),
+            x.new_empty((wt_bytes,), dtype=torch.uint8))
+
+
+def _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
+    _need_2d("dy", dy)
+    check.tensor("dy", dy, check.FLOATS, contiguous=False)
+    m, n = dy.shape
+    dev = dy.device
+    if k < 0 or k % 16:
+        raise ValueError(f"k: the layer's in_features, a multiple of 16, got {k}")
+    _ops.check_counter("counter", counter, dev, "dy")
+    _cfg(cfg)
+    if need_dw:
+        _packed("xt", xt, packed_nbytes(k, _up(m, 16)), dev, "dy")
+        if dw_dtype not in DTYPE_CODE:
+            raise TypeError(f"dw_dtype: must be float32, float16 or bfloat16, got {dw_dtype}")
+    if need_dx:
+        _packed("wt", wt, packed_nbytes(k, _up(n, 16)), dev, "dy")
+    return m, n
+
+
+def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
+    """dy [m, n]; xt: packed X^T [k, roundup(m,16)] (need_dw); wt: packed W^T [k, roundup(n,16)]
+    (need_dx). Advances counter by one after the quantization of dY has read it."""
+    C = LinearConfig
+    m, n = _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
+    dy = dy.contiguous()
+    dev = dy.device
+    dt, di, st = _device(dy)
+    mp = _up(m, 16)
+    backend = cfg[C.BACKEND]
+    dx = torch.empty((m, k) if need_dx else (0,), dtype=dy.dtype, device=dev)
+    dw = torch.empty((n, k) if need_dw else (0,), dtype=dw_dtype, device=dev)
+    ws_dx = gemm_workspace_bytes(m, k, n, backend, dy.dtype, None, False, dev, (dt, di, st)) if need_dx else 0
+    ws_dw = gemm_workspace_bytes(n, k, mp, backend, dw_dtype, None, False, dev, (dt, di, st)) if need_dw else 0
+    row_bytes = packed_nbytes(m, n) if need_dx else 0
+    col_bytes = packed_nbytes(n, mp) if need_dw else 0
+    ws = torch.empty((row_bytes + col_bytes + max(ws_dx, ws_dw),), dtype=torch.uint8, device=dev)
+    base = ws.data_ptr()
+    dyrow = addresses(base, m, n) if need_dx else (0, 0, 0)
+    dycol = addresses(base + row_bytes, n, mp) if need_dw else (0, 0, 0)
+    g = base + row_bytes + col_bytes
+    cnt = counter.data_ptr()
+    sign_mask = cfg[C.SIGN_MASK]
+    rht = 2 if (need_dw and cfg[C.DYT_RHT]) else 0
+    if need_dx and need_dw and cfg[C.DY_ROUND] != cfg[C.DYT_ROUND]:
+        _ops.quantize_raw(dy.data_ptr(), DTYPE_CODE[dy.dtype], m, n, *dyrow, 0, 0, 0, 0, cfg[C.DY_ROUND],
+                          _LAYOUT_SWIZZLED, 0, sign_mask, cfg[C.SEED_DY], 0, cnt, dt, di, st)
+        _ops.quantize_raw(dy.data_ptr(), DTYPE_CODE[dy.dtype], m, n, 0, 0, 0, *dycol, 0, cfg[C.DYT_ROUND],
+                          _LAYOUT_SWIZZLED, rht, sign_mask, cfg[C.SEED_DY], 0, cnt, dt, di, st)
+    elif need_dx or need_dw:
+        rounding = cfg[C.DY_ROUND] if need_dx else cfg[C.DYT_ROUND]
+        _ops.quantize_raw(dy.data_ptr(), DTYPE_CODE[dy.dtype], m, n, *dyrow, *dycol, 0, rounding, _LAYOUT_SWIZZLED,
+                          rht, sign_mask, cfg[C.SEED_DY], 0, cnt, dt, di, st)
+    if need_dx:  # dgrad: dX = alpha * dŶ (Ŵᵀ)ᵀ, W^T quantized along N
+        _ops.gemm_raw(*dyrow, *addresses(wt.data_ptr(), k, _up(n, 16)), m, k, n, _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0,
+                      dx.data_ptr(), DTYPE_CODE[dy.dtype], backend, g, ws_dx, dt, di, st)
+    if need_dw:  # wgrad: dW = alpha * (dŶᵀ)(X̂ᵀ)ᵀ, both along the token axis
+        _ops.gemm_raw(*dycol, *addresses(xt.data_ptr(), k, mp), n, k, mp, _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0,
+                      dw.data_ptr(), DTYPE_CODE[dw_dtype], backend, g, ws_dw, dt, di, st)
+    # The next backward of this layer draws new bits. In stream order after the quantize
+    # kernels above, which read the counter when they run.
+    counter.add_(1)
+    return dx, dw
+
+
+def _linear_bwd_fake(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
+    m, n = _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
+    return (dy.new_empty((m, k) if need_dx else (0,)), dy.new_empty((n, k) if need_dw else (0,), dtype=dw_dtype))
+
+
+for _k in ("CPU", "CUDA"):
+    lib.impl("linear_fwd", lambda *a: _linear_fwd_impl(*a), _k)
+    lib.impl("linear_bwd", lambda *a: _linear_bwd_impl(*a), _k)
+torch.library.register_fake("nvfp4::linear_fwd", _linear_fwd_fake, lib=lib)
+torch.library.register_fake("nvfp4::linear_bwd", _linear_bwd_fake, lib=lib)
+
+
+def linear_fwd(x, w, bias, counter, cfg, save_xt, save_wt, w_mode=W_FRESH, w_cache=None):
+    return torch.ops.nvfp4.linear_fwd(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
+
+
+def linear_bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
+    return torch.ops.nvfp4.linear_bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
+
+
+# ------------------------------------------------------------------------------ a frozen, already quantized weight
+# The forward of a layer whose weight exists only in NVFP4 (nvfp4.nn.FrozenLinear): W's rowwise
+# (data, swizzled scales, amax) are three tensors the layer owns, read and never written, so
+# the op mutates nothing. X is quantized exactly as linear_fwd quantizes it for fprop (same
+# rounding, seed and counter), so both layers compute the same bits from the same W.
+lib.define("frozen_linear_fwd(Tensor x, Tensor w_data, Tensor w_scales, Tensor w_amax, Tensor? bias, "
+           "Tensor counter, int[] cfg) -> Tensor")
+
+
+def _frozen_fwd_check(x, w_data, w_scales, w_amax, bias, counter, cfg):
+    _need_2d("x", x)
+    check.tensor("x", x, check.FLOATS, contiguous=False)
+    m, k = x.shape
+    dev = x.device
+    if w_data.dim() != 2 or w_data.shape[1] * 2 != k:
+        raise ValueError(f"w_data: expected [out_features, {k // 2}] packed codes for an input of {k} features, "
+                         f"got {check.describe(w_data)}")
+    n = w_data.shape[0]
+    check.nvfp4_orientation("w", w_data, w_scales, w_amax, n, k, _LAYOUT_SWIZZLED, dev, "x", sep="_")
+    if bias is not None:
+        check.tensor("bias", bias, check.FLOATS, (n,), dev, "x", contiguous=False)
+    _ops.check_counter("counter", counter, dev, "x")
+    _cfg(cfg)
+    return m, k, n
+
+
+def _frozen_fwd_impl(x, w_data, w_scales, w_amax, bias, counter, cfg):
+    C = LinearConfig
+    m, k, n = _frozen_fwd_check(x, w_data, w_scales, w_amax, bias, counter, cfg)
+    x = x.contiguous()
+    dev = x.device
+    y = torch.empty((m, n), dtype=x.dtype, device=dev)
+    if m == 0 or n == 0:
+        return y
+    dt, di, st = _device(x)
+    backend = cfg[C.BACKEND]
+    bias_dt = None if bias is None else bias.dtype
+    bias = None if bias is None else bias.contiguous()
+    gemm_ws = gemm_workspace_bytes(m, n, k, backend, x.dtype, bias_dt, False, dev, (dt, di, st))
+    xrow_bytes = packed_nbytes(m, k)
+    ws = torch.empty((xrow_bytes + gemm_ws,), dtype=torch.uint8, device=dev)
+    xrow = addresses(ws.data_ptr(), m, k)
+    _ops.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, *xrow, 0, 0, 0, 0, cfg[C.X_ROUND], _LAYOUT_SWIZZLED,
+                      0, cfg[C.SIGN_MASK], cfg[C.SEED_X], 0, counter.data_ptr(), dt, di, st)
+    _ops.gemm_raw(*xrow, w_data.data_ptr(), w_scales.data_ptr(), w_amax.data_ptr(), m, n, k, _LAYOUT_SWIZZLED, 0, 0,
+                  0 if bias is None else bias.data_ptr(), DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(),
+                  DTYPE_CODE[x.dtype], backend, ws.data_ptr() + xrow_bytes, gemm_ws, dt, di, st)
+    return y
+
+
+def _frozen_fwd_fake(x, w_data, w_scales, w_amax, bias, counter, cfg):
+    m, k, n = _frozen_fwd_check(x, w_data, w_scales, w_amax, bias, counter, cfg)
+    return x.new_empty((m, n))
+
+
+for _k in ("CPU", "CUDA"):
+    lib.impl("frozen_linear_fwd", lambda *a: _frozen_fwd_impl(*a), _k)
+torch.library.register_fake("nvfp4::frozen_linear_fwd", _frozen_fwd_fake, lib=lib)
+
+
+def frozen_linear_fwd(x, w_data, w_scales, w_amax, bias, counter, cfg):
+    """Y = alpha * Q(X) Ŵᵀ (+ bias) for a weight given as its rowwise NVFP4 triple (data
+    uint8 [N, K/2], swizzled scales as bytes, amax float32 [1]); X [M, K] is quantized as the
+    cfg says for fprop (LinearConfig.X_ROUND, SEED_X, the counter as SR offset)."""
+    return torch.ops.nvfp4.frozen_linear_fwd(x, w_data, w_scales, w_amax, bias, counter, cfg)
