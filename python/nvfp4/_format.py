@@ -142,6 +142,44 @@ def default_rht_mask() -> int:
     return signs_to_mask(DEFAULT_RHT_SIGNS)
 
 
+GEMM_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def check_gemm_extras(device: torch.device, m: int, n: int, out, bias, beta: float, inputs) -> "torch.Tensor | None":
+    """The arguments a GEMM of either format takes besides its operands (a on `device`,
+    the result [m, n]): bias None or [n] (returned contiguous), out None or a contiguous
+    tensor of m*n elements shaped [..., n] sharing no memory with `inputs` ((name, tensor)
+    pairs) or bias, beta nonzero only with out (it is read as C)."""
+    if bias is not None and not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias: must be a torch.Tensor or None, got {type(bias).__name__}")
+    if out is not None and not isinstance(out, torch.Tensor):
+        raise TypeError(f"out: must be a torch.Tensor or None, got {type(out).__name__}")
+    if bias is not None:
+        if bias.shape != (n,):
+            raise ValueError(f"bias: expected shape ({n},), got {tuple(bias.shape)}")
+        if bias.device != device:
+            raise ValueError(f"bias: on {bias.device}, but a is on {device}")
+        if bias.dtype not in GEMM_OUT_DTYPES:
+            raise TypeError(f"bias: dtype must be bfloat16, float16 or float32, got {bias.dtype}")
+        bias = bias.contiguous()
+    if out is None:
+        if beta != 0.0:
+            raise ValueError("beta: nonzero beta needs out= (it is read as C)")
+        return bias
+    if out.dtype not in GEMM_OUT_DTYPES:
+        raise TypeError(f"out: dtype must be bfloat16, float16 or float32, got {out.dtype}")
+    if out.device != device:
+        raise ValueError(f"out: on {out.device}, but a is on {device}")
+    if out.numel() != m * n or out.shape[-1] != n:
+        raise ValueError(f"out: expected {m * n} elements shaped [..., {n}], got {tuple(out.shape)}")
+    if not out.is_contiguous():
+        raise ValueError("out: must be contiguous")
+    for name, t in tuple(inputs) + (("bias", bias),):
+        if t is not None and overlaps(out, t):
+            raise ValueError(f"out: shares memory with {name}; the result would overwrite an input")
+    return bias
+
+
 def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
     """Whether two contiguous tensors on one device share a byte."""
     if x.device != y.device or x.numel() == 0 or y.numel() == 0:

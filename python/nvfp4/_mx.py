@@ -5,7 +5,6 @@ The numerics live in C++ (src/core/mx.h); this module allocates, validates and w
 """
 from __future__ import annotations
 
-import math
 from dataclasses import InitVar, dataclass, replace
 from typing import Optional, Tuple, Union
 
@@ -13,10 +12,11 @@ import torch
 
 from . import _checks as check
 from . import _ops
-from ._format import (ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype, check_int, check_real,
-                      overlaps, swizzled_shape)
-from ._quantize import as_torch
-from ._tensor import _TwoOrientations
+from ._format import (ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype, check_gemm_extras, check_int,
+                      swizzled_shape)
+from ._quantize import checked_input
+from ._tensor import _TwoOrientations, check_gemm_operands
+from .backends import BACKENDS
 
 __all__ = ["MXFP4Tensor", "quantize_mxfp4", "gemm_mxfp4", "MX_SCALE_RULES", "MX_BLOCK", "E8M0_DTYPE"]
 
@@ -27,7 +27,6 @@ MX_SCALE_RULES = {"ocp": 0, "ceil": 1, "tetrajet": 2}
 #: dtype of the scale tensors: torch.float8_e8m0fnu where this torch has it, else uint8.
 E8M0_DTYPE = getattr(torch, "float8_e8m0fnu", torch.uint8)
 
-_IN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -75,12 +74,7 @@ class MXFP4Tensor(_TwoOrientations):
             check_choice(f"{name}.scale_rule", d.scale_rule, MX_SCALE_RULES)
 
     def to(self, device) -> "MXFP4Tensor":
-        try:
-            device = torch.device(device)
-        except (TypeError, ValueError, RuntimeError) as e:
-            raise TypeError(f"device: not a device: {device!r} ({e})") from None
-        if device.type not in ("cpu", "cuda"):
-            raise ValueError(f"device: must be cpu or cuda, got {device}")
+        device = self._device_arg(device)
 
         def mv(d):
             return None if d is None else replace(d, data=d.data.to(device), scales=d.scales.to(device))
@@ -170,24 +164,9 @@ def quantize_mxfp4(x, rounding: Union[str, Tuple[str, str]] = "rtn", scale_rule:
         seed = check_int("seed", seed, 0, 2**64)
     offset = check_int("offset", offset, 0, 2**64)
 
-    x = as_torch(x, "x")
-    if x.dtype not in _IN_DTYPES:
-        raise TypeError(f"x: dtype must be float32, float16 or bfloat16, got {x.dtype}")
-    if x.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"x: device must be cpu or cuda, got {x.device}")
-    if x.dim() < 1:
-        raise ValueError("x: must have at least one dimension")
-    if x.shape[-1] % MX_BLOCK != 0:
-        raise ValueError(f"x: last dimension must be a multiple of 32 (MXFP4 blocks), got {x.shape[-1]}")
-    if not x.is_contiguous():
-        raise ValueError("x: must be contiguous (call .contiguous() first)")
-    if x.numel() and x.data_ptr() % x.element_size():
-        x = x.clone()  # a misaligned view (possible through as_strided on a byte buffer)
+    x, rows, cols = checked_input(x, MX_BLOCK, " (MXFP4 blocks)")
     if seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item()) if "sr" in rnd else 0
-
-    cols = x.shape[-1]
-    rows = math.prod(x.shape[:-1])
     x2 = x.reshape(rows, cols)
     row = _alloc(rows, cols, scale_layout, x.device) if rowwise else None
     col = _alloc(cols, (rows + MX_BLOCK - 1) // MX_BLOCK * MX_BLOCK, scale_layout, x.device) if columnwise else None
@@ -201,7 +180,6 @@ def quantize_mxfp4(x, rounding: Union[str, Tuple[str, str]] = "rtn", scale_rule:
 
 
 # ------------------------------------------------------------------------------ GEMM
-_GEMM_OUT = (torch.bfloat16, torch.float16, torch.float32)
 _mm_out_dtype_ok: Optional[bool] = None
 
 
@@ -242,64 +220,20 @@ def gemm_mxfp4(a: MXFP4Tensor, b: MXFP4Tensor, *, backend: str = "auto", out_dty
     built but not run on hardware) or "reference" (CPU tensors: float64 accumulation).
     Both operands need the same scale layout. out_dtype / bias / out / beta as in nvfp4.gemm.
     """
-    from .backends import BACKENDS, check_backend  # here: backends imports nothing of this module
-
-    for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, MXFP4Tensor):
-            raise TypeError(f"{name}: expected an MXFP4Tensor, got {type(t).__name__}")
-        if t.rowwise is None:
-            raise ValueError(f"{name}: has no rowwise (K-major) data; quantize with rowwise=True or pass .T")
-    check_choice("backend", backend, BACKENDS)
-    out_dtype = check_dtype("out_dtype", out_dtype, _GEMM_OUT)
-    beta = check_real("beta", beta)
-    if a.device != b.device:
-        raise ValueError(f"b: on {b.device}, but a is on {a.device}")
-    if a.scale_layout != b.scale_layout:
-        raise ValueError(f"b: scale_layout {b.scale_layout!r} differs from a's {a.scale_layout!r}")
-    check_backend(backend, a.device)
-    ka, kb = a.data.shape[1] * 2, b.data.shape[1] * 2
-    if ka != kb:
-        raise ValueError(f"b: K mismatch: a has K={ka}, b has K={kb}")
-    m, n = a.data.shape[0], b.data.shape[0]
-    lead = tuple(a.shape[:-1]) if not a.transposed else (m,)
-    if bias is not None:
-        if not isinstance(bias, torch.Tensor):
-            raise TypeError(f"bias: must be a torch.Tensor or None, got {type(bias).__name__}")
-        if bias.shape != (n,):
-            raise ValueError(f"bias: expected shape ({n},), got {tuple(bias.shape)}")
-        if bias.device != a.device:
-            raise ValueError(f"bias: on {bias.device}, but a is on {a.device}")
-        if bias.dtype not in _GEMM_OUT:
-            raise TypeError(f"bias: dtype must be bfloat16, float16 or float32, got {bias.dtype}")
-        bias = bias.contiguous()
-    ops = (("a.data", a.rowwise.data), ("a.scales", a.rowwise.scales), ("b.data", b.rowwise.data),
-           ("b.scales", b.rowwise.scales))
-    if out is not None:
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"out: must be a torch.Tensor or None, got {type(out).__name__}")
-        if out.dtype not in _GEMM_OUT:
-            raise TypeError(f"out: dtype must be bfloat16, float16 or float32, got {out.dtype}")
-        if out.device != a.device:
-            raise ValueError(f"out: on {out.device}, but a is on {a.device}")
-        if out.numel() != m * n or out.shape[-1] != n or not out.is_contiguous():
-            raise ValueError(f"out: expected a contiguous tensor of {m * n} elements shaped [..., {n}], "
-                             f"got {tuple(out.shape)}")
-        for name, t in ops + (("bias", bias),):
-            if t is not None and overlaps(out, t):
-                raise ValueError(f"out: shares memory with {name}; the result would overwrite an input")
-        d = out.view(m, n)
-    elif beta != 0.0:
-        raise ValueError("beta: nonzero beta needs out= (it is read as C)")
+    out_dtype, beta, m, n, _, lead = check_gemm_operands(a, b, MXFP4Tensor, backend, out_dtype, beta)
+    bias = check_gemm_extras(a.device, m, n, out, bias, beta,
+                             (("a.data", a.rowwise.data), ("a.scales", a.rowwise.scales), ("b.data", b.rowwise.data),
+                              ("b.scales", b.rowwise.scales)))
     if out is None:
         # one op (torch.ops.nvfp4.mx_gemm): traceable by torch.compile
         d = _ops.mx_gemm(a.rowwise.data, a.rowwise.scales.view(torch.uint8), b.rowwise.data,
                          b.rowwise.scales.view(torch.uint8), SCALE_LAYOUTS[a.scale_layout], BACKENDS[backend],
                          out_dtype, bias)
         return d.view(lead + (n,))
-    c2 = d if beta != 0.0 else None
+    d = out.view(m, n)
     mx_gemm_raw(a.rowwise.data, a.rowwise.scales, b.rowwise.data, b.rowwise.scales, SCALE_LAYOUTS[a.scale_layout],
-                d, c=c2, bias=bias, beta=beta, backend=BACKENDS[backend])
-    return out if out is not None else d.view(lead + (n,))
+                d, c=d if beta != 0.0 else None, bias=bias, beta=beta, backend=BACKENDS[backend])
+    return out
 
 
 def mx_gemm_raw(a_data: torch.Tensor, a_scales: torch.Tensor, b_data: torch.Tensor, b_scales: torch.Tensor,

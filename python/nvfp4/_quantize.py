@@ -62,6 +62,26 @@ def as_torch(x, name: str = "x") -> torch.Tensor:
                     f"got {type(x).__name__}")
 
 
+def checked_input(x, block: int, what: str = ""):
+    """(x as a torch tensor, rows, cols) for a quantizer with blocks of `block` along the last
+    dim: float32/float16/bfloat16, on cpu or cuda, at least 1D, contiguous; a misaligned view
+    is copied. `what` follows the block rule in its error (e.g. " (MXFP4 blocks)")."""
+    x = as_torch(x, "x")
+    if x.dtype not in _IN_DTYPES:
+        raise TypeError(f"x: dtype must be float32, float16 or bfloat16, got {x.dtype}")
+    if x.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"x: device must be cpu or cuda, got {x.device}")
+    if x.dim() < 1:
+        raise ValueError("x: must have at least one dimension")
+    if x.shape[-1] % block != 0:
+        raise ValueError(f"x: last dimension must be a multiple of {block}{what}, got {x.shape[-1]}")
+    if not x.is_contiguous():
+        raise ValueError("x: must be contiguous (call .contiguous() first)")
+    if x.numel() and x.data_ptr() % x.element_size():
+        x = x.clone()  # a misaligned view (possible through as_strided on a byte buffer)
+    return x, math.prod(x.shape[:-1]), x.shape[-1]
+
+
 def _rht_mask(rht) -> int:
     if isinstance(rht, (bool, np.bool_)):
         return (RHT_ROWWISE | RHT_COLUMNWISE) if rht else 0
@@ -125,24 +145,9 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
         seed = check_int("seed", seed, 0, 2**64)
     offset = check_int("offset", offset, 0, 2**64)
 
-    x = as_torch(x, "x")
-    if x.dtype not in _IN_DTYPES:
-        raise TypeError(f"x: dtype must be float32, float16 or bfloat16, got {x.dtype}")
-    if x.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"x: device must be cpu or cuda, got {x.device}")
-    if x.dim() < 1:
-        raise ValueError("x: must have at least one dimension")
-    if x.shape[-1] % 16 != 0:
-        raise ValueError(f"x: last dimension must be a multiple of 16, got {x.shape[-1]}")
-    if not x.is_contiguous():
-        raise ValueError("x: must be contiguous (call .contiguous() first)")
-    if x.numel() and x.data_ptr() % x.element_size():
-        x = x.clone()  # a misaligned view (possible through as_strided on a byte buffer)
+    x, rows, cols = checked_input(x, 16)
     if seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item()) if rounding == "sr" else 0
-
-    cols = x.shape[-1]
-    rows = math.prod(x.shape[:-1])
     x2 = x.reshape(rows, cols)
     row = col = None
     if scale_layout == "swizzled":

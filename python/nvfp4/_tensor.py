@@ -8,8 +8,9 @@ import torch
 
 from . import _checks as check
 from . import _ops
-from ._format import (BLOCKS, ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype, global_decode_scale,
-                      inverse_rht_blocks)
+from ._format import (BLOCKS, GEMM_OUT_DTYPES, ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype,
+                      check_real, global_decode_scale, inverse_rht_blocks)
+from .backends import BACKENDS, check_backend
 
 __all__ = ["NVFP4Tensor", "dequantize"]
 
@@ -24,6 +25,31 @@ class _Direction:
     scales: torch.Tensor  # float8_e4m3fn, linear [rows, cols/16] or swizzled [roundup(rows,128), roundup(cols/16,4)]
     amax: torch.Tensor    # float32 [1], on the same device
     rht: bool             # values are in the Hadamard domain
+
+
+def check_gemm_operands(a, b, cls, backend, out_dtype, beta, also: str = "") -> tuple:
+    """What a GEMM of two quantized tensors of one format checks before anything else: both
+    are `cls` with rowwise (K-major) data, the options are valid, the two share a scale
+    layout, a device (where `backend` runs) and K. Returns (out_dtype, beta, m, n, k, the
+    result's leading dims)."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, cls):
+            raise TypeError(f"{name}: expected an {cls.__name__}, got {type(t).__name__}{also}")
+        if t.rowwise is None:
+            raise ValueError(f"{name}: has no rowwise (K-major) data; quantize with rowwise=True or pass .T")
+    check_choice("backend", backend, BACKENDS)
+    out_dtype = check_dtype("out_dtype", out_dtype, GEMM_OUT_DTYPES)
+    beta = check_real("beta", beta)
+    if a.scale_layout != b.scale_layout:
+        raise ValueError(f"b: scale_layout {b.scale_layout!r} differs from a's {a.scale_layout!r}")
+    if a.device != b.device:
+        raise ValueError(f"b: on {b.device}, but a is on {a.device}")
+    check_backend(backend, a.device)
+    ka, kb = a.data.shape[1] * 2, b.data.shape[1] * 2
+    if ka != kb:
+        raise ValueError(f"b: K mismatch: a has K={ka}, b has K={kb}")
+    m, n = a.data.shape[0], b.data.shape[0]
+    return out_dtype, beta, m, n, ka, (tuple(a.shape[:-1]) if not a.transposed else (m,))
 
 
 class _TwoOrientations:
@@ -68,6 +94,17 @@ class _TwoOrientations:
     def cols(self) -> int:
         r, c = self._view_2d()
         return r if self.transposed else c
+
+    @staticmethod
+    def _device_arg(device) -> torch.device:
+        """The `device` argument of .to(): a device a quantized tensor can live on."""
+        try:
+            device = torch.device(device)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise TypeError(f"device: not a device: {device!r} ({e})") from None
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device: must be cpu or cuda, got {device}")
+        return device
 
     @property
     def T(self):
@@ -175,12 +212,7 @@ class NVFP4Tensor(_TwoOrientations):
         return global_decode_scale(d.amax)
 
     def to(self, device) -> "NVFP4Tensor":
-        try:
-            device = torch.device(device)
-        except (TypeError, ValueError, RuntimeError) as e:
-            raise TypeError(f"device: not a device: {device!r} ({e})") from None
-        if device.type not in ("cpu", "cuda"):
-            raise ValueError(f"device: must be cpu or cuda, got {device}")
+        device = self._device_arg(device)
 
         def mv(d):
             if d is None:

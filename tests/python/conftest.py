@@ -21,6 +21,13 @@ def first_mismatch(a: torch.Tensor, b: torch.Tensor) -> str:
     return f"{len(idx)} mismatches; first at {i}: {a[i].item()} != {b[i].item()}"
 
 
+def assert_equal(got: torch.Tensor, want: torch.Tensor, what: str):
+    """Same dtype and the same values, bit for bit (a NaN equals nothing); both moved to the CPU."""
+    got, want = got.cpu(), want.cpu()
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    assert torch.equal(got, want), f"{what}: {first_mismatch(got, want)}"
+
+
 def assert_bytes_equal(got: torch.Tensor, want: torch.Tensor, what: str):
     got = got.cpu()
     want = want.cpu()

@@ -20,7 +20,7 @@ import nvfp4.nn as nn4
 from nvfp4.nn import ops
 from nvfp4.nn.frozen import dequantize_weight, swizzle_bytes, transpose_weight, unswizzle_bytes
 
-from conftest import assert_bytes_equal, first_mismatch
+from conftest import assert_bytes_equal, assert_equal
 
 HAS_CUDA = torch.cuda.is_available() and nvfp4.is_supported("cutlass", "cuda")
 cuda_only = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU with an nvfp4 GEMM backend")
@@ -42,11 +42,6 @@ def _step(layer, x, dy):
     y = layer(x)
     y.backward(dy)
     return y.detach(), x.grad
-
-
-def assert_equal(got, want, what):
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
-    assert torch.equal(got, want), f"{what}: {first_mismatch(got, want)}"
 
 
 # ------------------------------------------------------------------------------ the same bits as nn4.Linear

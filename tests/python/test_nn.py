@@ -13,6 +13,7 @@ import nvfp4
 import nvfp4.nn as nn4
 from nvfp4.nn import ops
 from nvfp4.nn.linear import TOKEN_ALIGN
+from conftest import assert_equal
 
 HAS_CUDA = torch.cuda.is_available() and nvfp4.is_supported("cutlass", "cuda")
 cuda_only = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU with an nvfp4 GEMM backend")
@@ -129,14 +130,6 @@ def make(k=64, n=48, shape=(3, 13), bias=True, dtype=torch.float32, seed=0, devi
         if bias:
             lin.bias.copy_(torch.randn(n, generator=g))
     return x.to(device), dy.to(device), lin.to(device)
-
-
-def assert_equal(got, want, what):
-    got = got.cpu()
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
-    ne = (got != want).nonzero()
-    assert len(ne) == 0, f"{what}: {len(ne)} mismatches, first at {tuple(ne[0].tolist())}: " \
-                         f"{got[tuple(ne[0])].item()} != {want[tuple(ne[0])].item()}"
 
 
 # ------------------------------------------------------------------------------ bit-exact GEMMs (CPU)

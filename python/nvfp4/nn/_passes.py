@@ -84,7 +84,8 @@ def _packed(name: str, t, nbytes: int, device, device_of: str) -> None:
 
 
 _FLOATS = frozenset(check.FLOATS)
-_I64 = torch.int64
+_I64, _U8, _F32, _E4M3 = torch.int64, torch.uint8, torch.float32, torch.float8_e4m3fn
+_ONE = (1,)
 
 
 def _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
@@ -285,6 +286,19 @@ lib.define("frozen_linear_fwd(Tensor x, Tensor w_data, Tensor w_scales, Tensor w
 
 
 def _frozen_fwd_check(x, w_data, w_scales, w_amax, bias, counter, cfg):
+    xs, ds = x.shape, w_data.shape
+    # the common case (the layer's own buffers) in one expression; the rest names what is wrong
+    if len(xs) == 2 and len(ds) == 2 and bias is None:
+        m, k = xs
+        n = ds[0]
+        dev = x.device
+        if (ds[1] * 2 == k and k % 16 == 0 and x.dtype in _FLOATS and w_data.dtype is _U8 and w_amax.dtype is _F32
+                and (w_scales.dtype is _U8 or w_scales.dtype is _E4M3)
+                and w_scales.shape == ((n + 127) // 128 * 128, (k // 16 + 3) // 4 * 4) and w_amax.shape == _ONE
+                and w_data.is_contiguous() and w_scales.is_contiguous() and counter.dtype is _I64
+                and counter.numel() == 1 and len(cfg) == LinearConfig.SIZE and w_data.device == dev
+                and w_scales.device == dev and w_amax.device == dev and counter.device == dev):
+            return m, k, n
     _need_2d("x", x)
     check.tensor("x", x, check.FLOATS, contiguous=False)
     m, k = x.shape
