@@ -305,6 +305,16 @@ class Linear(nn.Linear):
                             f"{x.dtype} and {self.weight.dtype}")
         mode = _W_MODE[self.weight_reuse]
         counter = self.sr_step
+        w_cache = self._w_cache
+        gathered = getattr(self.weight, "nvfp4_w_cache", None)
+        if gathered is not None:
+            # FSDP2 gathered this weight in NVFP4 (nvfp4.distributed): W and Wᵀ are in the
+            # gathered buffer, laid out as the weight cache
+            if mode != _ops.W_FRESH or not self._recipe.fused:
+                raise RuntimeError(f"weight: gathered in FP4 (nvfp4.distributed), which needs a fused NVFP4 recipe "
+                                   f"and weight_reuse=None; got recipe {self._recipe.name!r}, "
+                                   f"weight_reuse={self.weight_reuse!r}")
+            mode, w_cache = _ops.W_REUSE, gathered
         if not self._recipe.fused:
             if mode != _ops.W_FRESH:
                 raise RuntimeError(f"weight_reuse: {self.weight_reuse!r} is implemented for the fused NVFP4 recipes; "
@@ -318,4 +328,4 @@ class Linear(nn.Linear):
             if counter.is_inference() and not torch.is_inference_mode_enabled():
                 # loaded or moved under inference_mode: a normal counter the backward may advance
                 counter = self.sr_step = counter.clone()
-        return _LinearFn.apply(x, self.weight, self.bias, counter, self._w_cache, self._plan, mode)
+        return _LinearFn.apply(x, self.weight, self.bias, counter, w_cache, self._plan, mode)
