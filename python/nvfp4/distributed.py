@@ -428,6 +428,10 @@ class _ShardWeight(torch.Tensor):
     def fsdp_post_all_gather(self, all_gather_outputs, metadata, param_dtype, *, out=None):
         (gathered,) = all_gather_outputs
         amax, layout, transpose = metadata
+        if amax.is_cuda:
+            # made on FSDP2's copy-in stream, read here on the current one: its memory must
+            # not return to the copy-in stream's pool before this stream has read it
+            amax.record_stream(torch.cuda.current_stream(amax.device))
         if out is not None:
             if not isinstance(out, _GatheredWeight):
                 raise RuntimeError(f"out: expected the gathered NVFP4 weight, got {type(out).__name__}")

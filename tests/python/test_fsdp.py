@@ -376,9 +376,16 @@ def _fsdp_gather_body(rank, world, dev, steps):
         del plain, fp4, opts
 
 
+def _gather_and_refusal_body(rank, world, dev, steps):
+    _fsdp_gather_body(rank, world, dev, steps)
+    _refusal_body(rank, world, dev)
+
+
 @pytest.mark.skipif(SKIP_GLOO, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
-def test_fp4_gather_matches_ordinary_gather_gloo():
-    _spawn(_fsdp_gather_body, 2, "cpu", 2)
+def test_fp4_gather_gloo():
+    """Exactness, bytes and collectives against the ordinary gather; then the refusals (one
+    process group for both: CI time)."""
+    _spawn(_gather_and_refusal_body, 2, "cpu", 2)
 
 
 @pytest.mark.skipif(N_GPUS < 2, reason="needs 2 CUDA GPUs")
@@ -411,11 +418,6 @@ def _refusal_body(rank, world, dev):
                        else "another rank"):
         run(m)
     dist.barrier()
-
-
-@pytest.mark.skipif(SKIP_GLOO, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
-def test_bad_configurations_refused_gloo():
-    _spawn(_refusal_body, 2, "cpu")
 
 
 @pytest.mark.skipif(N_GPUS < 2, reason="needs 2 CUDA GPUs")
@@ -528,3 +530,58 @@ def test_checkpoint_reshards_gloo():
 def test_checkpoint_reshards_nccl():
     w = min(N_GPUS, 4)
     _reshard_chain([1, w, 2, 1] if w > 2 else [1, 2, 1], "cuda")
+
+
+# ------------------------------------------------------------------------------ the example and the benchmark under torchrun
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _torchrun(nproc, script, *args, timeout=300):
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", NCCL_NVLS_ENABLE="0")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                        os.path.join(ROOT, script), *args], capture_output=True, text=True, timeout=timeout, env=env)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    return r.stdout
+
+
+@pytest.mark.skipif(SKIP_GLOO or not HAS_FSDP2, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
+def test_train_example_fsdp_fp4_gather_gloo(tmp_path):
+    """examples/train.py under torchrun with FSDP2 and the FP4 gather writes the report of
+    single-GPU runs plus its distributed section (the training itself is checked against
+    the ordinary gather in test_fp4_gather_gloo)."""
+    import json
+    import math
+
+    args = ["--smoke", "--steps", "3", "--eval-interval", "3", "--out", str(tmp_path), "--fsdp", "--fp4-all-gather"]
+    _torchrun(2, "examples/train.py", *args)
+    b = json.loads((tmp_path / "nvfp4-fsdp2-fp4ag.json").read_text())
+    assert b["steps"] == 3 and math.isfinite(b["final_val_loss"]) and len(b["train_curve"]) == 3
+    d = b["distributed"]
+    assert d["world_size"] == 2 and d["fp4_all_gather"] and len(d["fp4_gathered_layers"]) == 8
+    # the smoke model (d 64, 2 blocks, context 64): the blocks are gathered in forward and
+    # again in backward, their 4 Linear weights in FP4 (9/16 byte an element) and their
+    # LayerNorms in FP32; the root (embeddings, final norm, head) once, in FP32
+    lin = 3 * 64 * 64 + 64 * 64 + 4 * 64 * 64 + 64 * 4 * 64
+    block = lin * 9 // 16 + 4 * (4 * 64)
+    root = 4 * (256 * 64 + 64 * 64 + 2 * 64 + 256 * 64)
+    assert d["all_gather_bytes_per_step_per_rank"] == 2 * 2 * block + root, d
+    assert {"train_curve", "val_curve", "final_val_loss", "memory", "recipe", "tokens_per_s"} <= set(b)
+
+
+@pytest.mark.skipif(SKIP_GLOO or not HAS_FSDP2, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
+def test_bench_fsdp_smoke_gloo(tmp_path):
+    import json
+
+    js = tmp_path / "fsdp.json"
+    out = _torchrun(2, "bench/bench_fsdp.py", "--smoke", "--steps", "1", "--warmup", "1", "--json", str(js),
+                    "--variants", "nvfp4,nvfp4_fp4gather")
+    res = json.loads(js.read_text())
+    assert set(res["rows"]) == {"nvfp4", "nvfp4_fp4gather"}
+    r = res["ratios"]
+    assert r["converted_layers_fp4_over_bf16_bytes"] == 0.28125
+    assert r["fp4gather_over_bf16gather_all_gather_bytes"] < 0.3
+    assert res["rows"]["nvfp4_fp4gather"]["all_reduce_calls"] == 2 * 2  # 2 blocks, forward and backward
+    assert "fp4g/bf16g" in out and nvfp4.__version__ == res["nvfp4"]
