@@ -127,7 +127,7 @@ def print_table(results):
         ag = (f"{q['all_gather_bytes'] / 1e9:11.3f} {f['all_gather_bytes'] / 1e9:10.3f} "
               f"{f['all_gather_bytes'] / q['all_gather_bytes']:8.3f} "
               f"{f['converted_fp4_bytes'] / f['converted_bf16_bytes']:9.4f}") if ("all_gather_bytes" in q and
-                                                                                  "all_gather_bytes" in f) else ""
+                                                                                  q.get("all_gather_bytes")) else ""
         print(f"{r['size']:6s} {r['world']:4d} {ms(b)} {ms(q)} {ms(f):>10s} {ratio(f, q)} {ratio(q, b)} {ratio(f, b)} "
               f"{ag}  {r['device']}")
 
@@ -202,7 +202,8 @@ def main(argv=None):
         if "nvfp4" in rows and "nvfp4_fp4gather" in rows:
             q, f = rows["nvfp4"], rows["nvfp4_fp4gather"]
             ratios["fp4gather_over_bf16gather_step_time"] = f["step_ms"] / q["step_ms"]
-            ratios["fp4gather_over_bf16gather_all_gather_bytes"] = f["all_gather_bytes"] / q["all_gather_bytes"]
+            if q["all_gather_bytes"]:  # 0 only if this torch's FSDP2 bypasses the counted functions
+                ratios["fp4gather_over_bf16gather_all_gather_bytes"] = f["all_gather_bytes"] / q["all_gather_bytes"]
             ratios["converted_layers_fp4_over_bf16_bytes"] = f["converted_fp4_bytes"] / f["converted_bf16_bytes"]
         if "bf16" in rows:
             for v in ("nvfp4", "nvfp4_fp4gather"):
