@@ -119,15 +119,20 @@ def gather_layout(n: int, k: int, world: int, name: str = "weight") -> GatherLay
     return GatherLayout(n, k, world, chunk, k if uneven else row, uneven)
 
 
-def nibble_transpose(codes: torch.Tensor) -> torch.Tensor:
-    """Packed E2M1 codes [n, k/2] of W -> packed codes [k, n/2] of Wᵀ (n even). Element 2i
-    of a row is the low nibble of byte i."""
+def nibble_transpose(codes: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Packed E2M1 codes [n, k/2] of W (rows may be strided) -> packed codes [k, n/2] of Wᵀ
+    (n even), into `out` if given. Element 2i of a row is the low nibble of byte i."""
     n, kh = codes.shape
+    if out is None:
+        out = torch.empty((2 * kh, n // 2), dtype=torch.uint8, device=codes.device)
     d = codes.view(n // 2, 2, kh)
     lo, hi = d[:, 0, :], d[:, 1, :]   # rows 2p and 2p+1
-    even = (lo & 0x0F) | ((hi & 0x0F) << 4)   # Wᵀ row 2q: W[2p, 2q] low, W[2p+1, 2q] high
-    odd = (lo >> 4) | (hi & 0xF0)             # Wᵀ row 2q+1
-    return torch.stack((even, odd), dim=-1).reshape(n // 2, 2 * kh).t().contiguous()
+    o = out.view(kh, 2, n // 2)       # Wᵀ rows 2q and 2q+1
+    # Wᵀ[2q, p] = W[2p, 2q] | W[2p+1, 2q] << 4 (a uint8 shift drops the high nibble)
+    o[:, 0, :].copy_(((lo & 0x0F) | (hi << 4)).t())
+    # Wᵀ[2q+1, p] = W[2p, 2q+1] | W[2p+1, 2q+1] << 4
+    o[:, 1, :].copy_(((lo >> 4) | (hi & 0xF0)).t())
+    return out
 
 
 def quantize_shard(local: torch.Tensor, amax: torch.Tensor, layout: GatherLayout) -> torch.Tensor:
@@ -136,21 +141,24 @@ def quantize_shard(local: torch.Tensor, amax: torch.Tensor, layout: GatherLayout
     as uint8 [chunk, in_cols]: per row K/2 code bytes then K/16 linear scale bytes; rows
     past `rows` and bytes past the scales are zero."""
     rows, k = local.shape
-    out = torch.zeros((layout.chunk, layout.in_cols), dtype=torch.uint8, device=local.device)
     if rows == 0:
-        return out
+        return torch.zeros((layout.chunk, layout.in_cols), dtype=torch.uint8, device=local.device)
     if rows % TILE or rows > layout.chunk or k != layout.k:
         raise ValueError(f"local: a shard of shape [{rows}, {k}] does not fit the layout {layout}")
     # The shard and one more tile whose only non-zero element is the global amax: the
     # kernel's amax is then max(local amax, global amax) = the global amax.
-    x = torch.zeros((rows + TILE, k), dtype=local.dtype, device=local.device)
+    x = torch.empty((rows + TILE, k), dtype=local.dtype, device=local.device)
     x[:rows].copy_(local)
+    x[rows:].zero_()
     x[rows, 0] = amax.reshape(()).to(local.dtype)
     data, scales, _ = _ops.quantize(x, 1, 0, 0, 0, 0, 0, None, True, False)[:3]
     linear = _ops.swizzle(scales.view(torch.uint8), rows + TILE, k // 16, False)
-    cb = layout.code_bytes
+    cb, sb = layout.code_bytes, layout.scale_bytes
+    out = torch.empty((layout.chunk, layout.in_cols), dtype=torch.uint8, device=local.device)
     out[:rows, :cb].copy_(data[:rows])
-    out[:rows, cb:cb + layout.scale_bytes].copy_(linear[:rows])
+    out[:rows, cb:cb + sb].copy_(linear[:rows])
+    out[rows:].zero_()            # a short (padded) shard
+    out[:rows, cb + sb:].zero_()  # the padding of an uneven layout's [chunk, k] rows
     return out
 
 
@@ -170,7 +178,7 @@ def assemble_gathered(gathered: torch.Tensor, amax: torch.Tensor, layout: Gather
     a.copy_(amax.reshape(1))
     if transpose:
         dt, st, at = _ops.unpack(buf[off:], k, n)
-        dt.copy_(nibble_transpose(codes.contiguous()))
+        nibble_transpose(codes, out=dt)
         # Wᵀ's block (j, 16b..16b+15) is tile (b, j/16): one scale per tile, stored for
         # each of Wᵀ's 16 rows of it.
         lin_t = lin[::TILE].t().repeat_interleave(TILE, dim=0)

@@ -329,15 +329,31 @@ def _fsdp_gather_body(rank, world, dev, steps):
         seen = {}
         _gather_capture(fp4, seen)
         counts = []
+        # the W modes the Linear ops see: the FP4-gathered layers read W from the gathered
+        # buffer (W_REUSE) and never quantize it themselves
+        modes = []
+        impl = _ops._linear_fwd_impl
+
+        def spy(*a):
+            modes.append(a[7])
+            return impl(*a)
+
         for step, (x, y) in enumerate(data):
             masters = {n: _full(m.weight).detach().clone() for n, m in fp4.named_modules()
                        if isinstance(m, nn4.Linear)}
             losses = []
             for model, opt in zip((plain, fp4), opts):
-                with nd.count_collectives() as c:
-                    xr, yr = x.chunk(world)[rank], y.chunk(world)[rank]
-                    loss = F.mse_loss(model(xr).float(), yr)
-                    loss.backward()
+                modes.clear()
+                _ops._linear_fwd_impl = spy
+                try:
+                    with nd.count_collectives() as c:
+                        xr, yr = x.chunk(world)[rank], y.chunk(world)[rank]
+                        loss = F.mse_loss(model(xr).float(), yr)
+                        loss.backward()
+                finally:
+                    _ops._linear_fwd_impl = impl
+                want_mode = _ops.W_REUSE if model is fp4 else _ops.W_FRESH
+                assert modes == [want_mode] * 5, modes
                 counts.append(c)
                 opt.step()
                 opt.zero_grad(set_to_none=True)
