@@ -232,7 +232,21 @@ class _Registry:
         self.root = weakref.ref(root)
         self.layers = weakref.WeakKeyDictionary(layers)
         self.unit_of: Optional[weakref.WeakKeyDictionary] = None
+        self.unit_module: Dict[int, Optional[nn.Module]] = {}  # id(group) -> the FSDP module gathering it
         self.rounds: Dict[int, int] = {}  # unit id -> gathers so far (checked on the first)
+        self._heads: Dict[int, Tuple[tuple, torch.Tensor]] = {}
+
+    def head(self, unit: int, refused: float, fp: float, dev: torch.device) -> torch.Tensor:
+        """[refused, fingerprint, -fingerprint] on the device, kept per unit: a tensor built
+        from host values would be a synchronizing copy on every gather."""
+        key = (refused, fp, dev)
+        got = self._heads.get(unit)
+        if got is None or got[0] != key:
+            t = torch.empty((3,), dtype=torch.float64, device=dev)
+            for i, v in enumerate((refused, fp, -fp)):
+                t[i].fill_(v)
+            got = self._heads[unit] = (key, t)
+        return got[1]
 
     def units(self) -> weakref.WeakKeyDictionary:
         if self.unit_of is None:
@@ -253,6 +267,7 @@ class _Registry:
                     g = groups.setdefault(id(unit), [])
                     g.append(m)
                     unit_of[m] = g
+                    self.unit_module[id(g)] = unit
                 for c in m.children():
                     visit(c, unit)
 
@@ -299,7 +314,7 @@ def _global_amaxes(registry: _Registry, group: List[nn.Module], caller: nn.Modul
     fp = _fingerprint(group)
     a = torch.cat(amaxes).to(torch.float64)
     nan = torch.isnan(a)
-    head = torch.tensor([1.0 if any(refused) else 0.0, float(fp), -float(fp)], dtype=torch.float64, device=dev)
+    head = registry.head(id(group), 1.0 if any(refused) else 0.0, float(fp), dev)
     vec = torch.cat([torch.where(nan, torch.zeros_like(a), a), nan.to(torch.float64), head])
     dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=mesh.get_group())
     a_max, nan_any = vec[:L], vec[L:2 * L] > 0
@@ -325,6 +340,29 @@ def _global_amaxes(registry: _Registry, group: List[nn.Module], caller: nn.Modul
     # quantized with another rank's scale.
     out = torch.where(nan_any | bad, torch.full_like(a_max, float("nan")), a_max).to(torch.float32)
     return {id(m): out[i:i + 1] for i, m in enumerate(group)}
+
+
+def _skips_transpose(registry: _Registry, module: nn.Module) -> bool:
+    """True when this gather is the forward one of a unit that FSDP2 reshards after forward:
+    its backward gathers the weight again (into the same storage) before any backward op of
+    the unit runs, so Wᵀ is built then and the forward needs W only. Read from FSDP2's own
+    state; anything unexpected (another torch, another setup) means False: Wᵀ is built."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
+
+        unit = registry.unit_module.get(id(registry.units().get(module)))
+        state = unit._get_fsdp_state()
+        groups = getattr(state, "_fsdp_param_groups", None)
+        if groups is None:
+            groups = [g for g in [state._fsdp_param_group] if g is not None]
+        mine = [g for g in groups if any(p._module_info.module is module for p in g.fsdp_params)]
+        if len(mine) != 1:
+            return False
+        g = mine[0]
+        return (g._training_state == TrainingState.FORWARD and g.post_forward_mesh_info is not None
+                and g.post_forward_mesh_info == g.mesh_info)
+    except Exception:
+        return False
 
 
 def _amax_for(registry: _Registry, module: nn.Module, local: torch.Tensor, mesh) -> torch.Tensor:
@@ -428,7 +466,8 @@ class _ShardWeight(torch.Tensor):
             layout = gather_layout(n, k, mesh.size(), name)
             local = self._inner
             amax = _amax_for(self._registry, module, local, mesh)
-            return (quantize_shard(local.detach(), amax, layout),), (amax, layout, module.recipe.dgrad)
+            transpose = module.recipe.dgrad and not _skips_transpose(self._registry, module)
+            return (quantize_shard(local.detach(), amax, layout),), (amax, layout, transpose)
         except BaseException:
             _ROUND.group, _ROUND.pending = None, {}  # the next gather starts afresh
             raise

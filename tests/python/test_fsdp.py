@@ -302,14 +302,16 @@ def _batches(d, rows, tokens, world, steps, dev, seed=1):
 
 
 def _gather_capture(model, store):
-    """Forward pre-hooks on the converted layers that keep a copy of each gathered weight."""
+    """Hooks on the converted layers that keep a copy of each gathered weight as the
+    layer's forward (store[name, "fwd"]) and its backward (store[name, "bwd"]) see it."""
     hs = []
     for name, m in model.named_modules():
         if isinstance(m, nn4.Linear):
-            def hook(mod, inp, name=name):
+            def hook(mod, *_, key):
                 c = nd.gathered_weight_cache(mod.weight)
-                store.setdefault(name, []).append(None if c is None else c.clone())
-            hs.append(m.register_forward_pre_hook(hook))
+                store.setdefault(key, []).append(None if c is None else c.clone())
+            hs.append(m.register_forward_pre_hook(functools.partial(hook, key=(name, "fwd"))))
+            hs.append(m.register_full_backward_pre_hook(functools.partial(hook, key=(name, "bwd"))))
     return hs
 
 
@@ -338,20 +340,31 @@ def _fsdp_gather_body(rank, world, dev, steps):
             modes.append(a[7])
             return impl(*a)
 
+        # Wᵀ is built once per step and layer: in the root's forward gather (kept for
+        # backward) and in the blocks' backward gathers (their forward gathers need W only)
+        transposes = []
+        nt = nd.nibble_transpose
+
+        def count_t(*a, **k):
+            transposes.append(a[0].shape)
+            return nt(*a, **k)
+
         for step, (x, y) in enumerate(data):
             masters = {n: _full(m.weight).detach().clone() for n, m in fp4.named_modules()
                        if isinstance(m, nn4.Linear)}
             losses = []
             for model, opt in zip((plain, fp4), opts):
                 modes.clear()
-                _ops._linear_fwd_impl = spy
+                transposes.clear()
+                _ops._linear_fwd_impl, nd.nibble_transpose = spy, count_t
                 try:
                     with nd.count_collectives() as c:
                         xr, yr = x.chunk(world)[rank], y.chunk(world)[rank]
                         loss = F.mse_loss(model(xr).float(), yr)
                         loss.backward()
                 finally:
-                    _ops._linear_fwd_impl = impl
+                    _ops._linear_fwd_impl, nd.nibble_transpose = impl, nt
+                assert len(transposes) == (5 if model is fp4 else 0), transposes
                 want_mode = _ops.W_REUSE if model is fp4 else _ops.W_FRESH
                 assert modes == [want_mode] * 5, modes
                 counts.append(c)
@@ -363,9 +376,12 @@ def _fsdp_gather_body(rank, world, dev, steps):
             # each gathered weight is the single-process quantization of the full master
             # weight (FP32 under the BF16 policy: the FP4 gather quantizes the master)
             for name, w in masters.items():
-                got = seen[name][-1]
-                assert got is not None, name
-                assert_cache_equal(got, reference_cache(w), *w.shape, f"rank {rank} step {step} {name}")
+                want = reference_cache(w)
+                for when in ("fwd", "bwd"):  # the forward needs W; the backward W and Wᵀ
+                    got = seen[name, when][-1]
+                    assert got is not None, name
+                    assert_cache_equal(got, want, *w.shape, f"rank {rank} step {step} {name} {when}",
+                                       transpose=when == "bwd")
         for (n1, p1), (n2, p2) in zip(plain.named_parameters(), fp4.named_parameters()):
             assert n1 == n2
             if not mp_policy:
