@@ -403,6 +403,7 @@ _PRESERVE = {
     torch.ops.aten.as_strided.default, torch.ops.aten._to_copy.default, torch.ops.aten._pin_memory.default,
     torch.ops.aten.split.Tensor, torch.ops.aten.clone.default, torch.ops.aten.alias.default,
     torch.ops.aten.detach.default, torch.ops.aten.narrow.default, torch.ops.aten._unsafe_view.default,
+    torch.ops.aten.empty_like.default,  # Module.to_empty (FSDP2's meta-device initialization)
 }
 
 
@@ -589,6 +590,9 @@ def enable_fp4_all_gather(model: nn.Module, exclude: Sequence[str] = ()) -> List
         exclude = [exclude]
     chosen: Dict[nn.Module, str] = {}
     refused = []
+    uses: Dict[int, List[str]] = {}
+    for pname, p in model.named_parameters(remove_duplicate=False):
+        uses.setdefault(id(p), []).append(pname)
     for name, m in model.named_modules():
         pname = _gather_spec(m)
         if pname is None or _matches(name, exclude):
@@ -601,6 +605,10 @@ def enable_fp4_all_gather(model: nn.Module, exclude: Sequence[str] = ()) -> List
         why = fp4_gather_refusal(m)
         if why:
             refused.append(f"{name}: {why}")
+            continue
+        if len(uses.get(id(w), [])) > 1:
+            refused.append(f"{name}: its weight is shared ({', '.join(uses[id(w)])}); a tied weight must stay one "
+                           "Parameter")
             continue
         if m.weight.dim() != 2:
             refused.append(f"{name}: weight of shape {list(m.weight.shape)}")

@@ -184,6 +184,11 @@ def test_enable_refuses_by_name_and_excludes():
     with pytest.raises(ValueError, match=r"blocks\.0\.up: weight_reuse"):
         nd.enable_fp4_all_gather(m)
     m.blocks[0].up.set_weight_reuse(None)
+    m.blocks[1].up.weight = m.blocks[0].up.weight  # tied: wrapping one would untie them
+    with pytest.raises(ValueError, match=r"blocks\.0\.up: its weight is shared \(blocks\.0\.up\.weight, "
+                                         r"blocks\.1\.up\.weight\)"):
+        nd.enable_fp4_all_gather(m)
+    m.blocks[1].up.weight = nn.Parameter(m.blocks[0].up.weight.detach().clone())
     nd.enable_fp4_all_gather(m)
     with pytest.raises(ValueError, match="already gathers in FP4"):
         nd.enable_fp4_all_gather(m)
@@ -408,8 +413,34 @@ def _fsdp_gather_body(rank, world, dev, steps):
         del plain, fp4, opts
 
 
+def _meta_init_body(rank, world, dev):
+    """FSDP2's initialization from the meta device (fully_shard, then to_empty and init)
+    keeps the FP4 gather."""
+    from torch.distributed.fsdp import fully_shard
+
+    d, rows, tokens = _sizes(dev)
+    with torch.device("meta"):
+        m = Net(d)
+    nn4.convert(m, _recipe(rank), exclude=[])
+    nd.enable_fp4_all_gather(m)
+    for b in m.blocks:
+        fully_shard(b, mesh=_mesh(dev.type, world))
+    fully_shard(m, mesh=_mesh(dev.type, world))
+    m.to_empty(device=dev)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0, 0.05)
+    nn4.set_sr_step(m, 0)
+    assert nd.fp4_all_gather_layers(m) == ["blocks.0.up", "blocks.0.down", "blocks.1.up", "blocks.1.down", "head"]
+    with nd.count_collectives() as c:
+        loss = m(torch.randn(rows, tokens, d, device=dev)).square().mean()
+        loss.backward()
+    assert c.all_reduce_calls == 5 and torch.isfinite(loss), (c, loss)
+
+
 def _gather_and_refusal_body(rank, world, dev, steps):
     _fsdp_gather_body(rank, world, dev, steps)
+    _meta_init_body(rank, world, dev)
     _refusal_body(rank, world, dev)
 
 
