@@ -145,7 +145,8 @@ job_dist() {
   PYTHONPATH=$NEW NVFP4_SKIP_GLOO=1 timeout ${DIST_TIMEOUT:-300} python3 -m pytest tests/python/test_distributed.py \
     -q -p no:cacheprovider -rfEs 2>&1 | tee "$OUT/dist.log" | tail -25
 }
-job_fsdp() {  # FSDP_SIZES (default "400m 1b"), FSDP_WORLDS (default "1 <all GPUs>" for 400m, all GPUs for 1b)
+job_fsdp() {  # FSDP_SIZES (default "400m 1b"), FSDP_WORLDS (default "1 <all GPUs>" for 400m, all GPUs for 1b),
+             # FSDP_NO_SMALL=1 skips the 1b run at one sequence per rank
   local ngpu size n worlds
   ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
   export NCCL_NVLS_ENABLE=0
@@ -161,6 +162,12 @@ job_fsdp() {  # FSDP_SIZES (default "400m 1b"), FSDP_WORLDS (default "1 <all GPU
         | grep -v -E "Warning|warn|^\*+$|OMP_NUM_THREADS" | tee "$OUT/fsdp_${size}_${n}gpu.log" | tail -12
     done
   done
+  if [[ -z ${FSDP_NO_SMALL:-} ]]; then  # one sequence per rank: the gather's time shows
+    step "bench_fsdp 1b, batch 1 per rank, on $ngpu GPUs"
+    PYTHONPATH=$NEW timeout ${FSDP_BENCH_TIMEOUT:-200} python3 -m torch.distributed.run --standalone \
+      --nproc-per-node "$ngpu" bench/bench_fsdp.py --size 1b --batch-size 1 --json "$OUT/fsdp_1b_b1_${ngpu}gpu.json" \
+      2>&1 | grep -v -E "Warning|warn|^\*+$|OMP_NUM_THREADS" | tee "$OUT/fsdp_1b_b1_${ngpu}gpu.log" | tail -12
+  fi
   step "FSDP2 step time and bytes gathered (ms; ratios from the same run)"
   ls "$OUT"/fsdp_*gpu.json >/dev/null 2>&1 && PYTHONPATH=$NEW python3 bench/bench_fsdp.py --table "$OUT"/fsdp_*gpu.json \
     | tee "$OUT/fsdp_table.txt"

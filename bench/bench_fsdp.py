@@ -111,7 +111,7 @@ def sync(dev):
 
 
 def print_table(results):
-    print(f"{'size':6s} {'GPUs':>4s} {'bf16 ms':>9s} {'nvfp4 ms':>9s} {'fp4gath ms':>10s} {'fp4g/bf16g':>10s} "
+    print(f"{'size/bs':9s} {'GPUs':>4s} {'bf16 ms':>9s} {'nvfp4 ms':>9s} {'fp4gath ms':>10s} {'fp4g/bf16g':>10s} "
           f"{'nvfp4/bf16':>10s} {'fp4g/bf16':>10s} {'AG GB bf16g':>11s} {'AG GB fp4g':>10s} {'AG ratio':>8s} "
           f"{'lin ratio':>9s}  device")
     for r in results:
@@ -128,7 +128,8 @@ def print_table(results):
               f"{f['all_gather_bytes'] / q['all_gather_bytes']:8.3f} "
               f"{f['converted_fp4_bytes'] / f['converted_bf16_bytes']:9.4f}") if ("all_gather_bytes" in q and
                                                                                   q.get("all_gather_bytes")) else ""
-        print(f"{r['size']:6s} {r['world']:4d} {ms(b)} {ms(q)} {ms(f):>10s} {ratio(f, q)} {ratio(q, b)} {ratio(f, b)} "
+        label = f"{r['size']}/b{r['model']['batch_size_per_rank']}"
+        print(f"{label:9s} {r['world']:4d} {ms(b)} {ms(q)} {ms(f):>10s} {ratio(f, q)} {ratio(q, b)} {ratio(f, b)} "
               f"{ag}  {r['device']}")
 
 
