@@ -29,7 +29,8 @@ How one weight W [N, K] travels (docs/design.md, "FSDP2: the FP4 weight all-gath
 
 Gradients are reduce-scattered by FSDP2 as for any parameter (BF16/FP32). The weight is
 quantized from the sharded master weight (FP32 under a BF16 MixedPrecisionPolicy), so the
-gathered weight is bit for bit the one one process quantizes from the same master weight.
+gathered weight is bit for bit the one a single process quantizes from the same master
+weight.
 
 Not covered: the 1x16 weight recipes (``no_2d``, ``fp4_all_the_way``: their Wᵀ is not a
 transpose of W's codes), the MXFP4 and double-quantization recipes, layers whose forward
@@ -37,9 +38,13 @@ needs the dense weight (``fwd_only``'s BF16 dgrad, ``set_precision(.., "bf16")``
 refused by name; leave them out with ``exclude``. DDP needs nothing of this: every rank
 holds the whole weight and quantizes it locally.
 
-Extension point for other layer types (e.g. grouped MoE experts): a layer joins through
-``_gather_spec`` (which parameter, which recipe) and its forward must read the gathered
-buffer (``gathered_weight_cache``) as nvfp4.nn.Linear.forward does.
+Extension point for other layer types: a layer joins through ``_gather_spec`` (which
+parameter) and ``fp4_gather_refusal`` (which recipes), and its forward reads the gathered
+buffer (``gathered_weight_cache``) as nvfp4.nn.Linear.forward does. Grouped MoE experts
+(one weight [E, N, K]) also need: FSDP2's dim-0 shards made of whole experts (E a multiple
+of the world size) or of 16-row multiples, one amax per expert if their recipe scales each
+expert on its own (the all-reduce then carries E values for the layer), and the gathered
+buffer in the layout their grouped GEMM reads.
 """
 from __future__ import annotations
 
