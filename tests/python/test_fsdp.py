@@ -515,11 +515,14 @@ def _full_state(model, opt):
     return out
 
 
-def _reshard_phase(rank, world, dev, ckpt_in, ckpt_out, fp4, phase):
+def _reshard_phase(rank, world, dev, ckpt_in, ckpt_out, fp4, phase, continue_after_save, vs_uninterrupted):
     """Load the previous phase's checkpoint (sharded on another number of ranks) into a
     freshly built model, check every tensor against the state the previous phase had, train
     on, and save for the next phase. The continuation must equal, bit for bit, the one from
-    the same state loaded as a full (unsharded) state dict."""
+    the same state loaded as a full (unsharded) state dict; when the previous phase ran on
+    as many ranks, also the previous phase's own continuation past its save (the
+    uninterrupted run). Across world sizes an uninterrupted run is no reference: each rank
+    quantizes its own micro-batch (its own activation amax) with its own SR seed."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                          get_optimizer_state_dict, set_model_state_dict,
@@ -562,6 +565,11 @@ def _reshard_phase(rank, world, dev, ckpt_in, ckpt_out, fp4, phase):
         for k in sa:
             assert_bytes_equal(sa[k], sb[k], f"phase {phase} rank {rank}/{world} after training: {k}")
         del ref, ref_opt
+        if vs_uninterrupted:  # the previous phase ran on as many ranks and trained on past its save
+            c = torch.load(os.path.join(ckpt_in, f"continued_rank{rank}.pt"), weights_only=True)
+            assert torch.equal(a, c["losses"]), f"phase {phase} rank {rank}: {a} vs uninterrupted {c['losses']}"
+            for k in sa:
+                assert_bytes_equal(sa[k], c["state"][k], f"phase {phase} rank {rank}/{world} vs uninterrupted: {k}")
     # save for the next phase: sharded (DCP) and, for the checks, full
     sd = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
     dcp.save(sd, checkpoint_id=ckpt_out)
@@ -571,28 +579,36 @@ def _reshard_phase(rank, world, dev, ckpt_in, ckpt_out, fp4, phase):
     if rank == 0:
         torch.save(state, os.path.join(ckpt_out, "full.pt"))
         torch.save(full, os.path.join(ckpt_out, "full_sd.pt"))
+    if continue_after_save:  # the uninterrupted run: the next phase's steps, from the state saved
+        nxt = _batches(d, rows, tokens, world, CKPT_STEPS, dev, seed=10 + phase + 1)
+        losses = _train(model, opt, nxt, rank, world)
+        torch.save({"losses": losses, "state": _full_state(model, opt)},
+                   os.path.join(ckpt_out, f"continued_rank{rank}.pt"))
 
 
 def _reshard_chain(worlds, device_type):
     """Phase i trains on worlds[i] ranks and saves; phase i+1 loads on worlds[i+1] ranks.
-    The FP4 gather is on in every other phase, so checkpoints cross both ways."""
+    The FP4 gather is on in every other phase, so checkpoints cross both ways (with FP32
+    master weights and no mixed precision both gathers train identically)."""
     with tempfile.TemporaryDirectory() as tmp:
         prev = None
         for i, w in enumerate(worlds):
             out = os.path.join(tmp, f"ckpt{i}")
-            _spawn(_reshard_phase, w, device_type, prev, out, i % 2 == 0, i)
+            same_next = i + 1 < len(worlds) and worlds[i + 1] == w
+            same_prev = i > 0 and worlds[i - 1] == w
+            _spawn(_reshard_phase, w, device_type, prev, out, i % 2 == 0, i, same_next, same_prev)
             prev = out
 
 
 @pytest.mark.skipif(SKIP_GLOO, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
 def test_checkpoint_reshards_gloo():
-    _reshard_chain([1, 4, 2, 1], "cpu")   # 1->4, 4->2, 2->1
+    _reshard_chain([1, 4, 2, 2, 1], "cpu")   # 1->4, 4->2, 2->2 (against the uninterrupted run), 2->1
 
 
 @pytest.mark.skipif(N_GPUS < 2, reason="needs 2 CUDA GPUs")
 def test_checkpoint_reshards_nccl():
     w = min(N_GPUS, 4)
-    _reshard_chain([1, w, 2, 1] if w > 2 else [1, 2, 1], "cuda")
+    _reshard_chain([1, w, 2, 2, 1] if w > 2 else [1, 2, 2, 1], "cuda")
 
 
 # ------------------------------------------------------------------------------ the example and the benchmark under torchrun
