@@ -316,23 +316,27 @@ def _global_amaxes(registry: _Registry, group: List[nn.Module], caller: nn.Modul
         a = local.detach().abs().amax().float() if local.numel() else torch.zeros((), device=dev)
         amaxes.append(a.reshape(1))
         refused.append(fp4_gather_refusal(m))
+    key = id(group)
+    first = registry.rounds.get(key, 0) == 0
+    names = [registry.layers.get(m, "?") for m in group]
+    mine = [f"{n}: {w}" for n, w in zip(names, refused) if w]
+    if mine and not first:
+        # a layer changed after the first gather (a recipe or precision switch): named here;
+        # ranks that changed alike stop alike
+        raise ValueError("fp4_all_gather: a layer can no longer take its weight in FP4: " + "; ".join(mine))
     fp = _fingerprint(group)
     a = torch.cat(amaxes).to(torch.float64)
     nan = torch.isnan(a)
-    head = registry.head(id(group), 1.0 if any(refused) else 0.0, float(fp), dev)
+    head = registry.head(key, 1.0 if any(refused) else 0.0, float(fp), dev)
     vec = torch.cat([torch.where(nan, torch.zeros_like(a), a), nan.to(torch.float64), head])
     dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=mesh.get_group())
     a_max, nan_any = vec[:L], vec[L:2 * L] > 0
     bad = (vec[2 * L] > 0) | (vec[2 * L + 1] != -vec[2 * L + 2])
-    key = id(group)
-    first = registry.rounds.get(key, 0) == 0
     registry.rounds[key] = registry.rounds.get(key, 0) + 1
     if first:
         # Read once per unit, on every rank alike (the same gather on every rank), so that a
         # misconfiguration is a named error on all ranks and never a hang.
         v = vec[2 * L:].tolist()
-        names = [registry.layers.get(m, "?") for m in group]
-        mine = [f"{n}: {w}" for n, w in zip(names, refused) if w]
         if v[0] > 0:
             raise ValueError("fp4_all_gather: a layer cannot take its weight in FP4 on "
                              + ("this rank: " + "; ".join(mine) if mine else "another rank")
@@ -340,9 +344,9 @@ def _global_amaxes(registry: _Registry, group: List[nn.Module], caller: nn.Modul
         if v[1] != -v[2]:
             raise ValueError(f"fp4_all_gather: the ranks disagree on the recipes of layers {names} (a recipe may "
                              "differ across ranks in its seed only)")
-    # Later gathers are not read on the host (no synchronization): a disagreement that
-    # appears later makes the amaxes NaN, so the weights decode to NaN, never to numbers
-    # quantized with another rank's scale.
+    # Later gathers are not read on the host (no synchronization): a disagreement between
+    # ranks that appears later makes the amaxes NaN, so the weights decode to NaN, never to
+    # numbers quantized with another rank's scale.
     out = torch.where(nan_any | bad, torch.full_like(a_max, float("nan")), a_max).to(torch.float32)
     return {id(m): out[i:i + 1] for i, m in enumerate(group)}
 

@@ -480,6 +480,12 @@ def _refusal_body(rank, world, dev):
     with pytest.raises(ValueError, match=r"blocks\.0\.up: the layer runs at precision 'bf16'" if rank == 1
                        else "another rank"):
         run(m)
+    # every rank switches a recipe to 1x16 weight blocks after the first gathers: named
+    m = _build(d, rank, world, dev, fp4=True, seed=2)
+    run(m)
+    m.blocks[1].down.recipe = _recipe(rank, "no_2d")
+    with pytest.raises(ValueError, match=r"can no longer take its weight in FP4: blocks\.1\.down: .*1x16"):
+        run(m)
     dist.barrier()
 
 
