@@ -189,7 +189,7 @@ def autocast_ctx(args, device):
 @torch.no_grad()
 def evaluate(model, val_batches, args, device):
     model.eval()
-    total = torch.zeros((), device=device)
+    total = torch.zeros((), dtype=torch.float64, device=device)  # the sum a Python float would hold
     for x, y in val_batches:
         with autocast_ctx(args, device):
             logits = model(x)
