@@ -401,17 +401,17 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     args.rank, args.world, device = init_distributed(args)
-    lead = args.rank == 0
+    rank0 = args.rank == 0
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.cuda.reset_peak_memory_stats(device)
-    if lead:
+    if rank0:
         meta = prepare_data.prepare(args.data, quiet=False)
     if args.world > 1:
         import torch.distributed as dist
 
         dist.barrier()  # rank 0 prepares the corpus once
-    meta = prepare_data.prepare(args.data, quiet=True) if not lead else meta
+    meta = prepare_data.prepare(args.data, quiet=True) if not rank0 else meta
     recipe = make_recipe(args)
     if args.rank and isinstance(recipe, nn4.Recipe):
         # each rank its own stochastic-rounding bits; rank 0 keeps the single-process seed
@@ -420,7 +420,7 @@ def main(argv=None):
     n_params = sum(p.numel() for p in model.parameters())
     converted = convert_model(model, args, recipe)
     fp4_gathered = shard_model(model, args, device) if args.fsdp else []
-    if lead:
+    if rank0:
         print(f"{args.name}: {n_params / 1e6:.1f}M parameters, {len(converted)} linear layers in NVFP4 "
               f"(recipe {recipe.name}), device {device}, data {meta['train_tokens'] / 1e6:.1f}M train bytes"
               + (f", FSDP2 on {args.world} ranks, {len(fp4_gathered)} weights gathered in NVFP4" if args.fsdp else ""),
@@ -444,7 +444,7 @@ def main(argv=None):
 
     curve, val_curve, step_times = [], [], []
     pending = []  # losses kept on the device until the next log (no sync per step)
-    progress = Progress(args.steps, args.log_interval) if lead else Quiet()
+    progress = Progress(args.steps, args.log_interval) if rank0 else Quiet()
     gather_bytes = None
     t_start = time.time()
     stopped_early = False
@@ -513,7 +513,7 @@ def main(argv=None):
             break
     progress.close()
     wall = time.time() - t_start
-    if not lead:
+    if not rank0:
         import torch.distributed as dist
 
         dist.barrier()

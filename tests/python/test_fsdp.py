@@ -41,7 +41,7 @@ SKIP_GLOO = bool(os.environ.get("NVFP4_SKIP_GLOO"))
 HAS_FSDP2 = dist.is_available() and hasattr(__import__("torch.distributed.fsdp").distributed.fsdp, "fully_shard")
 
 
-# ------------------------------------------------------------------------------ helpers
+# ------------------------------------------------------------------------------ utilities
 def reference_cache(w: torch.Tensor, recipe="nvfp4") -> torch.Tensor:
     """What one process's nvfp4.nn.Linear quantizes from the whole weight w [n, k] (its
     weight cache: W rowwise and Wᵀ, 2D tiles)."""
