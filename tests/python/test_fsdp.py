@@ -11,10 +11,11 @@ Several processes (gloo on the CPU, always; NCCL where the GPUs are present):
   against the formula; one amax all-reduce per FSDP unit and gather.
 - Refused by name on every rank (no hang): a shard boundary that cuts a 16x16 tile, mixed
   recipes across ranks, a layer whose recipe needs the dense weight.
-- torch.distributed.checkpoint saved on N ranks and loaded on M ranks (1->4, 4->2, 2->1,
-  with the FP4 gather on and off): parameters, AdamW state and SR counters restored bit
-  for bit, and the training continues bit-identically to a continuation from the same
-  state loaded as a full (unsharded) state dict.
+- torch.distributed.checkpoint saved on N ranks and loaded on M ranks (1->4, 4->2, 2->2,
+  2->1, with the FP4 gather on and off): parameters, AdamW state and SR counters restored
+  bit for bit, and the training continues bit-identically to a continuation from the same
+  state loaded as a full (unsharded) state dict, and for 2->2 to the uninterrupted run.
+- examples/train.py and bench/bench_fsdp.py under torchrun (gloo).
 
     python3 -m pytest tests/python/test_fsdp.py -q
 """
