@@ -151,20 +151,20 @@ job_fsdp() {  # FSDP_SIZES (default "400m 1b"), FSDP_WORLDS (default "1 <all GPU
   ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
   export NCCL_NVLS_ENABLE=0
   step "FSDP2 FP4 all-gather: NCCL tests on $ngpu GPUs"
-  PYTHONPATH=$NEW NVFP4_SKIP_GLOO=1 timeout ${FSDP_TEST_TIMEOUT:-240} python3 -m pytest tests/python/test_fsdp.py \
+  PYTHONPATH=$NEW NVFP4_SKIP_GLOO=1 timeout ${FSDP_TEST_TIMEOUT:-200} python3 -m pytest tests/python/test_fsdp.py \
     -q -p no:cacheprovider -rfEs 2>&1 | tee "$OUT/fsdp_tests.log" | tail -25
   for size in ${FSDP_SIZES:-400m 1b}; do
     worlds=${FSDP_WORLDS:-$([[ $size == 400m ]] && echo "1 $ngpu" || echo "$ngpu")}
     for n in $worlds; do
       step "bench_fsdp $size on $n GPUs"
-      PYTHONPATH=$NEW timeout ${FSDP_BENCH_TIMEOUT:-200} python3 -m torch.distributed.run --standalone \
+      PYTHONPATH=$NEW timeout ${FSDP_BENCH_TIMEOUT:-150} python3 -m torch.distributed.run --standalone \
         --nproc-per-node "$n" bench/bench_fsdp.py --size "$size" --json "$OUT/fsdp_${size}_${n}gpu.json" 2>&1 \
         | grep -v -E "Warning|warn|^\*+$|OMP_NUM_THREADS" | tee "$OUT/fsdp_${size}_${n}gpu.log" | tail -12
     done
   done
   if [[ -z ${FSDP_NO_SMALL:-} ]]; then  # one sequence per rank: the gather's time shows
     step "bench_fsdp 1b, batch 1 per rank, on $ngpu GPUs"
-    PYTHONPATH=$NEW timeout ${FSDP_BENCH_TIMEOUT:-200} python3 -m torch.distributed.run --standalone \
+    PYTHONPATH=$NEW timeout ${FSDP_BENCH_TIMEOUT:-150} python3 -m torch.distributed.run --standalone \
       --nproc-per-node "$ngpu" bench/bench_fsdp.py --size 1b --batch-size 1 --json "$OUT/fsdp_1b_b1_${ngpu}gpu.json" \
       2>&1 | grep -v -E "Warning|warn|^\*+$|OMP_NUM_THREADS" | tee "$OUT/fsdp_1b_b1_${ngpu}gpu.log" | tail -12
   fi

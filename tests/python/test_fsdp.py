@@ -248,16 +248,19 @@ def _spawn(fn, world, device_type, *args):
 def _entry(rank, world, port, device_type, fn, args):
     """One rank: a process group of `world` ranks on the device type, torn down in a fixed
     order (every rank done, the body's objects released, then the group)."""
+    import datetime
     import gc
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NCCL_NVLS_ENABLE="0")
+    # a collective that never completes is an error after two minutes, not a stuck job
+    timeout = datetime.timedelta(seconds=120)
     if device_type == "cuda":
         torch.cuda.set_device(rank)
         dev = torch.device("cuda", rank)
-        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev, timeout=timeout)
     else:
         dev = torch.device("cpu")
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
     try:
         fn(rank, world, dev, *args)
         dist.barrier()
