@@ -281,7 +281,7 @@ def _recipe(rank, name="nvfp4"):
     return nn4.get_recipe(name, seed=1000 + rank)  # each rank its own stochastic-rounding bits
 
 
-def _build(d, rank, world, dev, fp4, seed=0, mp_policy=None, recipe="nvfp4"):
+def _build(d, rank, world, dev, fp4, seed=0, mp_policy=None, recipe="nvfp4", mesh=None):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(seed)
@@ -289,7 +289,7 @@ def _build(d, rank, world, dev, fp4, seed=0, mp_policy=None, recipe="nvfp4"):
     nn4.convert(model, _recipe(rank, recipe), exclude=[])
     if fp4:
         nd.enable_fp4_all_gather(model)
-    kw = dict(mesh=_mesh(dev.type, world))
+    kw = dict(mesh=mesh or _mesh(dev.type, world))
     if mp_policy:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for b in model.blocks:
@@ -525,7 +525,8 @@ def _full_state(model, opt):
     return out
 
 
-def _reshard_phase(rank, world, dev, ckpt_in, ckpt_out, fp4, phase, continue_after_save, vs_uninterrupted):
+def _reshard_phase(rank, world, dev, ckpt_in, ckpt_out, fp4, phase, continue_after_save, vs_uninterrupted,
+                   mesh=None, group=None):
     """Load the previous phase's checkpoint (sharded on another number of ranks) into a
     freshly built model, check every tensor against the state the previous phase had, train
     on, and save for the next phase. The continuation must equal, bit for bit, the one from
@@ -542,7 +543,7 @@ def _reshard_phase(rank, world, dev, ckpt_in, ckpt_out, fp4, phase, continue_aft
     data = _batches(d, rows, tokens, world, CKPT_STEPS, dev, seed=10 + phase)
 
     def fresh(seed):
-        m = _build(d, rank, world, dev, fp4=fp4, seed=seed)
+        m = _build(d, rank, world, dev, fp4=fp4, seed=seed, mesh=mesh)
         o = torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.01)
         return m, o
 
@@ -551,7 +552,7 @@ def _reshard_phase(rank, world, dev, ckpt_in, ckpt_out, fp4, phase, continue_aft
         _train(model, opt, _batches(d, rows, tokens, world, CKPT_STEPS, dev, seed=5), rank, world)
     else:
         sd = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
-        dcp.load(sd, checkpoint_id=ckpt_in)
+        dcp.load(sd, checkpoint_id=ckpt_in, process_group=group)
         set_model_state_dict(model, sd["model"])
         set_optimizer_state_dict(model, opt, sd["optim"])
         want = torch.load(os.path.join(ckpt_in, "full.pt"), weights_only=True)
@@ -582,7 +583,7 @@ def _reshard_phase(rank, world, dev, ckpt_in, ckpt_out, fp4, phase, continue_aft
                 assert_bytes_equal(sa[k], c["state"][k], f"phase {phase} rank {rank}/{world} vs uninterrupted: {k}")
     # save for the next phase: sharded (DCP) and, for the checks, full
     sd = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
-    dcp.save(sd, checkpoint_id=ckpt_out)
+    dcp.save(sd, checkpoint_id=ckpt_out, process_group=group)
     state = _full_state(model, opt)
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     full = {"model": get_model_state_dict(model, options=opts), "optim": get_optimizer_state_dict(model, opt, options=opts)}
@@ -596,23 +597,45 @@ def _reshard_phase(rank, world, dev, ckpt_in, ckpt_out, fp4, phase, continue_aft
                    os.path.join(ckpt_out, f"continued_rank{rank}.pt"))
 
 
+def _phases(worlds, tmp):
+    """(world, checkpoint in, checkpoint out, FP4 gather, phase, continue after save,
+    compare with the uninterrupted run) of each phase. The FP4 gather is on in every other
+    phase, so checkpoints cross both ways (with FP32 master weights and no mixed precision
+    both gathers train identically)."""
+    out = []
+    for i, w in enumerate(worlds):
+        same_next = i + 1 < len(worlds) and worlds[i + 1] == w
+        same_prev = i > 0 and worlds[i - 1] == w
+        out.append((w, os.path.join(tmp, f"ckpt{i - 1}") if i else None, os.path.join(tmp, f"ckpt{i}"), i % 2 == 0,
+                    i, same_next, same_prev))
+    return out
+
+
 def _reshard_chain(worlds, device_type):
-    """Phase i trains on worlds[i] ranks and saves; phase i+1 loads on worlds[i+1] ranks.
-    The FP4 gather is on in every other phase, so checkpoints cross both ways (with FP32
-    master weights and no mixed precision both gathers train identically)."""
+    """Phase i trains on worlds[i] ranks and saves; phase i+1 loads on worlds[i+1] ranks;
+    each phase its own process group (as a job restarted on another number of GPUs)."""
     with tempfile.TemporaryDirectory() as tmp:
-        prev = None
-        for i, w in enumerate(worlds):
-            out = os.path.join(tmp, f"ckpt{i}")
-            same_next = i + 1 < len(worlds) and worlds[i + 1] == w
-            same_prev = i > 0 and worlds[i - 1] == w
-            _spawn(_reshard_phase, w, device_type, prev, out, i % 2 == 0, i, same_next, same_prev)
-            prev = out
+        for w, *args in _phases(worlds, tmp):
+            _spawn(_reshard_phase, w, device_type, *args)
+
+
+def _reshard_chain_subgroups(rank, world, dev, worlds, tmp):
+    """The same phases in one group of max(worlds) processes (CI time: one process start
+    each): phase i runs on ranks 0..worlds[i]-1, in a group and mesh of its own."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    for w, *args in _phases(worlds, tmp):
+        group = dist.new_group(list(range(w)))  # every rank takes part in creating it
+        if rank < w:
+            mesh = DeviceMesh.from_group(group, dev.type)
+            _reshard_phase(rank, w, dev, *args, mesh=mesh, group=group)
+        dist.barrier()
 
 
 @pytest.mark.skipif(SKIP_GLOO, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
-def test_checkpoint_reshards_gloo():
-    _reshard_chain([1, 4, 2, 2, 1], "cpu")   # 1->4, 4->2, 2->2 (against the uninterrupted run), 2->1
+def test_checkpoint_reshards_gloo(tmp_path):
+    # 1->4, 4->2, 2->2 (against the uninterrupted run), 2->1
+    _spawn(_reshard_chain_subgroups, 4, "cpu", [1, 4, 2, 2, 1], str(tmp_path))
 
 
 @pytest.mark.skipif(N_GPUS < 2, reason="needs 2 CUDA GPUs")
