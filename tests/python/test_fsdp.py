@@ -123,14 +123,16 @@ def test_simulated_gather_special_values(case, rng):
     assert_cache_equal(simulate_gather(w, world, 0xAB), want, n, k, case)
 
 
-def test_nibble_transpose(rng):
-    for n, k in [(2, 2), (16, 32), (48, 80), (128, 16)]:
-        codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=rng)
+@pytest.mark.parametrize("pad", [0, 1, 4])  # rows inside wider rows (as gathered): strided, aligned or not
+def test_nibble_transpose(pad, rng):
+    for n, k in [(2, 2), (16, 32), (48, 80), (128, 16), (32, 64)]:
+        wide = torch.randint(0, 256, (n, k // 2 + pad), dtype=torch.uint8, generator=rng)
+        codes = wide[:, :k // 2]
         full = torch.stack((codes & 0xF, codes >> 4), dim=-1).reshape(n, k)   # element 2i low nibble
         t = nd.nibble_transpose(codes)
         assert t.shape == (k, n // 2)
         back = torch.stack((t & 0xF, t >> 4), dim=-1).reshape(k, n)
-        assert torch.equal(back, full.t()), f"[{n}, {k}]"
+        assert torch.equal(back, full.t()), f"[{n}, {k}] pad {pad}"
 
 
 def test_layout_refuses_a_tile_cut():
