@@ -11,7 +11,10 @@
 #       (Nsight Compute sections of the quantization and decode kernels),
 #       gemm, host, step85, step400 (DIRECT_TOO=1: also with NVFP4_SM90_DIRECT=1), step85c
 #       (compile + reduce-overhead rows), step400c, lora (the LoRA example, FP4 vs BF16 base),
-#       dist (the distributed tests, NCCL)
+#       dist (the distributed tests, NCCL), fsdp (FSDP2 with the FP4 weight all-gather: NCCL
+#       tests on the visible GPUs, then bench_fsdp.py for 400m and 1b: BF16 gather vs FP4 gather
+#       vs the BF16 model, bytes gathered), fsdptrain (train.py loss curves, 1 GPU vs all GPUs,
+#       FSDP_SEEDS seeds)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -143,11 +146,67 @@ job_dist() {
   PYTHONPATH=$NEW NVFP4_SKIP_GLOO=1 timeout ${DIST_TIMEOUT:-300} python3 -m pytest tests/python/test_distributed.py \
     -q -p no:cacheprovider -rfEs 2>&1 | tee "$OUT/dist.log" | tail -25
 }
+job_fsdp() {  # FSDP_SIZES (default "400m 1b"), FSDP_WORLDS (default "1 <all GPUs>" for 400m, all GPUs for 1b),
+             # FSDP_NO_SMALL=1 skips the 1b run at one sequence per rank
+  local ngpu size n worlds
+  ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
+  export NCCL_NVLS_ENABLE=0
+  step "FSDP2 FP4 all-gather: NCCL tests on $ngpu GPUs"
+  PYTHONPATH=$NEW NVFP4_SKIP_GLOO=1 timeout ${FSDP_TEST_TIMEOUT:-200} python3 -m pytest tests/python/test_fsdp.py \
+    -q -p no:cacheprovider -rfEs 2>&1 | tee "$OUT/fsdp_tests.log" | tail -25
+  for size in ${FSDP_SIZES:-400m 1b}; do
+    worlds=${FSDP_WORLDS:-$([[ $size == 400m ]] && echo "1 $ngpu" || echo "$ngpu")}
+    for n in $worlds; do
+      step "bench_fsdp $size on $n GPUs"
+      PYTHONPATH=$NEW timeout ${FSDP_BENCH_TIMEOUT:-150} python3 -m torch.distributed.run --standalone \
+        --nproc-per-node "$n" bench/bench_fsdp.py --size "$size" --json "$OUT/fsdp_${size}_${n}gpu.json" 2>&1 \
+        | grep -v -E "Warning|warn|^\*+$|OMP_NUM_THREADS" | tee "$OUT/fsdp_${size}_${n}gpu.log" | tail -12
+    done
+  done
+  if [[ -z ${FSDP_NO_SMALL:-} ]]; then  # one sequence per rank: the gather's time shows
+    step "bench_fsdp 1b, batch 1 per rank, on $ngpu GPUs"
+    PYTHONPATH=$NEW timeout ${FSDP_BENCH_TIMEOUT:-150} python3 -m torch.distributed.run --standalone \
+      --nproc-per-node "$ngpu" bench/bench_fsdp.py --size 1b --batch-size 1 --json "$OUT/fsdp_1b_b1_${ngpu}gpu.json" \
+      2>&1 | grep -v -E "Warning|warn|^\*+$|OMP_NUM_THREADS" | tee "$OUT/fsdp_1b_b1_${ngpu}gpu.log" | tail -12
+  fi
+  step "FSDP2 step time and bytes gathered (ms; ratios from the same run)"
+  ls "$OUT"/fsdp_*gpu.json >/dev/null 2>&1 && PYTHONPATH=$NEW python3 bench/bench_fsdp.py --table "$OUT"/fsdp_*gpu.json \
+    | tee "$OUT/fsdp_table.txt"
+}
+job_fsdptrain() {  # loss curves: the same global batch on 1 GPU and on all GPUs (FSDP2 + FP4 gather)
+  local ngpu seed
+  ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
+  export NCCL_NVLS_ENABLE=0
+  PYTHONPATH=$NEW python3 examples/prepare_data.py --out /tmp/nvfp4_data > /dev/null
+  for seed in ${FSDP_SEEDS:-0 1 2}; do
+    step "train.py ${FSDP_TRAIN_SIZE:-full}, seed $seed: 1 GPU, then $ngpu GPUs with FSDP2 + FP4 gather"
+    PYTHONPATH=$NEW timeout ${FSDP_TRAIN_TIMEOUT:-150} python3 examples/train.py --size "${FSDP_TRAIN_SIZE:-full}" \
+      --steps "${FSDP_TRAIN_STEPS:-300}" --seed "$seed" --data /tmp/nvfp4_data --out "$OUT/fsdptrain" \
+      --name "1gpu-s$seed" 2>&1 | grep -v -E "Warning|warn|it/s\]" | tail -2
+    PYTHONPATH=$NEW timeout ${FSDP_TRAIN_TIMEOUT:-150} python3 -m torch.distributed.run --standalone \
+      --nproc-per-node "$ngpu" examples/train.py --fsdp --fp4-all-gather --size "${FSDP_TRAIN_SIZE:-full}" \
+      --steps "${FSDP_TRAIN_STEPS:-300}" --seed "$seed" --data /tmp/nvfp4_data --out "$OUT/fsdptrain" \
+      --name "${ngpu}gpu-fp4ag-s$seed" 2>&1 | grep -v -E "Warning|warn|it/s\]|^\*+$|OMP_NUM" | tail -2
+  done
+  step "final validation loss by GPU count (mean, spread over seeds)"
+  python3 - "$OUT/fsdptrain" <<'PYEOF'
+import glob, json, os, statistics, sys
+runs = {}
+for p in glob.glob(os.path.join(sys.argv[1], "*.json")):
+    r = json.load(open(p))
+    runs.setdefault(r["name"].split("-s")[0], []).append((r["name"], r["final_val_loss"], r["step_time_s"]))
+for k, v in sorted(runs.items()):
+    losses = [x[1] for x in v]
+    sd = statistics.stdev(losses) if len(losses) > 1 else float("nan")
+    print(f"{k:14s} n={len(v)} val loss mean {statistics.mean(losses):.4f} sd {sd:.4f} "
+          f"min {min(losses):.4f} max {max(losses):.4f}; step {statistics.median(x[2] for x in v) * 1e3:.1f} ms")
+PYEOF
+}
 # the jobs, in the order given on the command line
 for a in "${ARGS[@]}"; do
   case $a in
     base|nobuild) ;;
-    tests|quick|quant|gemm|host|lora|dist|ncu) "job_$a" ;;
+    tests|quick|quant|gemm|host|lora|dist|ncu|fsdp|fsdptrain) "job_$a" ;;
     sanitize) job_sanitize ;;
     step85) job_step 85 ;;
     step400) job_step 400 ;;

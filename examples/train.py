@@ -9,6 +9,12 @@ the master weights stay in high precision (NVIDIA's recipe; docs/design.md, "Num
     python3 examples/train.py --smoke                          # CPU, toy size, < 1 minute
     python3 examples/train.py --recipe nvfp4 --steps 500 --compile --out runs/
     python3 examples/plot_runs.py runs/*.json -o runs/loss.png
+    torchrun --nproc-per-node 4 examples/train.py --fsdp --fp4-all-gather --size 400m --out runs/
+
+Under torchrun with --fsdp, every block and the root are sharded by FSDP2 (fully_shard);
+--batch-size is then the global micro-batch (split across the ranks, the same sequences for
+any number of ranks), and --fp4-all-gather makes FSDP2 gather the NVFP4 layers' weights in
+NVFP4 (nvfp4.distributed). Rank 0 writes the report.
 
 Writes OUT/NAME.json (config, loss curves, validation loss, tokens/s, peak memory); OUT
 defaults to ~/.cache/nvfp4/runs, beside the prepared corpus, not the working directory.
@@ -45,6 +51,7 @@ SIZES = {
     "small": dict(d_model=384, n_layers=6, n_heads=6, seq_len=512, batch_size=16),     # ~11M parameters
     "full": dict(d_model=768, n_layers=12, n_heads=12, seq_len=1024, batch_size=16),   # ~85M parameters
     "400m": dict(d_model=2048, n_layers=8, n_heads=16, seq_len=2048, batch_size=8),    # ~403M parameters
+    "1b": dict(d_model=2048, n_layers=20, n_heads=16, seq_len=2048, batch_size=8),     # ~1.0B parameters
 }
 VOCAB = 256
 #: Where reports go unless --out says otherwise (never the working directory).
@@ -146,16 +153,18 @@ def convert_model(model, args, recipe):
 
 # ------------------------------------------------------------------------------ data
 class Batches:
-    def __init__(self, path, seq_len, batch_size, device, seed):
+    def __init__(self, path, seq_len, batch_size, device, seed, rank=0, world=1):
         self.data = np.memmap(path, dtype=np.uint8, mode="r")
         if self.data.size <= seq_len + 1:
             raise ValueError(f"{path}: {self.data.size} tokens, fewer than one sequence of {seq_len}")
         self.seq_len, self.batch_size, self.device = seq_len, batch_size, device
         self.gen = torch.Generator().manual_seed(seed)
+        # data parallel: every rank draws the global batch and keeps its share of the rows
+        self.rows = slice(rank * batch_size // world, (rank + 1) * batch_size // world)
 
     def get(self):
         t = self.seq_len
-        ix = torch.randint(self.data.size - t - 1, (self.batch_size,), generator=self.gen).tolist()
+        ix = torch.randint(self.data.size - t - 1, (self.batch_size,), generator=self.gen).tolist()[self.rows]
         buf = np.stack([self.data[i:i + t + 1] for i in ix]).astype(np.int64)
         xy = torch.from_numpy(buf)
         if self.device.type == "cuda":
@@ -180,13 +189,71 @@ def autocast_ctx(args, device):
 @torch.no_grad()
 def evaluate(model, val_batches, args, device):
     model.eval()
-    total = 0.0
+    total = torch.zeros((), dtype=torch.float64, device=device)  # the sum a Python float would hold
     for x, y in val_batches:
         with autocast_ctx(args, device):
             logits = model(x)
-        total += F.cross_entropy(logits.float().reshape(-1, VOCAB), y.reshape(-1)).item()
+        total += F.cross_entropy(logits.float().reshape(-1, VOCAB), y.reshape(-1))
     model.train()
-    return total / len(val_batches)
+    return mean_over_ranks(total, args).item() / len(val_batches)
+
+
+# ------------------------------------------------------------------------------ data parallel (FSDP2)
+def init_distributed(args):
+    """torchrun's process group and this rank's device; (rank, world) = (0, 1) without torchrun."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not args.fsdp:
+        raise SystemExit("train.py: launched on several ranks without --fsdp")
+    if not args.fsdp:
+        return 0, 1, torch.device(args.device)
+    import torch.distributed as dist
+
+    rank = int(os.environ.get("RANK", "0"))
+    if args.batch_size % world:
+        raise SystemExit(f"--batch-size: the global micro-batch ({args.batch_size}) must divide among {world} ranks")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    if args.device.startswith("cuda"):
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    return rank, world, device
+
+
+def shard_model(model, args, device):
+    """FSDP2: each block, then the root; the NVFP4 layers' weights gathered in NVFP4 with
+    --fp4-all-gather. Under BF16 autocast the other parameters are gathered in BF16 and the
+    gradients reduced in FP32."""
+    import nvfp4.distributed as nd
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    fp4 = nd.enable_fp4_all_gather(model) if args.fp4_all_gather else []
+    mesh = init_device_mesh(device.type, (args.world,))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if args.amp_dtype \
+        else MixedPrecisionPolicy()
+    for b in model.blocks:
+        fully_shard(b, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    return fp4
+
+
+def mean_over_ranks(t, args):
+    if args.world == 1:
+        return t
+    import torch.distributed as dist
+
+    t = t.clone()
+    dist.all_reduce(t)  # gloo has no AVG: a sum, then the mean (every rank holds as many tokens)
+    return t / args.world
+
+
+def full_value(t):
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
 class Progress:
@@ -218,6 +285,19 @@ class Progress:
     def close(self):
         if self.bar is not None:
             self.bar.close()
+
+
+class Quiet:
+    """The progress display of the ranks other than 0."""
+
+    def update(self, step, info):
+        pass
+
+    def write(self, msg):
+        pass
+
+    def close(self):
+        pass
 
 
 def peak_memory(device):
@@ -266,6 +346,10 @@ def parse_args(argv=None):
     ap.add_argument("--out", default=DEFAULT_RUNS, help="directory for the JSON report (default: %(default)s)")
     ap.add_argument("--name", default=None, help="run name (default: from the recipe and flags)")
     ap.add_argument("--smoke", action="store_true", help="toy model on CPU, a few steps")
+    ap.add_argument("--fsdp", action="store_true", help="shard with FSDP2 across torchrun's ranks (--batch-size is "
+                    "then the global micro-batch)")
+    ap.add_argument("--fp4-all-gather", action="store_true", help="with --fsdp: gather the NVFP4 layers' weights "
+                    "in NVFP4 (nvfp4.distributed)")
     a = ap.parse_args(argv)
 
     size = SIZES[a.size or ("smoke" if a.smoke else "full")]
@@ -295,6 +379,12 @@ def parse_args(argv=None):
         ap.error("--d-model must be a multiple of --n-heads")
     if a.grad_accumulation < 1:
         ap.error("--grad-accumulation must be >= 1")
+    if a.fp4_all_gather and not a.fsdp:
+        ap.error("--fp4-all-gather: needs --fsdp")
+    if a.fsdp and a.compile:
+        ap.error("--compile: not combined with --fsdp in this example")
+    if a.fp4_all_gather and a.cooldown_frac:
+        ap.error("--cooldown-frac: a BF16 cooldown needs the dense weights, which --fp4-all-gather does not gather")
     if a.name is None:
         a.name = a.recipe
         if a.no_fp4_hadamard:
@@ -303,22 +393,38 @@ def parse_args(argv=None):
             a.name += "-no_sr"
         if a.cooldown_frac:
             a.name += f"-cooldown{a.cooldown_frac:g}"
+        if a.fsdp:
+            a.name += f"-fsdp{os.environ.get('WORLD_SIZE', '1')}" + ("-fp4ag" if a.fp4_all_gather else "")
     return a
 
 
 def main(argv=None):
     args = parse_args(argv)
-    device = torch.device(args.device)
+    args.rank, args.world, device = init_distributed(args)
+    rank0 = args.rank == 0
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.cuda.reset_peak_memory_stats(device)
-    meta = prepare_data.prepare(args.data, quiet=False)
+    if rank0:
+        meta = prepare_data.prepare(args.data, quiet=False)
+    if args.world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()  # rank 0 prepares the corpus once
+    meta = prepare_data.prepare(args.data, quiet=True) if not rank0 else meta
     recipe = make_recipe(args)
+    if args.rank and isinstance(recipe, nn4.Recipe):
+        # each rank its own stochastic-rounding bits; rank 0 keeps the single-process seed
+        recipe = recipe.replace(seed=(recipe.seed + 1_000_003 * args.rank) % 2**63)
     model = build_model(args, device)
     n_params = sum(p.numel() for p in model.parameters())
     converted = convert_model(model, args, recipe)
-    print(f"{args.name}: {n_params / 1e6:.1f}M parameters, {len(converted)} linear layers in NVFP4 "
-          f"(recipe {recipe.name}), device {device}, data {meta['train_tokens'] / 1e6:.1f}M train bytes", flush=True)
+    fp4_gathered = shard_model(model, args, device) if args.fsdp else []
+    if rank0:
+        print(f"{args.name}: {n_params / 1e6:.1f}M parameters, {len(converted)} linear layers in NVFP4 "
+              f"(recipe {recipe.name}), device {device}, data {meta['train_tokens'] / 1e6:.1f}M train bytes"
+              + (f", FSDP2 on {args.world} ranks, {len(fp4_gathered)} weights gathered in NVFP4" if args.fsdp else ""),
+              flush=True)
 
     fused = device.type == "cuda"
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -329,14 +435,17 @@ def main(argv=None):
     step_model = torch.compile(model, fullgraph=True, backend=args.compile_backend) if args.compile else model
     cooldown = nn4.Cooldown(model, args.steps, args.cooldown_frac) if args.cooldown_frac > 0 else None
 
-    train = Batches(os.path.join(args.data, "train.bin"), args.seq_len, args.batch_size, device, args.seed)
-    val_src = Batches(os.path.join(args.data, "val.bin"), args.seq_len, args.batch_size, device, 1234)
+    train = Batches(os.path.join(args.data, "train.bin"), args.seq_len, args.batch_size, device, args.seed,
+                    args.rank, args.world)
+    val_src = Batches(os.path.join(args.data, "val.bin"), args.seq_len, args.batch_size, device, 1234, args.rank,
+                      args.world)
     val_batches = [val_src.get() for _ in range(args.eval_batches)]
     tokens_per_step = args.seq_len * args.batch_size * args.grad_accumulation
 
     curve, val_curve, step_times = [], [], []
     pending = []  # losses kept on the device until the next log (no sync per step)
-    progress = Progress(args.steps, args.log_interval)
+    progress = Progress(args.steps, args.log_interval) if rank0 else Quiet()
+    gather_bytes = None
     t_start = time.time()
     stopped_early = False
     tok_s = float("nan")
@@ -347,6 +456,12 @@ def main(argv=None):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
         loss_sum = torch.zeros((), device=device)
+        counting = args.fsdp and step == min(1, args.steps - 1)  # the bytes one step all-gathers
+        if counting:
+            import nvfp4.distributed as nd
+
+            counter_ctx = nd.count_collectives()
+            counter = counter_ctx.__enter__()
         for _ in range(args.grad_accumulation):
             x, y = train.get()
             with autocast_ctx(args, device):
@@ -354,7 +469,11 @@ def main(argv=None):
             loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), y.reshape(-1)) / args.grad_accumulation
             loss.backward()
             loss_sum += loss.detach()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if counting:
+            counter_ctx.__exit__(None, None, None)
+            gather_bytes = counter.all_gather_bytes
+        gnorm = full_value(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        loss_sum = mean_over_ranks(loss_sum, args)
         opt.step()
         opt.zero_grad(set_to_none=True)
         pending.append((step + 1, loss_sum, gnorm))
@@ -379,7 +498,11 @@ def main(argv=None):
             val_curve.append({"step": step + 1, "tokens": (step + 1) * tokens_per_step, "val_loss": vl})
             progress.write(f"step {step + 1}: val_loss {vl:.4f}")
             window_t = time.time()  # validation time is not training time
-        if args.max_minutes and time.time() - t_start > 60 * args.max_minutes and not last:
+        out_of_time = bool(args.max_minutes) and time.time() - t_start > 60 * args.max_minutes and not last
+        if args.max_minutes and args.world > 1:  # every rank stops at the same step
+            flag = torch.tensor([float(out_of_time)], device=device)
+            out_of_time = bool(mean_over_ranks(flag, args).item() > 0)
+        if out_of_time:
             progress.write(f"stopping at step {step + 1}: --max-minutes {args.max_minutes} reached")
             stopped_early = True
             if not val_curve or val_curve[-1]["step"] != step + 1:
@@ -390,6 +513,12 @@ def main(argv=None):
             break
     progress.close()
     wall = time.time() - t_start
+    if not rank0:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+        return None
 
     steps_done = val_curve[-1]["step"]
     step_time = float(np.median(step_times)) if step_times else float("nan")
@@ -413,6 +542,9 @@ def main(argv=None):
         "train_curve": curve,
         "val_curve": val_curve,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "distributed": {"world_size": args.world, "fsdp": args.fsdp, "fp4_all_gather": args.fp4_all_gather,
+                        "fp4_gathered_layers": fp4_gathered, "rows_per_rank": args.batch_size // args.world,
+                        "all_gather_bytes_per_step_per_rank": gather_bytes},
         "torch": torch.__version__,
         "nvfp4": nvfp4.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -424,6 +556,11 @@ def main(argv=None):
     tps = f"{report['tokens_per_s']:,.0f}" if report["tokens_per_s"] else "n/a"
     print(f"{args.name}: {steps_done} steps, {report['tokens'] / 1e6:.2f}M tokens, final val loss "
           f"{report['final_val_loss']:.4f}, {tps} tokens/s, {wall:.0f} s, memory {report['memory']} -> {path}")
+    if args.fsdp:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
     return report
 
 

@@ -349,6 +349,16 @@ class Linear(nn.Linear):
                 b = None if self.bias is None else self.bias.to(x.dtype)
                 return F.linear(x, self.weight.to(x.dtype), b)
             return _LinearFn.apply(x, self.weight, self.bias, counter, self._w_cache, self._plan, _passes.W_FRESH)
+        w_cache = self._w_cache
+        gathered = getattr(self.weight, "nvfp4_w_cache", None)
+        if gathered is not None:
+            # FSDP2 gathered this weight in NVFP4 (nvfp4.distributed): W and Wᵀ are in the
+            # gathered buffer, laid out as the weight cache
+            if mode != _passes.W_FRESH or not self._recipe.fused:
+                raise RuntimeError(f"weight: gathered in FP4 (nvfp4.distributed), which needs a fused NVFP4 recipe "
+                                   f"and weight_reuse=None; got recipe {self._recipe.name!r}, "
+                                   f"weight_reuse={self.weight_reuse!r}")
+            mode, w_cache = _passes.W_REUSE, gathered
         if not self._recipe.fused:
             if mode != _passes.W_FRESH:
                 raise RuntimeError(f"weight_reuse: {self.weight_reuse!r} is implemented for the fused NVFP4 recipes; "
@@ -362,4 +372,4 @@ class Linear(nn.Linear):
             if counter.is_inference() and not torch.is_inference_mode_enabled():
                 # loaded or moved under inference_mode: a normal counter the backward may advance
                 counter = self.sr_step = counter.clone()
-        return _LinearFn.apply(x, self.weight, self.bias, counter, self._w_cache, self._plan, mode)
+        return _LinearFn.apply(x, self.weight, self.bias, counter, w_cache, self._plan, mode)

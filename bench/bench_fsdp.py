@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""FSDP2 training step: the NVFP4 model with the ordinary (BF16) weight all-gather and with
+the FP4 all-gather (nvfp4.distributed), and the BF16 model, measured in the same run.
+
+The model is examples/train.py's transformer (--size 400m: d2048, 8 layers; 1b: d2048, 20
+layers), every block's Linear converted for the NVFP4 rows, each block and the root
+sharded by fully_shard with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) and
+BF16 autocast on the GPU. A step is forward + backward + fused AdamW on each rank's own
+batch (--batch-size sequences per rank). Step time: the median over --steps steps after
+--warmup, the slowest rank's. Bytes: what each rank's all-gathers deliver in one step
+(counted on torch.distributed's collectives), and the formula for the converted layers
+(N*K*(1/2 + 1/16) bytes in FP4 against 2*N*K in BF16).
+
+    torchrun --nproc-per-node 2 bench/bench_fsdp.py --size 400m --json fsdp_400m_2.json
+    torchrun --nproc-per-node 4 bench/bench_fsdp.py --size 1b
+    python3 -m torch.distributed.run --nproc-per-node 2 bench/bench_fsdp.py --smoke   # CPU, gloo
+    python3 bench/bench_fsdp.py --table OUT/fsdp_*.json      # one table from several runs
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import train as T  # noqa: E402
+
+import nvfp4  # noqa: E402
+import nvfp4.distributed as nd  # noqa: E402
+import nvfp4.nn as nn4  # noqa: E402
+
+VARIANTS = ("bf16", "nvfp4", "nvfp4_fp4gather")
+
+
+def build(name, a, dev, mesh, rank):
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    margs = argparse.Namespace(d_model=a.d_model, n_layers=a.n_layers, n_heads=a.n_heads, seq_len=a.seq_len, seed=0,
+                               master_dtype=torch.float32)
+    model = T.build_model(margs, dev)
+    converted = []
+    if name != "bf16":
+        nn4.convert(model, nn4.get_recipe(a.recipe, backend=a.backend, seed=1000 + rank), include="blocks.*")
+        converted = [m for m in model.modules() if isinstance(m, nn4.Linear)]
+    if name == "nvfp4_fp4gather":
+        nd.enable_fp4_all_gather(model)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if dev.type == "cuda" \
+        else MixedPrecisionPolicy()
+    for b in model.blocks:
+        fully_shard(b, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    return model, converted
+
+
+def time_variant(name, a, dev, mesh, rank, world, batches):
+    model, converted = build(name, a, dev, mesh, rank)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
+    amp = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
+
+    def step(i):
+        x, y = batches[i % len(batches)]
+        with amp:
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().reshape(-1, T.VOCAB), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    for i in range(a.warmup):
+        step(i)
+    with nd.count_collectives() as c:
+        loss = step(a.warmup)
+    sync(dev)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    times = []
+    for i in range(a.steps):
+        dist.barrier()
+        sync(dev)
+        t0 = time.perf_counter()
+        step(i)
+        sync(dev)
+        times.append(time.perf_counter() - t0)
+    med = torch.tensor([statistics.median(times)], dtype=torch.float64, device=dev)
+    dist.all_reduce(med, op=dist.ReduceOp.MAX)  # the slowest rank's median
+    lin_fp4 = sum(m.out_features * (m.in_features // 2 + m.in_features // 16) for m in converted)
+    lin_bf16 = sum(2 * m.out_features * m.in_features for m in converted)
+    row = {"step_ms": 1e3 * med.item(), "loss": loss.detach().item(), "all_gather_bytes": c.all_gather_bytes,
+           "all_gather_calls": c.all_gather_calls, "all_reduce_calls": c.all_reduce_calls,
+           "reduce_scatter_bytes": c.reduce_scatter_bytes, "converted_layers": len(converted),
+           "converted_fp4_bytes": lin_fp4, "converted_bf16_bytes": lin_bf16}
+    if dev.type == "cuda":
+        row["peak_memory_gb"] = torch.cuda.max_memory_allocated(dev) / 2**30
+    del model, opt
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return row
+
+
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def print_table(results):
+    print(f"{'size/bs':9s} {'GPUs':>4s} {'bf16 ms':>9s} {'nvfp4 ms':>9s} {'fp4gath ms':>10s} {'fp4g/bf16g':>10s} "
+          f"{'nvfp4/bf16':>10s} {'fp4g/bf16':>10s} {'AG GB bf16g':>11s} {'AG GB fp4g':>10s} {'AG ratio':>8s} "
+          f"{'lin ratio':>9s}  device")
+    for r in results:
+        rows = r["rows"]
+        b, q, f = (rows.get(v, {}) for v in VARIANTS)
+
+        def ms(x):
+            return f"{x['step_ms']:9.2f}" if "step_ms" in x else f"{'-':>9s}"
+
+        def ratio(x, y):
+            return f"{x['step_ms'] / y['step_ms']:10.3f}" if "step_ms" in x and "step_ms" in y else f"{'-':>10s}"
+
+        ag = (f"{q['all_gather_bytes'] / 1e9:11.3f} {f['all_gather_bytes'] / 1e9:10.3f} "
+              f"{f['all_gather_bytes'] / q['all_gather_bytes']:8.3f} "
+              f"{f['converted_fp4_bytes'] / f['converted_bf16_bytes']:9.4f}") if ("all_gather_bytes" in q and
+                                                                                  q.get("all_gather_bytes")) else ""
+        label = f"{r['size']}/b{r['model']['batch_size_per_rank']}"
+        print(f"{label:9s} {r['world']:4d} {ms(b)} {ms(q)} {ms(f):>10s} {ratio(f, q)} {ratio(q, b)} {ratio(f, b)} "
+              f"{ag}  {r['device']}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="400m", choices=sorted(T.SIZES))
+    ap.add_argument("--batch-size", type=int, default=None, help="sequences per rank (default: the size's)")
+    ap.add_argument("--seq-len", type=int, default=None)
+    ap.add_argument("--recipe", default="nvfp4")
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--steps", type=int, default=None, help="timed steps (default 10; 2 with --smoke)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 3; 1 with --smoke)")
+    ap.add_argument("--smoke", action="store_true", help="CPU (gloo), toy size")
+    ap.add_argument("--json", default=None, help="rank 0 writes the results here")
+    ap.add_argument("--table", nargs="+", default=None, metavar="JSON", help="print one table from earlier runs")
+    a = ap.parse_args(argv)
+    if a.table:
+        print_table([json.load(open(p)) for p in a.table])
+        return None
+    if a.smoke:
+        a.size = "smoke"
+    size = T.SIZES[a.size]
+    a.d_model, a.n_layers, a.n_heads = size["d_model"], size["n_layers"], size["n_heads"]
+    a.seq_len = a.seq_len or size["seq_len"]
+    a.batch_size = a.batch_size or size["batch_size"]
+    a.steps = a.steps or (2 if a.smoke else 10)
+    a.warmup = a.warmup or (1 if a.smoke else 3)
+    for v in a.variants.split(","):
+        if v not in VARIANTS:
+            ap.error(f"--variants: unknown variant {v!r} (choose from {VARIANTS})")
+    if "RANK" not in os.environ:
+        ap.error("run under torchrun (torchrun --nproc-per-node N bench/bench_fsdp.py ...)")
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    use_cuda = torch.cuda.is_available() and not a.smoke
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    if use_cuda:
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+        dist.init_process_group("nccl", device_id=dev)
+        torch.backends.cuda.matmul.allow_tf32 = True
+    else:
+        dev = torch.device("cpu")
+        dist.init_process_group("gloo")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(dev.type, (world,))
+    g = torch.Generator().manual_seed(rank)
+    batches = []
+    for _ in range(4):
+        xy = torch.randint(0, T.VOCAB, (a.batch_size, a.seq_len + 1), generator=g).to(dev)
+        batches.append((xy[:, :-1], xy[:, 1:]))
+    results = {"size": a.size, "world": world, "device": torch.cuda.get_device_name(dev) if use_cuda else "cpu",
+               "torch": torch.__version__, "nvfp4": nvfp4.__version__, "recipe": a.recipe,
+               "date": time.strftime("%Y-%m-%d"),
+               "model": {"d_model": a.d_model, "n_layers": a.n_layers, "seq_len": a.seq_len,
+                         "batch_size_per_rank": a.batch_size},
+               "rows": {}}
+    try:
+        for name in a.variants.split(","):
+            r = time_variant(name, a, dev, mesh, rank, world, batches)
+            results["rows"][name] = r
+            if rank == 0:
+                print(f"{a.size} x{world} {name:16s} step {r['step_ms']:9.2f} ms  all-gathered "
+                      f"{r['all_gather_bytes'] / 1e6:10.2f} MB/step/rank in {r['all_gather_calls']} calls, "
+                      f"{r['all_reduce_calls']} all-reduces, loss {r['loss']:.4f}", flush=True)
+        rows = results["rows"]
+        ratios = {}
+        if "nvfp4" in rows and "nvfp4_fp4gather" in rows:
+            q, f = rows["nvfp4"], rows["nvfp4_fp4gather"]
+            ratios["fp4gather_over_bf16gather_step_time"] = f["step_ms"] / q["step_ms"]
+            if q["all_gather_bytes"]:  # 0 only if this torch's FSDP2 bypasses the counted functions
+                ratios["fp4gather_over_bf16gather_all_gather_bytes"] = f["all_gather_bytes"] / q["all_gather_bytes"]
+            ratios["converted_layers_fp4_over_bf16_bytes"] = f["converted_fp4_bytes"] / f["converted_bf16_bytes"]
+        if "bf16" in rows:
+            for v in ("nvfp4", "nvfp4_fp4gather"):
+                if v in rows:
+                    ratios[f"{v}_over_bf16_step_time"] = rows[v]["step_ms"] / rows["bf16"]["step_ms"]
+        results["ratios"] = ratios
+        if rank == 0:
+            for k, v in ratios.items():
+                print(f"{k}: {v:.4f}")
+            print_table([results])
+            if a.json:
+                with open(a.json, "w") as fh:
+                    json.dump(results, fh, indent=1)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,728 @@
+"""Sharded training that moves NVFP4 weights: FSDP2 (``fully_shard``) all-gathers each
+converted Linear's weight as E2M1 codes and E4M3 scales instead of BF16/FP32 values.
+
+    import nvfp4.distributed as nd
+    nvfp4.convert(model, recipe)
+    nd.enable_fp4_all_gather(model)          # before fully_shard and before building the optimizer
+    for block in model.blocks: fully_shard(block)
+    fully_shard(model)
+
+How one weight W [N, K] travels (docs/design.md, "FSDP2: the FP4 weight all-gather"):
+
+1. The per-tensor amax: every rank takes max |W_shard| of each converted weight of the FSDP
+   unit being gathered; one all-reduce (MAX) per unit and gather gives the global amaxes
+   (NaN kept: a NaN anywhere makes the weight's amax NaN, as in one process).
+2. Each rank quantizes its shard with the global amax, in 16x16 tiles (the recipe's 2D
+   weight blocks). FSDP2 shards rows in chunks of ceil(N / world); when the chunk is a
+   multiple of 16 rows every tile lies inside one shard, so the tiles and their scales are
+   the ones a single process computes. A chunk that cuts a tile is refused by name. The
+   kernel computes the amax of what it quantizes, so the shard is quantized with one extra
+   16-row tile holding a single element equal to the global amax (an exact value of the
+   weight's dtype): that tile's codes are dropped, and nothing else depends on it.
+3. The all-gather moves, per shard row, K/2 code bytes and K/16 scale bytes (scales in the
+   linear layout: the 128x4 swizzle does not split on 16-row boundaries); 0.5625 bytes per
+   weight element against 2 for BF16 (0.28x) or 4 for FP32.
+4. After the gather each rank swizzles the scales and builds Wᵀ for dgrad from the gathered
+   tiles (nibble and scale transpose: with 16x16 tiles the columnwise quantization is the
+   transpose of the rowwise one), into one buffer laid out as nvfp4.nn.Linear's weight
+   cache; the Linear's forward reads it (no quantization of W) and saves Wᵀ for backward.
+
+Gradients are reduce-scattered by FSDP2 as for any parameter (BF16/FP32). The weight is
+quantized from the sharded master weight (FP32 under a BF16 MixedPrecisionPolicy), so the
+gathered weight is bit for bit the one a single process quantizes from the same master
+weight.
+
+Not covered: the 1x16 weight recipes (``no_2d``, ``fp4_all_the_way``: their Wᵀ is not a
+transpose of W's codes), the MXFP4 and double-quantization recipes, layers whose forward
+needs the dense weight (``fwd_only``'s BF16 dgrad, ``set_precision(.., "bf16")``): they are
+refused by name; leave them out with ``exclude``. DDP needs nothing of this: every rank
+holds the whole weight and quantizes it locally.
+
+Extension point for other layer types: a layer joins through ``_gather_spec`` (which
+parameter) and ``fp4_gather_refusal`` (which recipes), and its forward reads the gathered
+buffer (``gathered_weight_cache``) as nvfp4.nn.Linear.forward does. Grouped MoE experts
+(one weight [E, N, K]) also need: FSDP2's dim-0 shards made of whole experts (E a multiple
+of the world size) or of 16-row multiples, one amax per expert if their recipe scales each
+expert on its own (the all-reduce then carries E values for the layer), and the gathered
+buffer in the layout their grouped GEMM reads.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+import hashlib
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+import torch.utils._pytree as pytree
+from torch import nn
+
+from . import _ops
+from .nn.linear import Linear
+from .nn.recipe import Recipe
+
+__all__ = ["enable_fp4_all_gather", "disable_fp4_all_gather", "fp4_all_gather_layers", "gather_layout",
+           "quantize_shard", "assemble_gathered", "nibble_transpose", "gathered_weight_cache", "CommCounter",
+           "count_collectives", "fp4_gather_refusal"]
+
+TILE = 16  # rows (and columns) of a 2D weight tile
+
+
+# ------------------------------------------------------------------------------ layout (pure functions)
+@dataclass(frozen=True)
+class GatherLayout:
+    """How a weight [n, k] is sharded by FSDP2 over `world` ranks (torch.chunk on dim 0) and
+    what each rank all-gathers."""
+
+    n: int
+    k: int
+    world: int
+    chunk: int      # rows per rank (the last ranks may hold fewer, or none)
+    in_cols: int    # bytes per row of the all-gather input
+    uneven: bool    # n != chunk * world: FSDP2 then wants every all-gather input [chunk, k]
+
+    @property
+    def code_bytes(self) -> int:
+        return self.k // 2
+
+    @property
+    def scale_bytes(self) -> int:
+        return self.k // 16
+
+    def rows_of(self, rank: int) -> Tuple[int, int]:
+        start = min(self.n, rank * self.chunk)
+        return start, min(self.n, start + self.chunk) - start
+
+    @property
+    def bytes_per_rank(self) -> int:
+        return self.chunk * self.in_cols
+
+
+def gather_layout(n: int, k: int, world: int, name: str = "weight") -> GatherLayout:
+    """The layout of an FP4 all-gather of a weight [n, k] over `world` ranks; ValueError
+    (naming the layer) if a shard boundary cuts a 16x16 tile."""
+    if n % TILE or k % TILE:
+        raise ValueError(f"{name}: a weight of shape [{n}, {k}] is not made of 16x16 tiles")
+    if world < 1:
+        raise ValueError(f"world: must be >= 1, got {world}")
+    chunk = -(-n // world)
+    if chunk % TILE:
+        raise ValueError(
+            f"{name}: FP4 all-gather of a [{n}, {k}] weight over {world} ranks: FSDP2 shards it in chunks of "
+            f"{chunk} rows, which cut the 16x16 weight tiles (an exact FP4 gather needs chunks of a multiple of "
+            f"16 rows, ceil({n} / world) % 16 == 0); leave this layer out "
+            f"(enable_fp4_all_gather(model, exclude=[...])) or use another world size")
+    uneven = n != chunk * world
+    row = k // 2 + k // 16
+    # FSDP2 requires all-gather inputs of the padded shard's size [chunk, k] when it pads;
+    # the FP4 row then travels in k bytes instead of 0.5625 k.
+    return GatherLayout(n, k, world, chunk, k if uneven else row, uneven)
+
+
+def nibble_transpose(codes: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Packed E2M1 codes [n, k/2] of W (rows may be strided) -> packed codes [k, n/2] of Wᵀ
+    (n even), into `out` if given. Element 2i of a row is the low nibble of byte i."""
+    n, kh = codes.shape
+    if out is None:
+        out = torch.empty((2 * kh, n // 2), dtype=torch.uint8, device=codes.device)
+    d = codes.view(n // 2, 2, kh)
+    lo, hi = d[:, 0, :], d[:, 1, :]   # rows 2p and 2p+1
+    o = out.view(kh, 2, n // 2)       # Wᵀ rows 2q and 2q+1
+    if kh % 4 == 0 and codes.stride(0) % 4 == 0 and codes.storage_offset() % 4 == 0:
+        # the nibble arithmetic four bytes at a time (masks keep every nibble in its byte)
+        lo32, hi32 = lo.view(torch.int32), hi.view(torch.int32)
+        even = (lo32 & 0x0F0F0F0F) | ((hi32 & 0x0F0F0F0F) << 4)
+        odd = ((lo32 >> 4) & 0x0F0F0F0F) | (hi32 & -0x0F0F0F10)  # -0x0F0F0F10 is 0xF0F0F0F0
+        even, odd = even.view(torch.uint8), odd.view(torch.uint8)
+    else:
+        even = (lo & 0x0F) | (hi << 4)   # a uint8 shift drops the high nibble
+        odd = (lo >> 4) | (hi & 0xF0)
+    # Wᵀ[2q, p] = W[2p, 2q] | W[2p+1, 2q] << 4;  Wᵀ[2q+1, p] = W[2p, 2q+1] | W[2p+1, 2q+1] << 4
+    o[:, 0, :].copy_(even.t())
+    o[:, 1, :].copy_(odd.t())
+    return out
+
+
+def quantize_shard(local: torch.Tensor, amax: torch.Tensor, layout: GatherLayout) -> torch.Tensor:
+    """The all-gather input of one rank: its rows of W (`local` [rows, k], rows <= chunk, a
+    multiple of 16) quantized in 16x16 tiles with the weight's global `amax` (float32 [1]),
+    as uint8 [chunk, in_cols]: per row K/2 code bytes then K/16 linear scale bytes; rows
+    past `rows` and bytes past the scales are zero."""
+    rows, k = local.shape
+    if rows == 0:
+        return torch.zeros((layout.chunk, layout.in_cols), dtype=torch.uint8, device=local.device)
+    if rows % TILE or rows > layout.chunk or k != layout.k:
+        raise ValueError(f"local: a shard of shape [{rows}, {k}] does not fit the layout {layout}")
+    # The shard and one more tile whose only non-zero element is the global amax: the
+    # kernel's amax is then max(local amax, global amax) = the global amax.
+    x = torch.empty((rows + TILE, k), dtype=local.dtype, device=local.device)
+    x[:rows].copy_(local)
+    x[rows:].zero_()
+    x[rows, 0] = amax.reshape(()).to(local.dtype)
+    data, scales, _ = _ops.quantize(x, 1, 0, 0, 0, 0, 0, None, True, False)[:3]
+    linear = _ops.swizzle(scales.view(torch.uint8), rows + TILE, k // 16, False)
+    cb, sb = layout.code_bytes, layout.scale_bytes
+    out = torch.empty((layout.chunk, layout.in_cols), dtype=torch.uint8, device=local.device)
+    out[:rows, :cb].copy_(data[:rows])
+    out[:rows, cb:cb + sb].copy_(linear[:rows])
+    out[rows:].zero_()            # a short (padded) shard
+    out[:rows, cb + sb:].zero_()  # the padding of an uneven layout's [chunk, k] rows
+    return out
+
+
+def assemble_gathered(gathered: torch.Tensor, amax: torch.Tensor, layout: GatherLayout, buf: torch.Tensor,
+                      transpose: bool = True) -> torch.Tensor:
+    """Writes the gathered rows (uint8 [>= n, in_cols]) into `buf` in the layout of
+    nvfp4.nn.Linear's weight cache: W rowwise (codes, swizzled scales, amax) and, with
+    `transpose`, Wᵀ quantized along N (the transposed codes and scales, the same amax)."""
+    n, k = layout.n, layout.k
+    cb, sb = layout.code_bytes, layout.scale_bytes
+    rows = gathered[:n]
+    codes, lin = rows[:, :cb], rows[:, cb:cb + sb]
+    off = _ops.packed_nbytes(n, k)
+    d, s, a = _ops.unpack(buf[:off], n, k)
+    d.copy_(codes)
+    s.view(torch.uint8).copy_(_ops.swizzle(lin.contiguous(), n, sb, True))
+    a.copy_(amax.reshape(1))
+    if transpose:
+        dt, st, at = _ops.unpack(buf[off:], k, n)
+        nibble_transpose(codes, out=dt)
+        # Wᵀ's block (j, 16b..16b+15) is tile (b, j/16): one scale per tile, stored for
+        # each of Wᵀ's 16 rows of it.
+        lin_t = lin[::TILE].t().repeat_interleave(TILE, dim=0)
+        st.view(torch.uint8).copy_(_ops.swizzle(lin_t.contiguous(), k, n // 16, True))
+        at.copy_(amax.reshape(1))
+    return buf
+
+
+# ------------------------------------------------------------------------------ which layers
+def fp4_gather_refusal(module: nn.Module) -> Optional[str]:
+    """Why this layer's weight cannot travel in FP4 (None: it can)."""
+    if not isinstance(module, Linear):
+        return f"a {type(module).__name__}, not an nvfp4.nn.Linear"
+    r: Recipe = module.recipe
+    if not r.quantized:
+        return f"recipe {r.name!r} runs in the compute dtype"
+    if not r.fused:
+        return f"recipe {r.name!r} has MXFP4 or double-quantized operands (per-operand path)"
+    if r.w.block != "2d":
+        return (f"recipe {r.name!r} quantizes W in 1x16 blocks: Wᵀ (dgrad) is not the transpose of W's codes, "
+                f"it would need a second gather")
+    if not r.fprop or not r.dgrad:
+        return f"recipe {r.name!r} runs fprop or dgrad in the compute dtype, which needs the dense weight"
+    if getattr(module, "precision", "nvfp4") != "nvfp4":
+        return f"the layer runs at precision {module.precision!r} (set_precision), which needs the dense weight"
+    if getattr(module, "weight_reuse", None) is not None:
+        return "weight_reuse is set: the gathered weight is already quantized once per gather"
+    return None
+
+
+def _gather_spec(module: nn.Module) -> Optional[str]:
+    """The name of the parameter an FP4 gather replaces, for the layer types that support
+    it (the extension point for other layers)."""
+    return "weight" if isinstance(module, Linear) else None
+
+
+def _fingerprint(layers: Sequence[nn.Module]) -> int:
+    """The configuration of a unit's layers that every rank must share (their recipes
+    without the seed: ranks draw their own stochastic-rounding bits; precision and shape),
+    as an integer exact in float64."""
+    key = repr([(dataclasses.replace(m.recipe, seed=0), m.precision, tuple(m.weight.shape)) for m in layers])
+    return int.from_bytes(hashlib.sha1(key.encode()).digest()[:6], "little")
+
+
+# ------------------------------------------------------------------------------ the amax all-reduce, batched per unit
+class _Registry:
+    """The converted layers of one model (enable_fp4_all_gather) and, once FSDP2 has
+    wrapped it, the FSDP unit each of them is gathered with."""
+
+    def __init__(self, root: nn.Module, layers: Dict[nn.Module, str]):
+        self.root = weakref.ref(root)
+        self.layers = weakref.WeakKeyDictionary(layers)
+        self.unit_of: Optional[weakref.WeakKeyDictionary] = None
+        self.unit_module: Dict[int, Optional[nn.Module]] = {}  # id(group) -> the FSDP module gathering it
+        self.rounds: Dict[int, int] = {}  # unit id -> gathers so far (checked on the first)
+        self._heads: Dict[int, Tuple[tuple, torch.Tensor]] = {}
+
+    def head(self, unit: int, refused: float, fp: float, dev: torch.device) -> torch.Tensor:
+        """[refused, fingerprint, -fingerprint] on the device, kept per unit: a tensor built
+        from host values would be a synchronizing copy on every gather."""
+        key = (refused, fp, dev)
+        got = self._heads.get(unit)
+        if got is None or got[0] != key:
+            t = torch.empty((3,), dtype=torch.float64, device=dev)
+            for i, v in enumerate((refused, fp, -fp)):
+                t[i].fill_(v)
+            got = self._heads[unit] = (key, t)
+        return got[1]
+
+    def units(self) -> weakref.WeakKeyDictionary:
+        if self.unit_of is None:
+            from torch.distributed.fsdp import FSDPModule
+
+            root = self.root()
+            if root is None:
+                raise RuntimeError("enable_fp4_all_gather: the model it was called on no longer exists")
+            unit_of: Dict[nn.Module, List[nn.Module]] = {}
+            groups: Dict[int, List[nn.Module]] = {}
+
+            # FSDP2 gathers a parameter with the innermost fully_shard'ed module above it
+            # (fully_shard is applied bottom-up; the root takes what is left).
+            def visit(m, unit):
+                if isinstance(m, FSDPModule):
+                    unit = m
+                if m in self.layers and m not in unit_of:
+                    g = groups.setdefault(id(unit), [])
+                    g.append(m)
+                    unit_of[m] = g
+                    self.unit_module[id(g)] = unit
+                for c in m.children():
+                    visit(c, unit)
+
+            visit(root, None)
+            self.unit_of = weakref.WeakKeyDictionary(unit_of)
+        return self.unit_of
+
+
+class _Round(threading.local):
+    """The amaxes of the unit being gathered: computed when FSDP2 asks for the first
+    weight of a unit, handed to the others of the same unit in the same all-gather. FSDP2
+    builds a unit's all-gather inputs one parameter after the other, so any other order
+    means the units were guessed wrong: refused, never a stale amax."""
+
+    def __init__(self):
+        self.group: Optional[List[nn.Module]] = None
+        self.pending: Dict[int, torch.Tensor] = {}
+
+
+_ROUND = _Round()
+
+
+def _local_shard(module: nn.Module, device: torch.device) -> torch.Tensor:
+    w = module.weight
+    local = getattr(w, "_local_tensor", w)
+    if isinstance(local, _ShardWeight):
+        local = local._inner
+    return local.to(device, non_blocking=True) if local.device != device else local
+
+
+def _global_amaxes(registry: _Registry, group: List[nn.Module], caller: nn.Module, caller_local: torch.Tensor,
+                   mesh) -> Dict[int, torch.Tensor]:
+    """One all-reduce (MAX) over the shard group: per layer max |W_shard| (NaN as a flag,
+    which a MAX reduction may drop), and per unit a refusal flag and the configuration
+    fingerprint (and its negation: max and min in one reduction)."""
+    dev = caller_local.device
+    L = len(group)
+    amaxes, refused = [], []
+    for m in group:
+        local = caller_local if m is caller else _local_shard(m, dev)
+        a = local.detach().abs().amax().float() if local.numel() else torch.zeros((), device=dev)
+        amaxes.append(a.reshape(1))
+        refused.append(fp4_gather_refusal(m))
+    key = id(group)
+    first = registry.rounds.get(key, 0) == 0
+    names = [registry.layers.get(m, "?") for m in group]
+    mine = [f"{n}: {w}" for n, w in zip(names, refused) if w]
+    if mine and not first:
+        # a layer changed after the first gather (a recipe or precision switch): named here;
+        # ranks that changed alike stop alike
+        raise ValueError("fp4_all_gather: a layer can no longer take its weight in FP4: " + "; ".join(mine))
+    fp = _fingerprint(group)
+    a = torch.cat(amaxes).to(torch.float64)
+    nan = torch.isnan(a)
+    head = registry.head(key, 1.0 if any(refused) else 0.0, float(fp), dev)
+    vec = torch.cat([torch.where(nan, torch.zeros_like(a), a), nan.to(torch.float64), head])
+    dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=mesh.get_group())
+    a_max, nan_any = vec[:L], vec[L:2 * L] > 0
+    bad = (vec[2 * L] > 0) | (vec[2 * L + 1] != -vec[2 * L + 2])
+    registry.rounds[key] = registry.rounds.get(key, 0) + 1
+    if first:
+        # Read once per unit, on every rank alike (the same gather on every rank), so that a
+        # misconfiguration is a named error on all ranks and never a hang.
+        v = vec[2 * L:].tolist()
+        if v[0] > 0:
+            raise ValueError("fp4_all_gather: a layer cannot take its weight in FP4 on "
+                             + ("this rank: " + "; ".join(mine) if mine else "another rank")
+                             + " (leave it out with enable_fp4_all_gather(model, exclude=[...]))")
+        if v[1] != -v[2]:
+            raise ValueError(f"fp4_all_gather: the ranks disagree on the recipes of layers {names} (a recipe may "
+                             "differ across ranks in its seed only)")
+    # Later gathers are not read on the host (no synchronization): a disagreement between
+    # ranks that appears later makes the amaxes NaN, so the weights decode to NaN, never to
+    # numbers quantized with another rank's scale.
+    out = torch.where(nan_any | bad, torch.full_like(a_max, float("nan")), a_max).to(torch.float32)
+    return {id(m): out[i:i + 1] for i, m in enumerate(group)}
+
+
+def _skips_transpose(registry: _Registry, module: nn.Module) -> bool:
+    """True when this gather is the forward one of a unit that FSDP2 reshards after forward:
+    its backward gathers the weight again (into the same storage) before any backward op of
+    the unit runs, so Wᵀ is built then and the forward needs W only. Read from FSDP2's own
+    state; anything unexpected (another torch, another setup) means False: Wᵀ is built."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
+
+        unit = registry.unit_module.get(id(registry.units().get(module)))
+        state = unit._get_fsdp_state()
+        groups = getattr(state, "_fsdp_param_groups", None)
+        if groups is None:
+            groups = [g for g in [state._fsdp_param_group] if g is not None]
+        mine = [g for g in groups if any(p._module_info.module is module for p in g.fsdp_params)]
+        if len(mine) != 1:
+            return False
+        g = mine[0]
+        return (g._training_state == TrainingState.FORWARD and g.post_forward_mesh_info is not None
+                and g.post_forward_mesh_info == g.mesh_info)
+    except Exception:
+        return False
+
+
+def _amax_for(registry: _Registry, module: nn.Module, local: torch.Tensor, mesh) -> torch.Tensor:
+    group = registry.units().get(module)
+    if group is None:
+        raise RuntimeError(f"fp4_all_gather: layer {registry.layers.get(module, '?')} is gathered by FSDP2 but was "
+                           "not found under the model enable_fp4_all_gather was called on (a deep copy of such a model? "
+                           "copy the model before enabling the FP4 gather, then enable it on each copy)")
+    st = _ROUND
+    if st.group is not None:
+        if st.group is not group or id(module) not in st.pending:
+            st.group, st.pending = None, {}
+            raise RuntimeError(f"fp4_all_gather: FSDP2 gathered layer {registry.layers.get(module, '?')} in another "
+                               "order than its units suggest (fully_shard applied top-down?); apply fully_shard to "
+                               "the blocks first, then to the root")
+    else:
+        try:
+            # every layer of the unit checked before any collective: a refusal is raised on
+            # every rank alike, before anyone waits for the others
+            for m in group:
+                gather_layout(*m.weight.shape, mesh.size(), registry.layers.get(m, "?"))
+            st.pending = _global_amaxes(registry, group, module, local, mesh)
+        except BaseException:
+            st.group, st.pending = None, {}
+            raise
+        st.group = group
+    amax = st.pending.pop(id(module))
+    if not st.pending:
+        st.group = None
+    return amax
+
+
+# ------------------------------------------------------------------------------ the tensor subclasses
+_PRESERVE = {
+    # what FSDP2 does to the sharded weight (chunk, pad, narrow, view, move, pin) keeps it a
+    # _ShardWeight, so that FSDP2 finds the all-gather hooks on its local shard
+    torch.ops.aten.new_zeros.default, torch.ops.aten.slice.Tensor, torch.ops.aten.view.default,
+    torch.ops.aten.as_strided.default, torch.ops.aten._to_copy.default, torch.ops.aten._pin_memory.default,
+    torch.ops.aten.split.Tensor, torch.ops.aten.clone.default, torch.ops.aten.alias.default,
+    torch.ops.aten.detach.default, torch.ops.aten.narrow.default, torch.ops.aten._unsafe_view.default,
+    torch.ops.aten.empty_like.default,  # Module.to_empty (FSDP2's meta-device initialization)
+}
+
+
+class _ShardWeight(torch.Tensor):
+    """An nvfp4.nn.Linear's master weight (or FSDP2's shard of it) that FSDP2 all-gathers in
+    NVFP4. It behaves as its inner tensor for every op (optimizers, state_dict, .to());
+    only FSDP2's all-gather hooks differ."""
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor, registry: _Registry):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, inner.size(), strides=inner.stride(), storage_offset=inner.storage_offset(), dtype=inner.dtype,
+            layout=inner.layout, device=inner.device, requires_grad=inner.requires_grad)
+
+    def __init__(self, inner: torch.Tensor, registry: _Registry):
+        self._inner = inner
+        self._registry = registry
+
+    def __repr__(self):
+        return f"_ShardWeight({self._inner!r})"
+
+    def __reduce_ex__(self, protocol):
+        # pickled (torch.save) as the plain tensor it wraps
+        return self._inner.__reduce_ex__(protocol)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        registry = None
+        wrappers = {}
+
+        def unwrap(t):
+            nonlocal registry
+            registry = registry or t._registry
+            wrappers[id(t._inner)] = t
+            return t._inner
+
+        args, kwargs = pytree.tree_map_only(_ShardWeight, unwrap, (args, kwargs or {}))
+        out = func(*args, **kwargs)
+
+        def rewrap(t):
+            if id(t) in wrappers:  # an in-place op returns its (wrapped) input
+                return wrappers[id(t)]
+            return _ShardWeight(t, registry) if func in _PRESERVE else t
+
+        return pytree.tree_map_only(torch.Tensor, rewrap, out)
+
+    def __tensor_flatten__(self):
+        return ["_inner"], self._registry
+
+    @staticmethod
+    def __tensor_unflatten__(inner_tensors, registry, outer_size, outer_stride):
+        return _ShardWeight(inner_tensors["_inner"], registry)
+
+    # -- FSDP2's all-gather extension
+    def fsdp_pre_all_gather(self, mesh, outer_size, outer_stride, module, mp_policy):
+        name = self._registry.layers.get(module, type(module).__name__)
+        if len(outer_size) != 2:
+            raise ValueError(f"{name}: FP4 all-gather takes 2D weights, got shape {list(outer_size)}")
+        n, k = outer_size
+        try:
+            layout = gather_layout(n, k, mesh.size(), name)
+            local = self._inner
+            amax = _amax_for(self._registry, module, local, mesh)
+            transpose = module.recipe.dgrad and not _skips_transpose(self._registry, module)
+            return (quantize_shard(local.detach(), amax, layout),), (amax, layout, transpose)
+        except BaseException:
+            _ROUND.group, _ROUND.pending = None, {}  # the next gather starts afresh
+            raise
+
+    def fsdp_post_all_gather(self, all_gather_outputs, metadata, param_dtype, *, out=None):
+        (gathered,) = all_gather_outputs
+        amax, layout, transpose = metadata
+        if amax.is_cuda:
+            # made on FSDP2's copy-in stream, read here on the current one: its memory must
+            # not return to the copy-in stream's pool before this stream has read it
+            amax.record_stream(torch.cuda.current_stream(amax.device))
+        if out is not None:
+            if not isinstance(out, _GatheredWeight):
+                raise RuntimeError(f"out: expected the gathered NVFP4 weight, got {type(out).__name__}")
+            # FSDP2 re-fills the same buffer on each gather; autograd may hold a view of it
+            # (Wᵀ saved for backward), which is why its version counter must not move.
+            with torch.autograd._unsafe_preserve_version_counter(out._buf):
+                assemble_gathered(gathered, amax, layout, out._buf, transpose)
+            return None
+        buf = torch.empty((_ops.w_cache_nbytes(layout.n, layout.k),), dtype=torch.uint8, device=gathered.device)
+        assemble_gathered(gathered, amax, layout, buf, transpose)
+        return _GatheredWeight(buf, layout.n, layout.k, param_dtype), (buf,)
+
+
+class _GatheredWeight(torch.Tensor):
+    """The unsharded weight FSDP2 hands to an nvfp4.nn.Linear under the FP4 all-gather: shape
+    and dtype of the weight, content only its NVFP4 quantization (the Linear's weight-cache
+    layout, `_buf`). Its gradient is a plain tensor, reduce-scattered by FSDP2. Ops that
+    need the dense values are refused by name."""
+
+    @staticmethod
+    def __new__(cls, buf: torch.Tensor, n: int, k: int, dtype: torch.dtype):
+        return torch.Tensor._make_wrapper_subclass(cls, (n, k), strides=(k, 1), dtype=dtype, device=buf.device,
+                                                   requires_grad=False)
+
+    def __init__(self, buf, n, k, dtype):
+        self._buf = buf
+        self._nk = (n, k)
+
+    def __repr__(self):
+        return f"_GatheredWeight(shape={list(self._nk)}, dtype={self.dtype}, nvfp4 codes only)"
+
+    @property
+    def nvfp4_w_cache(self) -> torch.Tensor:
+        return self._buf
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        me = next(a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, _GatheredWeight))
+        n, k = me._nk
+        if func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
+            return _GatheredWeight(me._buf, n, k, me.dtype)
+        if func in (torch.ops.aten.as_strided.default, torch.ops.aten.view.default,
+                    torch.ops.aten._unsafe_view.default):
+            if tuple(args[1]) == (n, k) and (func is not torch.ops.aten.as_strided.default
+                                             or (tuple(args[2]) == (k, 1) and not (args[3:] and args[3]))):
+                return _GatheredWeight(me._buf, n, k, me.dtype)
+        if func is getattr(torch.ops.nvfp4, "linear_fwd").default:
+            # nvfp4.nn.Linear's forward with the gathered weight as its weight cache: the op
+            # reads W from the cache and only needs the weight's shape from its argument.
+            a = list(args)
+            if a[7] != _ops.W_REUSE or a[8] is not me._buf:
+                raise RuntimeError("linear_fwd: an FP4-gathered weight must be passed with its own buffer as the "
+                                   "weight cache (w_mode W_REUSE)")
+            a[1] = torch.empty((1, 1), dtype=me.dtype, device=me.device).expand(n, k)
+            return func(*a, **kwargs)
+        name = str(func)
+        if name.startswith("aten.") and ("_like" in name or ".new_" in name or name.startswith("aten.new_")):
+            # factories that only take the shape, dtype and device (e.g. zeros_like for a
+            # missing gradient)
+            proto = torch.empty((n, k), dtype=me.dtype, device=me.device)
+            args, kwargs = pytree.tree_map_only(_GatheredWeight, lambda t: proto, (args, kwargs))
+            return func(*args, **kwargs)
+        raise RuntimeError(
+            f"{func}: this weight arrived through FSDP2's FP4 all-gather (nvfp4.distributed) and holds only its "
+            "NVFP4 quantization; the op needs the dense weight. Layers whose forward uses the dense weight "
+            "(set_precision(.., 'bf16'), recipes without FP4 fprop/dgrad) cannot use the FP4 gather: leave them out "
+            "with enable_fp4_all_gather(model, exclude=[...]) or call it without them")
+
+
+def gathered_weight_cache(weight: torch.Tensor) -> Optional[torch.Tensor]:
+    """The buffer of an FP4-gathered weight (nvfp4.nn.Linear's weight-cache layout), or None
+    for an ordinary weight."""
+    return weight._buf if isinstance(weight, _GatheredWeight) else None
+
+
+# ------------------------------------------------------------------------------ the switch
+def _unwrap_sd_weight(module, state_dict, prefix, *args):
+    """state_dict hook: checkpoints hold the plain master weight (a DTensor of plain shards
+    under FSDP2), so they load anywhere, with or without the FP4 gather, on any world size."""
+    key = prefix + "weight"
+    v = state_dict.get(key)
+    if v is None:
+        return
+    local = getattr(v, "_local_tensor", None)
+    if isinstance(local, _ShardWeight):
+        from torch.distributed.tensor import DTensor
+
+        state_dict[key] = DTensor.from_local(local._inner, v.device_mesh, v.placements, run_check=False,
+                                             shape=v.shape, stride=v.stride())
+    elif isinstance(v, _ShardWeight):
+        state_dict[key] = v._inner
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def enable_fp4_all_gather(model: nn.Module, exclude: Sequence[str] = ()) -> List[str]:
+    """Make FSDP2 all-gather the weights of `model`'s nvfp4.nn.Linear layers in NVFP4.
+
+    Call it after nvfp4.convert and before fully_shard and before building the optimizer
+    (the weights become new Parameters). `exclude`: fnmatch patterns of layer names to leave
+    on the ordinary gather. Returns the names of the layers that gather in FP4. A layer whose
+    recipe or state cannot use it (fp4_gather_refusal) is a ValueError naming it, unless
+    excluded. Without FSDP2 the wrapped weights behave as before."""
+    if isinstance(exclude, str):
+        exclude = [exclude]
+    chosen: Dict[nn.Module, str] = {}
+    refused = []
+    uses: Dict[int, List[str]] = {}
+    for pname, p in model.named_parameters(remove_duplicate=False):
+        uses.setdefault(id(p), []).append(pname)
+    for name, m in model.named_modules():
+        pname = _gather_spec(m)
+        if pname is None or _matches(name, exclude):
+            continue
+        w = getattr(m, pname)
+        if isinstance(getattr(w, "_local_tensor", None), torch.Tensor) or type(w).__name__ == "DTensor":
+            raise ValueError(f"model: layer {name} is already sharded; call enable_fp4_all_gather before fully_shard")
+        if isinstance(w, _ShardWeight):
+            raise ValueError(f"model: layer {name} already gathers in FP4 (enable_fp4_all_gather was called)")
+        why = fp4_gather_refusal(m)
+        if why:
+            refused.append(f"{name}: {why}")
+            continue
+        if len(uses.get(id(w), [])) > 1:
+            refused.append(f"{name}: its weight is shared ({', '.join(uses[id(w)])}); a tied weight must stay one "
+                           "Parameter")
+            continue
+        if m.weight.dim() != 2:
+            refused.append(f"{name}: weight of shape {list(m.weight.shape)}")
+            continue
+        chosen[m] = name
+    if refused:
+        raise ValueError("enable_fp4_all_gather: these layers cannot take their weights in FP4 (leave them out with "
+                         "exclude=[...]): " + "; ".join(refused))
+    registry = _Registry(model, chosen)
+    for m, name in chosen.items():
+        w = m.weight
+        m.weight = nn.Parameter(_ShardWeight(w.detach(), registry), requires_grad=w.requires_grad)
+        hook = getattr(m, "register_state_dict_post_hook", None) or m._register_state_dict_hook
+        m._nvfp4_fp4_gather_hook = hook(_unwrap_sd_weight)
+    return list(chosen.values())
+
+
+def disable_fp4_all_gather(model: nn.Module) -> List[str]:
+    """Undo enable_fp4_all_gather (before fully_shard; FSDP2 keeps the gather it was built
+    with). Returns the layers changed."""
+    done = []
+    for name, m in model.named_modules():
+        w = getattr(m, "weight", None)
+        local = getattr(w, "_local_tensor", None)
+        if isinstance(local, _ShardWeight):
+            raise ValueError(f"model: layer {name} is sharded by FSDP2 already; the FP4 gather it was built with "
+                             "stays (build the model again without enable_fp4_all_gather)")
+        if isinstance(w, _ShardWeight):
+            m.weight = nn.Parameter(w._inner, requires_grad=w.requires_grad)
+            h = m.__dict__.pop("_nvfp4_fp4_gather_hook", None)
+            if h is not None:
+                h.remove()
+            done.append(name)
+    return done
+
+
+def fp4_all_gather_layers(model: nn.Module) -> List[str]:
+    """The layers of `model` whose weights gather in FP4."""
+    out = []
+    for name, m in model.named_modules():
+        w = getattr(m, "weight", None)
+        if isinstance(w, _ShardWeight) or isinstance(getattr(w, "_local_tensor", None), _ShardWeight) \
+                or isinstance(w, _GatheredWeight):
+            out.append(name)
+    return out
+
+
+# ------------------------------------------------------------------------------ counting what moves
+@dataclass
+class CommCounter:
+    """Collectives issued through torch.distributed while counting (count_collectives):
+    all-gathers (bytes = the output, i.e. what each rank receives, its own shard included)
+    and all-reduces."""
+
+    all_gather_calls: int = 0
+    all_gather_bytes: int = 0
+    all_reduce_calls: int = 0
+    all_reduce_bytes: int = 0
+    reduce_scatter_calls: int = 0
+    reduce_scatter_bytes: int = 0
+    log: List[Tuple[str, int]] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def count_collectives():
+    """Counts the all-gathers, all-reduces and reduce-scatters issued through the
+    torch.distributed functions FSDP2 calls (looked up on the module at call time), on this
+    rank, while the context is open."""
+    c = CommCounter()
+    patched = []
+
+    def wrap(fname, kind, out_arg):
+        orig = getattr(dist, fname, None)
+        if orig is None:
+            return
+
+        def f(*args, **kwargs):
+            t = kwargs.get(out_arg) if out_arg in kwargs else args[0]
+            nbytes = 0
+            for x in (t if isinstance(t, (list, tuple)) else [t]):
+                if isinstance(x, torch.Tensor):
+                    nbytes += x.numel() * x.element_size()
+            setattr(c, kind + "_calls", getattr(c, kind + "_calls") + 1)
+            setattr(c, kind + "_bytes", getattr(c, kind + "_bytes") + nbytes)
+            c.log.append((fname, nbytes))
+            return orig(*args, **kwargs)
+
+        setattr(dist, fname, f)
+        patched.append((fname, orig))
+
+    wrap("all_gather_into_tensor", "all_gather", "output_tensor")
+    wrap("all_gather_single", "all_gather", "output_tensor")
+    wrap("all_reduce", "all_reduce", "tensor")
+    wrap("reduce_scatter_tensor", "reduce_scatter", "input")
+    wrap("reduce_scatter_single", "reduce_scatter", "input")
+    try:
+        yield c
+    finally:
+        for fname, orig in patched:
+            setattr(dist, fname, orig)
