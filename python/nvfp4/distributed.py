@@ -63,6 +63,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from . import _ops
+from .nn import _passes
 from .nn.linear import Linear
 from .nn.recipe import Recipe
 
@@ -505,7 +506,7 @@ class _ShardWeight(torch.Tensor):
             with torch.autograd._unsafe_preserve_version_counter(out._buf):
                 assemble_gathered(gathered, amax, layout, out._buf, transpose)
             return None
-        buf = torch.empty((_ops.w_cache_nbytes(layout.n, layout.k),), dtype=torch.uint8, device=gathered.device)
+        buf = torch.empty((_passes.w_cache_nbytes(layout.n, layout.k),), dtype=torch.uint8, device=gathered.device)
         assemble_gathered(gathered, amax, layout, buf, transpose)
         return _GatheredWeight(buf, layout.n, layout.k, param_dtype), (buf,)
 
@@ -548,7 +549,7 @@ class _GatheredWeight(torch.Tensor):
             # nvfp4.nn.Linear's forward with the gathered weight as its weight cache: the op
             # reads W from the cache and only needs the weight's shape from its argument.
             a = list(args)
-            if a[7] != _ops.W_REUSE or a[8] is not me._buf:
+            if a[7] != _passes.W_REUSE or a[8] is not me._buf:
                 raise RuntimeError("linear_fwd: an FP4-gathered weight must be passed with its own buffer as the "
                                    "weight cache (w_mode W_REUSE)")
             a[1] = torch.empty((1, 1), dtype=me.dtype, device=me.device).expand(n, k)

@@ -35,6 +35,7 @@ import nvfp4
 import nvfp4.nn as nn4
 import nvfp4.distributed as nd
 from nvfp4 import _ops
+from nvfp4.nn import _passes
 from conftest import assert_bytes_equal
 
 N_GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -81,7 +82,7 @@ def simulate_gather(w: torch.Tensor, world: int, poison: int) -> torch.Tensor:
         inp = nd.quantize_shard(w[s:s + cnt], amax, lay)
         assert inp.shape == (lay.chunk, lay.in_cols)
         ins.append(inp)
-    buf = torch.full((_ops.w_cache_nbytes(n, k),), poison, dtype=torch.uint8, device=w.device)
+    buf = torch.full((_passes.w_cache_nbytes(n, k),), poison, dtype=torch.uint8, device=w.device)
     return nd.assemble_gathered(torch.cat(ins), amax, lay, buf)
 
 
@@ -222,7 +223,7 @@ def test_enabled_model_without_fsdp_is_unchanged(rng):
 
 
 def test_gathered_weight_refuses_dense_ops():
-    buf = torch.zeros(_ops.w_cache_nbytes(32, 16), dtype=torch.uint8)
+    buf = torch.zeros(_passes.w_cache_nbytes(32, 16), dtype=torch.uint8)
     w = nd._GatheredWeight(buf, 32, 16, torch.float32)
     assert nd.gathered_weight_cache(w) is buf and nd.gathered_weight_cache(torch.zeros(1)) is None
     with pytest.raises(RuntimeError, match="holds only its NVFP4 quantization"):
@@ -345,7 +346,7 @@ def _fsdp_gather_body(rank, world, dev, steps):
         # the W modes the Linear ops see: the FP4-gathered layers read W from the gathered
         # buffer (W_REUSE) and never quantize it themselves
         modes = []
-        impl = _ops._linear_fwd_impl
+        impl = _passes._linear_fwd_impl
 
         def spy(*a):
             modes.append(a[7])
@@ -367,16 +368,16 @@ def _fsdp_gather_body(rank, world, dev, steps):
             for model, opt in zip((plain, fp4), opts):
                 modes.clear()
                 transposes.clear()
-                _ops._linear_fwd_impl, nd.nibble_transpose = spy, count_t
+                _passes._linear_fwd_impl, nd.nibble_transpose = spy, count_t
                 try:
                     with nd.count_collectives() as c:
                         xr, yr = x.chunk(world)[rank], y.chunk(world)[rank]
                         loss = F.mse_loss(model(xr).float(), yr)
                         loss.backward()
                 finally:
-                    _ops._linear_fwd_impl, nd.nibble_transpose = impl, nt
+                    _passes._linear_fwd_impl, nd.nibble_transpose = impl, nt
                 assert len(transposes) == (5 if model is fp4 else 0), transposes
-                want_mode = _ops.W_REUSE if model is fp4 else _ops.W_FRESH
+                want_mode = _passes.W_REUSE if model is fp4 else _passes.W_FRESH
                 assert modes == [want_mode] * 5, modes
                 counts.append(c)
                 opt.step()
