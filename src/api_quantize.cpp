@@ -40,6 +40,18 @@ Config config_bytes(const Config* cfg) {
   return c;
 }
 
+// The device memory a config points the kernels at (read when the work runs), as byte
+// ranges no output may overlap.
+template <class Config>
+std::vector<ByteRange> config_inputs(const Config& cfg) {
+  std::vector<ByteRange> in;
+  if (cfg.offset_device) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(cfg.offset_device);
+    in.push_back(ByteRange{"cfg.offset_device", p, p + sizeof(uint64_t)});
+  }
+  return in;
+}
+
 // The fields both formats' dequantize jobs have.
 template <class Dequant, class Quantized>
 Dequant dequant_common(const Quantized& q, int64_t rows, int64_t cols, const nvfp4_tensor_t& out) {
@@ -56,7 +68,9 @@ Dequant dequant_common(const Quantized& q, int64_t rows, int64_t cols, const nvf
 // ---- what each format does its own way ----
 //   checked(cfg)      the config, validated as far as it is before the outputs are looked at
 //   check_late(cfg)   what the format checks after the input's dtype and rank
+//   config_inputs     the device memory the config points at (no output may overlap it)
 //   direction(...)    one requested direction's config and output pointers, into the job
+//   empty(...)        what an empty input still writes
 
 struct Nvfp4 {
   static constexpr const FormatSpec& spec = kNvfp4Format;
@@ -85,6 +99,7 @@ struct Nvfp4 {
     return c;
   }
   static void check_late(const Config&) {}
+  static std::vector<ByteRange> config_inputs(const Config& cfg) { return ::config_inputs(cfg); }
   static Job job(const Config& cfg) {
     Job j;
     j.cfg = cfg;
@@ -141,6 +156,7 @@ struct Mxfp4 {
     if (cfg.offset_device && reinterpret_cast<uintptr_t>(cfg.offset_device) % alignof(uint64_t) != 0)
       invalid("cfg.offset_device: must be 8-byte aligned");
   }
+  static std::vector<ByteRange> config_inputs(const Config& cfg) { return ::config_inputs(cfg); }
   static Job job(const Config& cfg) {
     Job j;
     j.swizzled = enum_bits(cfg.scale_layout) == NVFP4_SCALES_SWIZZLED;
@@ -226,13 +242,11 @@ nvfp4_status_t quantize(const nvfp4_tensor_t* input, const typename F::Config* c
     if (rowwise) direction(*rowwise, false);
     if (columnwise) direction(*columnwise, true);
     const ByteRange in = byte_range(*input, "input");
+    const std::vector<ByteRange> cfg_in = F::config_inputs(cfg);
     for (size_t i = 0; i < outs.size(); ++i) {
       check_disjoint(outs[i], in);
       for (size_t j = 0; j < i; ++j) check_disjoint(outs[i], outs[j]);
-      if (cfg.offset_device) {
-        const uintptr_t p = reinterpret_cast<uintptr_t>(cfg.offset_device);
-        check_disjoint(outs[i], ByteRange{"cfg.offset_device", p, p + sizeof(uint64_t)});
-      }
+      for (const ByteRange& c : cfg_in) check_disjoint(outs[i], c);
     }
     require_cuda_build(*input, "input");
     if (job.rows == 0 || job.cols == 0) return F::empty(job, *input, stream);

@@ -28,7 +28,8 @@ namespace nvfp4::detail::quant {
 constexpr int kBlock = core::kBlock;  // 16 elements per block scale
 
 // ---- input element types -------------------------------------------------------------
-// A 16-byte chunk holds kPerChunk elements; a 16-element block is kChunks chunks.
+// A 16-byte chunk holds kPerChunk elements; a block of N elements (16 here, 32 for the
+// MXFP4 kernels, mx_kernels.cuh) is kChunks chunks.
 struct F32 {
   static constexpr int kBytes = 4;
 };
@@ -39,10 +40,10 @@ struct BF16 {
   static constexpr int kBytes = 2;
 };
 
-template <class T>
+template <class T, int N = kBlock>
 struct Layout {
   static constexpr int kPerChunk = 16 / T::kBytes;
-  static constexpr int kChunks = kBlock / kPerChunk;  // chunks per 16-element block
+  static constexpr int kChunks = N / kPerChunk;  // chunks per N-element block
 };
 
 // Two 16-bit elements packed in a word -> float. bf16 is a shift (what bf16_to_float does);
@@ -71,33 +72,33 @@ __device__ __forceinline__ float hi_f<F16>(uint32_t w) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
 }
 
-// Chunks of one 16-element block, raw.
-template <class T>
+// Chunks of one N-element block, raw.
+template <class T, int N = kBlock>
 struct RawBlock {
-  uint4 c[Layout<T>::kChunks];
+  uint4 c[Layout<T, N>::kChunks];
 };
 
-template <class T>
-__device__ __forceinline__ void load_block(RawBlock<T>& b, const void* p) {
+template <class T, int N>
+__device__ __forceinline__ void load_block(RawBlock<T, N>& b, const void* p) {
   const uint4* q = static_cast<const uint4*>(p);
 #pragma unroll
-  for (int i = 0; i < Layout<T>::kChunks; ++i) b.c[i] = __ldg(q + i);
+  for (int i = 0; i < Layout<T, N>::kChunks; ++i) b.c[i] = __ldg(q + i);
 }
 
-template <class T>
-__device__ __forceinline__ void zero_block(RawBlock<T>& b) {
+template <class T, int N>
+__device__ __forceinline__ void zero_block(RawBlock<T, N>& b) {
 #pragma unroll
-  for (int i = 0; i < Layout<T>::kChunks; ++i) b.c[i] = make_uint4(0u, 0u, 0u, 0u);
+  for (int i = 0; i < Layout<T, N>::kChunks; ++i) b.c[i] = make_uint4(0u, 0u, 0u, 0u);
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4& q, int i) {
   return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
 }
 
-template <class T>
-__device__ __forceinline__ void to_float(const RawBlock<T>& b, float (&v)[kBlock]) {
+template <class T, int N>
+__device__ __forceinline__ void to_float(const RawBlock<T, N>& b, float (&v)[N]) {
 #pragma unroll
-  for (int i = 0; i < Layout<T>::kChunks; ++i) {
+  for (int i = 0; i < Layout<T, N>::kChunks; ++i) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const uint32_t w = word_of(b.c[i], j);

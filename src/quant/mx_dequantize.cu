@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kThreads) mx_dequantize_kernel(const DequantAr
     const uint32_t sb = a.scales[a.swizzled ? core::swizzle_offset(r, b, a.nb) : g];
     float v[kBlock];
 #pragma unroll
-    for (int i = 0; i < kBlock; ++i) v[i] = core::mx_decode((word(d, i >> 3) >> (4 * (i & 7))) & 0xfu, sb);
+    for (int i = 0; i < kBlock; ++i) v[i] = core::mx_decode((word_of(d, i >> 3) >> (4 * (i & 7))) & 0xfu, sb);
     if constexpr (kOutBytes == 4) {
       float4* o = reinterpret_cast<float4*>(static_cast<float*>(a.out) + g * kBlock);
 #pragma unroll

@@ -1,7 +1,8 @@
-// Device helpers of the MXFP4 kernels (mx_quantize.cu, mx_dequantize.cu): input element
-// types, 16-byte loads of one 32-element block and the per-block MX step. The format rules
-// themselves come from src/core (mx.h, e8m0.h); the round-to-nearest E2M1 encoding uses
-// the exact eight-at-a-time form of codec.cuh.
+// Device helpers of the MXFP4 kernels (mx_quantize.cu, mx_dequantize.cu): the per-block MX
+// step. Input element types and the 16-byte loads of a block are the NVFP4 kernels'
+// (common.cuh), over 32-element blocks. The format rules themselves come from src/core
+// (mx.h, e8m0.h); the round-to-nearest E2M1 encoding uses the exact eight-at-a-time form
+// of codec.cuh.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -17,83 +18,13 @@
 #include "core/swizzle.h"
 #include "mx_internal.h"
 #include "quant/codec.cuh"
+#include "quant/common.cuh"
 #include "quant/grid.h"
 
 namespace nvfp4::detail::quant::mx {
 
 constexpr int kBlock = core::kMxBlock;  // 32 elements per E8M0 scale
 constexpr int kThreads = 256;
-
-// ---- input element types -----------------------------------------------------------
-struct F32 {
-  static constexpr int kBytes = 4;
-};
-struct F16 {
-  static constexpr int kBytes = 2;
-};
-struct BF16 {
-  static constexpr int kBytes = 2;
-};
-
-template <class T>
-struct Shape {
-  static constexpr int kPerChunk = 16 / T::kBytes;      // elements per 16-byte chunk
-  static constexpr int kChunks = kBlock / kPerChunk;    // chunks per 32-element block: 8 or 4
-};
-
-// One 32-element block as raw 16-byte chunks.
-template <class T>
-struct Raw {
-  uint4 c[Shape<T>::kChunks];
-};
-
-template <class T>
-__device__ __forceinline__ void load_raw(Raw<T>& b, const void* p) {
-  const uint4* q = static_cast<const uint4*>(p);
-#pragma unroll
-  for (int i = 0; i < Shape<T>::kChunks; ++i) b.c[i] = __ldg(q + i);
-}
-
-template <class T>
-__device__ __forceinline__ void zero_raw(Raw<T>& b) {
-#pragma unroll
-  for (int i = 0; i < Shape<T>::kChunks; ++i) b.c[i] = make_uint4(0u, 0u, 0u, 0u);
-}
-
-__device__ __forceinline__ uint32_t word(const uint4& q, int i) {
-  return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
-}
-
-// One 16-bit element -> fp32. bf16 is a shift (core::bf16_to_float); fp16 uses the hardware
-// conversion, exact for every finite value and infinity (a NaN may get another payload,
-// which nothing downstream can see: a NaN makes the block's scale the NaN byte).
-template <class T>
-__device__ __forceinline__ float half_to_float(uint32_t h);
-template <>
-__device__ __forceinline__ float half_to_float<BF16>(uint32_t h) {
-  return __uint_as_float(h << 16);
-}
-template <>
-__device__ __forceinline__ float half_to_float<F16>(uint32_t h) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
-}
-
-template <class T>
-__device__ __forceinline__ void to_float(const Raw<T>& b, float (&v)[kBlock]) {
-#pragma unroll
-  for (int i = 0; i < Shape<T>::kChunks; ++i) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t w = word(b.c[i], j);
-      if constexpr (T::kBytes == 4) {
-        v[4 * i + j] = __uint_as_float(w);
-      } else {
-        v[8 * i + 2 * j] = half_to_float<T>(w & 0xffffu);
-        v[8 * i + 2 * j + 1] = half_to_float<T>(w >> 16);
-      }
-    }
-  }
-}
 
 // ---- the per-block step --------------------------------------------------------------
 // max |v| as a float whose NaN-ness and value are those of core::mx_block_amax: the bits

@@ -75,7 +75,7 @@ __device__ __forceinline__ float smem_elem(const uint8_t* buf, int r, int c) {
   if constexpr (T::kBytes == 4) {
     return *reinterpret_cast<const float*>(buf + elem_offset<T>(r, c));
   } else {
-    return half_to_float<T>(*reinterpret_cast<const uint16_t*>(buf + elem_offset<T>(r, c)));
+    return lo_f<T>(*reinterpret_cast<const uint16_t*>(buf + elem_offset<T>(r, c)));
   }
 }
 
@@ -99,18 +99,18 @@ __global__ void __launch_bounds__(kThreads) mx_quantize_kernel(const Args a) {
     {
       const int64_t r = tr * kTileRows + ra, b = tc * kRowBlocks + ba;
       const bool valid = r < a.rows && b < a.nb;
-      Raw<T> raw;
+      RawBlock<T, kBlock> raw;
       if (valid) {
-        load_raw<T>(raw, x + (static_cast<uint64_t>(r) * a.cols + b * kBlock) * T::kBytes);
+        load_block<T>(raw, x + (static_cast<uint64_t>(r) * a.cols + b * kBlock) * T::kBytes);
       } else {
-        zero_raw<T>(raw);  // x^T's padding rows (and columns past x, never stored) are zeros
+        zero_block<T>(raw);  // x^T's padding rows (and columns past x, never stored) are zeros
       }
       if (do_col) {
         const int sx = chunk_xor<T>(ra, ba);
 #pragma unroll
-        for (int i = 0; i < Shape<T>::kChunks; ++i)
+        for (int i = 0; i < Layout<T, kBlock>::kChunks; ++i)
           *reinterpret_cast<uint4*>(sm.buf + ra * Smem<T>::kRowBytes +
-                                    ((ba * Shape<T>::kChunks + i) ^ sx) * 16) = raw.c[i];
+                                    ((ba * Layout<T, kBlock>::kChunks + i) ^ sx) * 16) = raw.c[i];
       }
       if (do_row) {
         if (valid) {
@@ -194,9 +194,9 @@ nvfp4_status_t cuda_mx_quantize(const MxQuantJob& job, nvfp4_stream_t s) {
   const bool row_sr = job.row.data && job.row.rounding == NVFP4_ROUND_STOCHASTIC;
   const bool col_sr = job.col.data && job.col.rounding == NVFP4_ROUND_STOCHASTIC;
   switch (job.dtype) {
-    case NVFP4_DTYPE_FLOAT32: return dispatch<F32>(a, row_sr, col_sr, stream);
-    case NVFP4_DTYPE_FLOAT16: return dispatch<F16>(a, row_sr, col_sr, stream);
-    case NVFP4_DTYPE_BFLOAT16: return dispatch<BF16>(a, row_sr, col_sr, stream);
+    case NVFP4_DTYPE_FLOAT32: return dispatch<quant::F32>(a, row_sr, col_sr, stream);
+    case NVFP4_DTYPE_FLOAT16: return dispatch<quant::F16>(a, row_sr, col_sr, stream);
+    case NVFP4_DTYPE_BFLOAT16: return dispatch<quant::BF16>(a, row_sr, col_sr, stream);
     default: return fail(NVFP4_ERROR_INVALID_ARGUMENT, "nvfp4 MXFP4 quantize: unsupported input dtype");
   }
 }
