@@ -204,6 +204,12 @@ class FP4Weight(torch.Tensor):
     def dequantize(self, dtype=None) -> torch.Tensor:
         return self._owner.dequantize(dtype or self.dtype)
 
+    @property
+    def _is_hf_initialized(self) -> bool:
+        # transformers' weight initialization skips tensors with this flag; a stand-in is made
+        # on each access, so it reports its layer's (set on frozen layers loaded from a checkpoint)
+        return getattr(self._owner, "_is_hf_initialized", False)
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

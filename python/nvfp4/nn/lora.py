@@ -70,6 +70,12 @@ class LoRALinear(nn.Module):
     def out_features(self) -> int:
         return self.base.out_features
 
+    @property
+    def weight(self):
+        """The base layer's weight (for code that reads `.weight` of a linear layer, as
+        peft's LoRA layers also expose it); the adapter's own are lora_A and lora_B."""
+        return self.base.weight
+
     def reset_parameters(self) -> None:
         with torch.no_grad():
             # what nn.Linear does for its weight; B = 0 so the adapter starts as a no-op

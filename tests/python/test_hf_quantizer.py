@@ -1,0 +1,319 @@
+"""nvfp4.hf: from_pretrained(..., quantization_config=NVFP4Config(...)) builds the nvfp4 model,
+save_pretrained -> from_pretrained gives it back bit for bit (SR counters included), a
+Trainer resumed from its checkpoint continues exactly, peft and built-in LoRA on a frozen base,
+dequantize(), and the errors. Tiny Llama, Qwen2 and GPT-2 models built from configs (no
+network); CPU, reference backend."""
+import json
+import os
+
+import pytest
+import torch
+
+import nvfp4.nn as nn4
+
+from conftest import first_mismatch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+hf = pytest.importorskip("nvfp4.hf")
+from nvfp4.hf import NVFP4Config  # noqa: E402
+
+REF = nn4.get_recipe("nvfp4", backend="reference")
+ARCHS = ("llama", "qwen2", "gpt2")
+
+
+def config(arch):
+    if arch == "llama":
+        return transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                        tie_word_embeddings=False, pad_token_id=0)
+    if arch == "qwen2":  # biases on q/k/v
+        return transformers.Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                        tie_word_embeddings=True, pad_token_id=0)
+    return transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=3, n_head=4, n_positions=64, pad_token_id=0,
+                                   bos_token_id=1, eos_token_id=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+
+
+@pytest.fixture(scope="module")
+def base_dirs(tmp_path_factory):
+    """One plain checkpoint per architecture (random weights, seeded)."""
+    out = {}
+    for i, arch in enumerate(ARCHS):
+        torch.manual_seed(10 + i)
+        d = str(tmp_path_factory.mktemp(arch))
+        transformers.AutoModelForCausalLM.from_config(config(arch)).save_pretrained(d)
+        out[arch] = d
+    return out
+
+
+def load(path, **kw):
+    return transformers.AutoModelForCausalLM.from_pretrained(path, **kw)
+
+
+def ids(seed=0, b=2, t=24):
+    return torch.randint(1, 128, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+def assert_state_equal(got, want, what):
+    sg, sw = got.state_dict(), want.state_dict()
+    assert sorted(sg) == sorted(sw), f"{what}: keys differ: {sorted(set(sg) ^ set(sw))[:6]}"
+    for k in sw:
+        a, b = sg[k], sw[k]
+        assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {k}: {a.dtype}{tuple(a.shape)} vs " \
+                                                          f"{b.dtype}{tuple(b.shape)}"
+        assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float32 else a,
+                           b.view(torch.uint8) if b.dtype == torch.float32 else b), f"{what}: {k}: " + \
+            first_mismatch(a, b)
+
+
+def train_steps(model, n=3, lr=1e-2, seed=1):
+    model.train()
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
+    for s in range(n):
+        x = ids(seed + s)
+        model(input_ids=x, labels=x).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    model.eval()
+
+
+# ------------------------------------------------------------------------------ building
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("frozen", [False, True])
+def test_from_pretrained_builds_what_convert_builds(base_dirs, arch, frozen):
+    cfg = NVFP4Config(recipe=REF, frozen=frozen, skip_first_blocks=1)
+    model = load(base_dirs[arch], quantization_config=cfg)
+    want = load(base_dirs[arch])
+    (nn4.freeze_fp4 if frozen else nn4.convert)(want, REF, skip_first_blocks=1)
+    names = (nn4.frozen_layers if frozen else nn4.converted_layers)(model)
+    assert names and names == (nn4.frozen_layers if frozen else nn4.converted_layers)(want)
+    assert len(names) == (2 * 4 if arch == "gpt2" else 2 * 7)
+    qc = model.config.quantization_config
+    assert model.is_quantized and isinstance(qc, NVFP4Config) and qc.recipe == REF and qc.frozen == frozen
+    assert sorted(qc.layers) == sorted(names)
+    assert_state_equal(model, want, "from_pretrained vs convert")
+    x = ids()
+    with torch.no_grad():
+        got, ref = model(input_ids=x).logits, want(input_ids=x).logits
+    assert torch.equal(got, ref), first_mismatch(got, ref)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("frozen", [False, True])
+def test_save_pretrained_round_trip_bit_identical(base_dirs, tmp_path, arch, frozen):
+    model = load(base_dirs[arch], quantization_config=NVFP4Config(recipe=REF, frozen=frozen))
+    if frozen:
+        nn4.add_lora(model, rank=4, alpha=8, dtype=torch.float32)
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, nn4.LoRALinear):
+                    m.lora_B.normal_(std=0.02)
+    train_steps(model)  # weights (or adapters) moved, SR counters advanced
+    counters = {n: int(m.sr_step) for n, m in model.named_modules() if isinstance(m, (nn4.Linear, nn4.FrozenLinear))}
+    # (a frozen layer's counter moves with its dgrad, which the first block's K/V skip: no
+    # gradient flows into the embeddings)
+    assert counters and max(counters.values()) == 3
+    out = str(tmp_path / "q")
+    model.save_pretrained(out)
+
+    with open(os.path.join(out, "config.json")) as f:
+        qc = json.load(f)["quantization_config"]
+    assert qc["quant_method"] == hf.QUANT_METHOD and qc["frozen"] == frozen and hf.recipe_from_dict(qc["recipe"]) == REF
+    assert sorted(qc["layers"]) == sorted(hf.describe_layers(model))
+    from safetensors import safe_open
+    with safe_open(os.path.join(out, "model.safetensors"), "pt") as f:
+        keys, meta = set(f.keys()), f.metadata()
+        for name in counters:
+            prefix = name
+            want = {".weight_data", ".weight_scales", ".weight_amax", ".sr_step"} if frozen else {".weight", ".sr_step"}
+            assert {prefix + s for s in want} <= keys
+            assert f.get_tensor(prefix + ".sr_step").item() == counters[name]
+            if frozen:
+                assert f.get_tensor(prefix + ".weight_data").dtype == torch.uint8
+                assert f.get_tensor(prefix + ".weight_amax").dtype == torch.float32
+                assert prefix + ".weight" not in keys
+    assert json.loads(meta["nvfp4.hf"])["layers"] == qc["layers"]
+
+    back = load(out)
+    assert type(back.config.quantization_config) is NVFP4Config
+    assert_state_equal(back, model, "reloaded")
+    # the same model from here on: forward, backward (SR bits from the counters), training
+    x = ids(7)
+    for m in (model, back):
+        m.train()
+        m(input_ids=x, labels=x).loss.backward()
+    for (n, p), (_, q) in zip(model.named_parameters(), back.named_parameters()):
+        assert (p.grad is None) == (q.grad is None), n
+        if p.grad is not None:
+            assert torch.equal(p.grad, q.grad), f"{n}.grad: " + first_mismatch(q.grad, p.grad)
+    steps = lambda mod: [int(m.sr_step) for m in mod.modules() if hasattr(m, "sr_step")]  # noqa: E731
+    assert steps(back) == steps(model) and max(steps(back)) == 4
+    # the frozen bases stay frozen; only what was trainable is
+    assert [n for n, p in back.named_parameters() if p.requires_grad] == \
+           [n for n, p in model.named_parameters() if p.requires_grad]
+
+
+def test_gpt2_conv1d_layout_kept(base_dirs, tmp_path):
+    model = load(base_dirs["gpt2"], quantization_config=NVFP4Config(recipe=REF))
+    assert isinstance(model.transformer.h[0].attn.c_attn, nn4.Conv1DLinear)
+    model.save_pretrained(str(tmp_path / "q"))
+    from safetensors.torch import load_file
+    sd = load_file(str(tmp_path / "q" / "model.safetensors"))
+    assert sd["transformer.h.0.attn.c_attn.weight"].shape == (64, 192)  # Conv1D's [in, out]
+    back = load(str(tmp_path / "q"))
+    assert isinstance(back.transformer.h[0].attn.c_attn, nn4.Conv1DLinear)
+    assert_state_equal(back, model, "gpt2 reloaded")
+
+
+def test_dtype_bf16_keeps_amax_and_counters(base_dirs, tmp_path):
+    model = load(base_dirs["llama"], quantization_config=NVFP4Config(recipe=REF, frozen=True), dtype=torch.bfloat16)
+    q = model.model.layers[1].mlp.down_proj
+    assert q.weight_dtype == torch.bfloat16 and q.weight_amax.dtype == torch.float32
+    model.save_pretrained(str(tmp_path / "q"))
+    back = load(str(tmp_path / "q"), dtype=torch.bfloat16)
+    assert_state_equal(back, model, "bf16 reloaded")
+    assert back.model.layers[1].mlp.down_proj.weight_dtype == torch.bfloat16
+
+
+# ------------------------------------------------------------------------------ Trainer resume
+class _Tokens(torch.utils.data.Dataset):
+    def __init__(self, n=16, t=24):
+        self.x = torch.randint(1, 128, (n, t), generator=torch.Generator().manual_seed(123))
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.x[i], "labels": self.x[i]}
+
+
+def _trainer(model, out, steps, save_steps):
+    args = transformers.TrainingArguments(output_dir=out, max_steps=steps, save_steps=save_steps,
+                                          per_device_train_batch_size=2, learning_rate=3e-3, lr_scheduler_type="linear",
+                                          warmup_steps=1, weight_decay=0.01, logging_steps=1, report_to=[],
+                                          use_cpu=True, seed=5, data_seed=5, dataloader_num_workers=0,
+                                          save_only_model=False, disable_tqdm=True)
+    return transformers.Trainer(model=model, args=args, train_dataset=_Tokens())
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_trainer_resume_exact(base_dirs, tmp_path, arch):
+    """Trainer: 6 steps straight, against 3 steps, a checkpoint, and a fresh process-like
+    resume (a new model from the plain checkpoint) for the other 3: the same weights, SR
+    counters and optimizer state bit for bit."""
+    cfg = lambda: NVFP4Config(recipe=REF, skip_last_blocks=1)  # noqa: E731
+    full = load(base_dirs[arch], quantization_config=cfg())
+    _trainer(full, str(tmp_path / "full"), 6, 100).train()
+
+    first = load(base_dirs[arch], quantization_config=cfg())
+    _trainer(first, str(tmp_path / "split"), 6, 3).train()  # writes checkpoint-3 (and -6)
+    ckpt = str(tmp_path / "split" / "checkpoint-3")
+    with open(os.path.join(ckpt, "config.json")) as f:
+        assert json.load(f)["quantization_config"]["quant_method"] == hf.QUANT_METHOD
+    resumed = load(base_dirs[arch], quantization_config=cfg())
+    t = _trainer(resumed, str(tmp_path / "resumed"), 6, 100)
+    t.train(resume_from_checkpoint=ckpt)
+    assert {int(m.sr_step) for m in resumed.modules() if isinstance(m, nn4.Linear)} == {6}
+    assert_state_equal(resumed, full, "resumed vs uninterrupted")
+    # and a checkpoint directory loads as a model on its own
+    assert_state_equal(load(str(tmp_path / "split" / "checkpoint-6")), full, "checkpoint-6 vs uninterrupted")
+
+
+# ------------------------------------------------------------------------------ LoRA
+def test_peft_lora_on_quantizer_frozen_base(base_dirs, tmp_path):
+    peft = pytest.importorskip("peft")
+    base = load(base_dirs["qwen2"], quantization_config=NVFP4Config(recipe=REF, frozen=True))
+    base.save_pretrained(str(tmp_path / "base"))
+    lcfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=0.0)
+    pm = peft.get_peft_model(base, lcfg)
+    q = pm.base_model.model.model.layers[0].self_attn.q_proj
+    assert isinstance(q.base_layer, nn4.FrozenLinear)
+    trainable = [n for n, p in pm.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)  # the frozen biases stay frozen
+    train_steps(pm, n=3, lr=5e-2)
+    assert pm.base_model.model.model.layers[0].self_attn.q_proj.lora_B.default.weight.abs().sum() > 0
+    pm.save_pretrained(str(tmp_path / "adapter"))
+    x = ids(3)
+    with torch.no_grad():
+        want = pm(input_ids=x).logits
+    fresh = peft.PeftModel.from_pretrained(load(str(tmp_path / "base")), str(tmp_path / "adapter"))
+    with torch.no_grad():
+        got = fresh(input_ids=x).logits
+    assert torch.equal(got, want), first_mismatch(got, want)
+
+
+def test_builtin_lora_checkpoint_rebuilt(base_dirs, tmp_path):
+    model = load(base_dirs["llama"], quantization_config=NVFP4Config(recipe=REF, frozen=True))
+    names = nn4.add_lora(model, rank=4, alpha=8, dropout=0.1, dtype=torch.bfloat16)
+    model.save_pretrained(str(tmp_path / "q"))
+    layers = model.config.quantization_config.layers
+    assert sorted(layers) == sorted(names)
+    assert layers[names[0]]["lora"] == {"rank": 4, "alpha": 8.0, "dropout": 0.1, "dtype": "bfloat16"}
+    back = load(str(tmp_path / "q"))
+    m = back.get_submodule(names[0])
+    assert isinstance(m, nn4.LoRALinear) and m.lora_A.dtype == torch.bfloat16 and m.rank == 4
+    assert_state_equal(back, model, "frozen + LoRA reloaded")
+
+
+# ------------------------------------------------------------------------------ dequantize, errors
+def test_dequantize_gives_plain_model(base_dirs):
+    model = load(base_dirs["llama"], quantization_config=NVFP4Config(recipe=REF, frozen=True))
+    ref = load(base_dirs["llama"], quantization_config=NVFP4Config(recipe=REF, frozen=True))
+    nn4.set_precision(ref, "bf16")  # frozen layers: the decoded weight, unquantized activations
+    plain = model.dequantize()
+    assert not nn4.frozen_layers(plain) and type(plain.model.layers[0].mlp.up_proj) is torch.nn.Linear
+    assert getattr(plain.config, "quantization_config", None) is None
+    x = ids()
+    with torch.no_grad():
+        assert torch.equal(plain(input_ids=x).logits, ref(input_ids=x).logits)
+    lora = load(base_dirs["llama"], quantization_config=NVFP4Config(recipe=REF, frozen=True))
+    nn4.add_lora(lora, rank=4)
+    with pytest.raises(ValueError, match="merge it first"):
+        lora.dequantize()
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="^recipe: "):
+        NVFP4Config(recipe="nvfp5")
+    with pytest.raises(ValueError, match="^recipe: .*2D tiles"):
+        NVFP4Config(recipe="no_2d", frozen=True)
+    with pytest.raises(ValueError, match="^frozen: "):
+        NVFP4Config(frozen="yes")
+    with pytest.raises(ValueError, match="^skip_first_blocks: "):
+        NVFP4Config(skip_first_blocks=-1)
+    with pytest.raises(ValueError, match="^include: "):
+        NVFP4Config(include=lambda n, m: True)
+    with pytest.raises(ValueError, match="^rank: not an NVFP4Config argument"):
+        NVFP4Config(rank=8)
+    with pytest.raises(ValueError, match="^format_version: "):
+        NVFP4Config.from_dict({"quant_method": hf.QUANT_METHOD, "format_version": 99})
+    with pytest.raises(ValueError, match="^layers: "):
+        NVFP4Config(layers={"a": {"kind": "magic"}})
+    # round trip through the dict config.json holds
+    c = NVFP4Config(recipe=REF.replace(seed=7), frozen=True, exclude=["lm_head"], skip_last=1)
+    d = json.loads(json.dumps(c.to_dict()))
+    c2 = NVFP4Config.from_dict(d)
+    assert c2.recipe == c.recipe and c2.to_dict() == c.to_dict()
+
+
+def test_checkpoint_errors(base_dirs, tmp_path):
+    from safetensors.torch import load_file, save_file
+    model = load(base_dirs["llama"], quantization_config=NVFP4Config(recipe=REF, frozen=True))
+    out = str(tmp_path / "q")
+    model.save_pretrained(out)
+    # a tensor of a frozen layer missing from the file: refused by name, not left uninitialized
+    f = os.path.join(out, "model.safetensors")
+    sd = load_file(f)
+    del sd["model.layers.1.self_attn.q_proj.weight_scales"]
+    save_file(sd, f, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"model\.layers\.1\.self_attn\.q_proj\.weight_scales is missing"):
+        load(out)
+    # a checkpoint of another model
+    with open(os.path.join(out, "config.json")) as fh:
+        cj = json.load(fh)
+    cj["num_hidden_layers"] = 2
+    with open(os.path.join(out, "config.json"), "w") as fh:
+        json.dump(cj, fh)
+    with pytest.raises(ValueError, match=r"model\.layers\.2\..* does not have"):
+        load(out)
