@@ -317,3 +317,35 @@ def test_checkpoint_errors(base_dirs, tmp_path):
         json.dump(cj, fh)
     with pytest.raises(ValueError, match=r"model\.layers\.2\..* does not have"):
         load(out)
+
+
+def test_nn_load_frozen_lora_file_into_plain_model(base_dirs, tmp_path):
+    """nvfp4.nn.save of a frozen base with built-in LoRA loads into a freshly built plain
+    model (frozen layers and adapters rebuilt from the file); a file without the adapters'
+    description says what to call first."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    model = load(base_dirs["llama"], quantization_config=NVFP4Config(recipe=REF, frozen=True))
+    nn4.add_lora(model, rank=4, alpha=8, dtype=torch.float32)
+    train_steps(model, n=2, lr=5e-2)
+    path = str(tmp_path / "ft.safetensors")
+    nn4.save(model, path)
+    plain = load(base_dirs["llama"])
+    res = nn4.load(plain, path)
+    assert not res.missing_keys and not res.unexpected_keys
+    assert isinstance(plain.model.layers[0].self_attn.q_proj, nn4.LoRALinear)
+    assert [n for n, p in plain.named_parameters() if p.requires_grad] == \
+           [n for n, p in model.named_parameters() if p.requires_grad]
+    assert_state_equal(plain, model, "nn.load into a plain model")
+    # a file without the adapters' description (written before they were recorded)
+    with safe_open(path, "pt") as f:
+        meta = {k: v for k, v in f.metadata().items() if k != "nvfp4.lora"}
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    save_file(tensors, path, metadata=meta)
+    with pytest.raises(ValueError, match=r"LoRA adapter around the frozen layer 'model\.layers\.0\.self_attn\.q_proj'"
+                                         r".*nvfp4\.freeze_fp4\(model\) and nvfp4\.nn\.add_lora"):
+        nn4.load(load(base_dirs["llama"]), path)
+    frozen_only = nn4.freeze_fp4(load(base_dirs["llama"]), REF)
+    nn4.add_lora(frozen_only, rank=4, alpha=8, dtype=torch.float32)
+    assert not nn4.load(frozen_only, path).missing_keys  # as the message says
+    assert_state_equal(frozen_only, model, "nn.load after freeze_fp4 + add_lora")
