@@ -180,8 +180,13 @@ def describe_layers(model: nn.Module) -> Dict[str, dict]:
             kind = "conv1d"
         elif isinstance(m, Linear):
             kind = "linear"
-        else:
+        elif isinstance(m, LoRALinear) or not type(m).__module__.startswith("nvfp4."):
             continue
+        else:
+            # e.g. the FP8 baseline layer: not in the layer table, so a reload would silently
+            # lose it; refused until the format describes it
+            raise ValueError(f"model: {name} is an nvfp4 {type(m).__name__}, which the {QUANT_METHOD!r} checkpoint "
+                             "format does not describe (it records Linear, Conv1DLinear, FrozenLinear and LoRALinear)")
         d = {"kind": kind, "layer_index": m.layer_index, "recipe": m.recipe.to_dict(),
              "in_features": m.in_features, "out_features": m.out_features, "bias": m.bias is not None}
         if kind == "frozen":

@@ -197,25 +197,33 @@ def _trainer(model, out, steps, save_steps):
     return transformers.Trainer(model=model, args=args, train_dataset=_Tokens())
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2"])
-def test_trainer_resume_exact(base_dirs, tmp_path, arch):
+@pytest.mark.parametrize("arch,frozen", [("llama", False), ("gpt2", False), ("qwen2", True)])
+def test_trainer_resume_exact(base_dirs, tmp_path, arch, frozen):
     """Trainer: 6 steps straight, against 3 steps, a checkpoint, and a fresh process-like
-    resume (a new model from the plain checkpoint) for the other 3: the same weights, SR
-    counters and optimizer state bit for bit."""
-    cfg = lambda: NVFP4Config(recipe=REF, skip_last_blocks=1)  # noqa: E731
-    full = load(base_dirs[arch], quantization_config=cfg())
+    resume (a new model from the plain checkpoint) for the other 3: the same weights (or, on
+    a frozen base, LoRA adapters), SR counters and optimizer state bit for bit."""
+    def build():
+        m = load(base_dirs[arch], quantization_config=NVFP4Config(recipe=REF, frozen=frozen, skip_last_blocks=1))
+        if frozen:
+            nn4.add_lora(m, rank=4, alpha=8, dtype=torch.float32)
+        return m
+
+    full = build()
     _trainer(full, str(tmp_path / "full"), 6, 100).train()
 
-    first = load(base_dirs[arch], quantization_config=cfg())
+    first = build()
     _trainer(first, str(tmp_path / "split"), 6, 3).train()  # writes checkpoint-3 (and -6)
     ckpt = str(tmp_path / "split" / "checkpoint-3")
     with open(os.path.join(ckpt, "config.json")) as f:
         assert json.load(f)["quantization_config"]["quant_method"] == hf.QUANT_METHOD
-    resumed = load(base_dirs[arch], quantization_config=cfg())
+    resumed = build()
     t = _trainer(resumed, str(tmp_path / "resumed"), 6, 100)
     t.train(resume_from_checkpoint=ckpt)
-    assert {int(m.sr_step) for m in resumed.modules() if isinstance(m, nn4.Linear)} == {6}
+    kind = nn4.FrozenLinear if frozen else nn4.Linear
+    assert max(int(m.sr_step) for m in resumed.modules() if isinstance(m, kind)) == 6
     assert_state_equal(resumed, full, "resumed vs uninterrupted")
+    if frozen:
+        assert any(m.lora_B.abs().sum() > 0 for m in resumed.modules() if isinstance(m, nn4.LoRALinear))
     # and a checkpoint directory loads as a model on its own
     assert_state_equal(load(str(tmp_path / "split" / "checkpoint-6")), full, "checkpoint-6 vs uninterrupted")
 
@@ -349,3 +357,46 @@ def test_nn_load_frozen_lora_file_into_plain_model(base_dirs, tmp_path):
     nn4.add_lora(frozen_only, rank=4, alpha=8, dtype=torch.float32)
     assert not nn4.load(frozen_only, path).missing_keys  # as the message says
     assert_state_equal(frozen_only, model, "nn.load after freeze_fp4 + add_lora")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("frozen", [False, True])
+def test_cuda_round_trip_default_backend(base_dirs, tmp_path, frozen):
+    """On the GPU with the default recipe (backend auto: the CUTLASS GEMMs): from_pretrained
+    onto the device, a few steps, save_pretrained, from_pretrained: the same state, and the
+    same next forward and backward bit for bit."""
+    cfg = NVFP4Config(frozen=frozen)
+    model = load(base_dirs["llama"], quantization_config=cfg, device_map="cuda", dtype=torch.bfloat16)
+    assert model.model.layers[0].mlp.up_proj.sr_step.device.type == "cuda"
+    if frozen:
+        nn4.add_lora(model, rank=4, alpha=8)
+    model.train()
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for s in range(3):
+        x = ids(s).cuda()
+        model(input_ids=x, labels=x).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    model.save_pretrained(str(tmp_path / "q"))
+    back = load(str(tmp_path / "q"), device_map="cuda", dtype=torch.bfloat16)
+    assert_state_equal(back, model, "reloaded on cuda")
+    x = ids(9).cuda()
+    outs = []
+    for m in (model, back):
+        m.train()
+        loss = m(input_ids=x, labels=x).loss
+        loss.backward()
+        outs.append((loss.detach(), {n: p.grad for n, p in m.named_parameters() if p.grad is not None}))
+    assert torch.equal(outs[0][0], outs[1][0])
+    assert outs[0][1].keys() == outs[1][1].keys() and outs[0][1]
+    for n in outs[0][1]:
+        assert torch.equal(outs[0][1][n], outs[1][1][n]), n
+
+
+def test_unknown_nvfp4_layer_refused(base_dirs, tmp_path):
+    """A layer kind the checkpoint format does not describe (here the FP8 baseline layer) is
+    refused at save time rather than lost on reload."""
+    model = load(base_dirs["llama"], quantization_config=NVFP4Config(recipe=REF, skip_last_blocks=1))
+    nn4.convert(model.model.layers[2], "fp8")
+    with pytest.raises(ValueError, match=r"model\.layers\.2\.self_attn\.q_proj is an nvfp4 FP8Linear"):
+        model.save_pretrained(str(tmp_path / "q"))
