@@ -53,7 +53,8 @@ try:
 except ImportError as e:  # pragma: no cover
     raise ImportError(f"nvfp4.hf: needs the transformers package ({e})") from e
 
-__all__ = ["NVFP4Config", "NVFP4HfQuantizer", "QUANT_METHOD", "FORMAT_VERSION", "describe_layers", "recipe_from_dict"]
+__all__ = ["NVFP4Config", "NVFP4HfQuantizer", "QUANT_METHOD", "FORMAT_VERSION", "describe_layers", "recipe_from_dict",
+           "SRCounterCallback", "COUNTERS_FILE"]
 
 #: The name under which the method is registered with transformers and written in config.json.
 QUANT_METHOD = "nvfp4-nn"
@@ -366,6 +367,68 @@ class NVFP4HfQuantizer(HfQuantizer):
             elif isinstance(m, Linear):
                 m.to_linear()
         return model
+
+
+# ------------------------------------------------------------------------------ Trainer
+COUNTERS_FILE = "nvfp4_sr_counters.safetensors"
+
+
+def _counter_modules(model: nn.Module) -> Dict[str, nn.Module]:
+    return {n: m for n, m in model.named_modules() if isinstance(m, (Linear, FrozenLinear))}
+
+
+try:
+    from transformers import TrainerCallback as _TrainerCallback
+except ImportError:  # pragma: no cover
+    _TrainerCallback = object
+
+
+class SRCounterCallback(_TrainerCallback):
+    """Keeps the nvfp4 layers' stochastic-rounding counters in the Trainer's checkpoints, for
+    the runs whose checkpoints do not hold the model: peft's adapter checkpoints (a frozen
+    base's counters advance with every dgrad and are not adapter weights). Without it a run
+    resumed from such a checkpoint draws other SR bits than the uninterrupted run.
+
+        trainer = Trainer(model=peft_model, ..., callbacks=[nvfp4.hf.SRCounterCallback()])
+
+    Each checkpoint gets a COUNTERS_FILE; a resumed run (state.global_step > 0 when training
+    begins) reads it back from `resume_from` if given, else from the output directory's
+    checkpoint-<step> (where resume_from_checkpoint=True finds it), and refuses to start if
+    it is missing or names other layers."""
+
+    def __init__(self, resume_from: Optional[str] = None):
+        self.resume_from = resume_from
+
+    def on_save(self, args, state, control, model=None, **kwargs):
+        import os
+        from safetensors.torch import save_file
+        if model is None or not state.is_world_process_zero:
+            return
+        path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        os.makedirs(path, exist_ok=True)
+        counters = {n: m.sr_step.detach().reshape(1).cpu() for n, m in _counter_modules(model).items()}
+        save_file(counters, os.path.join(path, COUNTERS_FILE), metadata={"format": "pt"})
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        import os
+        from safetensors.torch import load_file
+        if model is None or state.global_step == 0:
+            return
+        path = self.resume_from or os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        f = os.path.join(path, COUNTERS_FILE)
+        if not os.path.isfile(f):
+            raise ValueError(f"resume_from: no {COUNTERS_FILE} in {path}; the run resumes at step {state.global_step} "
+                             "and its SR counters would restart from the model's values. Name the checkpoint "
+                             "directory: SRCounterCallback(resume_from=...)")
+        saved = load_file(f)
+        mods = _counter_modules(model)
+        if set(saved) != set(mods):
+            diff = sorted(set(saved) ^ set(mods))
+            raise ValueError(f"resume_from: {f} holds the counters of other layers than the model has "
+                             f"(e.g. {diff[0]!r})")
+        with torch.no_grad():
+            for n, m in mods.items():
+                m.sr_step.fill_(int(saved[n].item()))
 
 
 def _register() -> None:

@@ -400,3 +400,53 @@ def test_unknown_nvfp4_layer_refused(base_dirs, tmp_path):
     nn4.convert(model.model.layers[2], "fp8")
     with pytest.raises(ValueError, match=r"model\.layers\.2\.self_attn\.q_proj is an nvfp4 FP8Linear"):
         model.save_pretrained(str(tmp_path / "q"))
+
+
+def test_trainer_resume_exact_peft_with_counter_callback(base_dirs, tmp_path):
+    """peft on a frozen base: the Trainer's checkpoints hold the adapters only; with
+    SRCounterCallback they also hold the frozen layers' SR counters, and a resumed run is the
+    uninterrupted one bit for bit. Without it the counters restart (shown, then refused)."""
+    peft = pytest.importorskip("peft")
+    base = str(tmp_path / "base")
+    load(base_dirs["llama"], quantization_config=NVFP4Config(recipe=REF, frozen=True)).save_pretrained(base)
+
+    def build():
+        lcfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=0.0)
+        m = load(base)
+        torch.manual_seed(0)  # the adapters' initialization
+        return peft.get_peft_model(m, lcfg)
+
+    def trainer(model, out, save_steps, callbacks):
+        t = _trainer(model, out, 6, save_steps)
+        for c in callbacks:
+            t.add_callback(c)
+        return t
+
+    def state(m):
+        return {k: v.clone() for k, v in m.state_dict().items() if "lora_" in k or k.endswith("sr_step")}
+
+    full = build()
+    trainer(full, str(tmp_path / "full"), 100, []).train()
+    want = state(full)
+    assert max(int(v) for k, v in want.items() if k.endswith("sr_step")) == 6
+
+    out = str(tmp_path / "split")
+    trainer(build(), out, 3, [hf.SRCounterCallback()]).train()
+    assert os.path.isfile(os.path.join(out, "checkpoint-3", hf.COUNTERS_FILE))
+    import shutil
+    shutil.rmtree(os.path.join(out, "checkpoint-6"))
+    resumed = build()
+    trainer(resumed, out, 100, [hf.SRCounterCallback()]).train(resume_from_checkpoint=True)
+    got = state(resumed)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert torch.equal(got[k], want[k]), f"{k}: " + first_mismatch(got[k], want[k])
+
+    # without the counters: the adapters' checkpoint alone restarts them (what the callback fixes)
+    plain = build()
+    trainer(plain, str(tmp_path / "plain"), 100, []).train(resume_from_checkpoint=os.path.join(out, "checkpoint-3"))
+    assert max(int(v) for k, v in state(plain).items() if k.endswith("sr_step")) == 3
+    # and the callback refuses a resume it cannot make exact
+    with pytest.raises(ValueError, match=r"^resume_from: no nvfp4_sr_counters\.safetensors"):
+        trainer(build(), str(tmp_path / "other"), 100, [hf.SRCounterCallback()]).train(
+            resume_from_checkpoint=os.path.join(out, "checkpoint-3"))
