@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 import torch
 from torch import nn
