@@ -54,7 +54,7 @@ except ImportError as e:  # pragma: no cover
     raise ImportError(f"nvfp4.hf: needs the transformers package ({e})") from e
 
 __all__ = ["NVFP4Config", "NVFP4HfQuantizer", "QUANT_METHOD", "FORMAT_VERSION", "describe_layers", "recipe_from_dict",
-           "SRCounterCallback", "COUNTERS_FILE"]
+           "SRCounterCallback", "COUNTERS_FILE", "attach"]
 
 #: The name under which the method is registered with transformers and written in config.json.
 QUANT_METHOD = "nvfp4-nn"
@@ -367,6 +367,29 @@ class NVFP4HfQuantizer(HfQuantizer):
             elif isinstance(m, Linear):
                 m.to_linear()
         return model
+
+
+def attach(model: nn.Module) -> nn.Module:
+    """Make a transformers model that was converted by hand (nvfp4.convert, freeze_fp4,
+    add_lora) save and load like one loaded with NVFP4Config: its save_pretrained then writes
+    the layer table, and from_pretrained rebuilds the layers (SR counters included) instead
+    of dropping them as unexpected keys. Returns the model."""
+    from transformers import PreTrainedModel
+    if not isinstance(model, PreTrainedModel):
+        raise TypeError(f"model: expected a transformers PreTrainedModel, got {type(model).__name__}")
+    existing = getattr(model, "hf_quantizer", None)
+    if existing is not None and not isinstance(existing, NVFP4HfQuantizer):
+        raise ValueError(f"model: already quantized by transformers' {existing.quantization_config.quant_method!r}")
+    layers = describe_layers(model)
+    if not layers:
+        raise ValueError("model: has no nvfp4 layers (convert or freeze it first)")
+    first = next(iter(layers.values()))
+    cfg = NVFP4Config(recipe=first["recipe"], frozen=first["kind"] == "frozen", layers=layers)
+    model.hf_quantizer = NVFP4HfQuantizer(cfg, pre_quantized=True)
+    model.config.quantization_config = cfg
+    model.is_quantized = True
+    model.quantization_method = QUANT_METHOD
+    return model
 
 
 # ------------------------------------------------------------------------------ Trainer

@@ -450,3 +450,21 @@ def test_trainer_resume_exact_peft_with_counter_callback(base_dirs, tmp_path):
     with pytest.raises(ValueError, match=r"^resume_from: no nvfp4_sr_counters\.safetensors"):
         trainer(build(), str(tmp_path / "other"), 100, [hf.SRCounterCallback()]).train(
             resume_from_checkpoint=os.path.join(out, "checkpoint-3"))
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_attach_hand_converted_model(base_dirs, tmp_path, arch):
+    """A model converted by hand (nvfp4.convert, not through NVFP4Config), trained, then
+    attach()ed: save_pretrained -> from_pretrained keeps its nvfp4 layers and SR counters."""
+    model = load(base_dirs[arch])
+    nn4.convert(model, REF, skip_first_blocks=1)
+    train_steps(model, n=2)
+    with pytest.raises(TypeError, match="^model: "):
+        hf.attach(torch.nn.Sequential(torch.nn.Linear(16, 16)))
+    assert hf.attach(model) is model
+    model.save_pretrained(str(tmp_path / "q"))
+    back = load(str(tmp_path / "q"))
+    assert nn4.converted_layers(back) == nn4.converted_layers(model)
+    assert_state_equal(back, model, "attached, reloaded")
+    with pytest.raises(ValueError, match="no nvfp4 layers"):
+        hf.attach(load(base_dirs[arch]))
