@@ -16,7 +16,7 @@
 // chosen at run time for the CPU (AVX-512, AVX2+FMA, or portable C++).
 #include <algorithm>
 #include <atomic>
-#include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -40,6 +40,7 @@ namespace nvfp4::detail {
 namespace {
 
 constexpr int64_t kKc = 192;  // K slice: a 24-wide B micro-panel of 192 doubles is 36 KiB (L1)
+constexpr int64_t kMaxWidth = 24;  // the widest register tile side (AVX-512: NR = 24)
 
 void store(void* out, nvfp4_dtype_t dt, int64_t i, float v) {
   switch (dt) {
@@ -176,9 +177,9 @@ void pick_kernel(Kernel* kernel, Shape* shape) {
 // Decoded operand in float64 panels of `width` rows: panel p holds rows [p*width, p*width+width)
 // as [K][width] (rows past the operand are zero). Values exclude the per-tensor scale.
 struct Panels {
-  std::vector<double> v;
+  std::unique_ptr<double[]> v;  // not zero-filled: every element is written by the decode
   int64_t width = 0, k = 0;
-  const double* panel(int64_t p) const { return v.data() + p * k * width; }
+  const double* panel(int64_t p) const { return v.get() + p * k * width; }
 };
 
 Panels decode_panels(const GemmJob& job, const uint8_t* data, const uint8_t* scales, int64_t rows, int64_t width,
@@ -192,20 +193,28 @@ Panels decode_panels(const GemmJob& job, const uint8_t* data, const uint8_t* sca
   p.width = width;
   p.k = K;
   const int64_t count = (rows + width - 1) / width;
-  p.v.assign(static_cast<size_t>(count * K * width), 0.0);
+  p.v.reset(new double[static_cast<size_t>(count * K * width)]);
+  float e2m1[16];
+  for (uint32_t c = 0; c < 16; ++c) e2m1[c] = core::e2m1_decode(c);
   parallel_for(count, threads, [&](int64_t q, int) {
-    double* out = p.v.data() + q * K * width;
-    for (int64_t r = q * width; r < std::min(rows, q * width + width); ++r) {
-      const uint8_t* row = data + r * (K / 2);
-      double* col = out + (r - q * width);
-      for (int64_t j = 0; j < nb; ++j) {
+    double* out = p.v.get() + q * K * width;
+    const int64_t r0 = q * width, nr = std::min(width, rows - r0);
+    float sc[kMaxWidth];
+    // Block by block, and inside a block column by column over the panel's rows, so that the
+    // stores run along the panel ([K][width]) rather than a row's stride apart.
+    for (int64_t j = 0; j < nb; ++j) {
+      for (int64_t i = 0; i < nr; ++i) {
+        const int64_t r = r0 + i;
         const uint8_t sb = scales[swz ? core::swizzle_offset(r, j, nb) : r * nb + j];
-        for (int64_t c = j * block; c < (j + 1) * block; ++c) {
-          const uint32_t code = (c & 1) ? row[c / 2] >> 4 : row[c / 2] & 0xf;
-          // float first, as the other backends see it (MXFP4 magnitudes >= 2^128 become inf)
-          const float v = mx ? core::mx_decode(code, sb) : core::e2m1_decode(code) * core::e4m3_decode(sb);
-          col[c * width] = v;
-        }
+        sc[i] = mx ? core::e8m0_decode(sb) : core::e4m3_decode(sb);
+      }
+      for (int64_t c = j * block; c < (j + 1) * block; ++c) {
+        const uint8_t* col = data + r0 * (K / 2) + c / 2;
+        const int shift = (c & 1) ? 4 : 0;
+        double* dst = out + c * width;
+        // the float product, as the other backends see it (MXFP4 magnitudes >= 2^128 become inf)
+        for (int64_t i = 0; i < nr; ++i) dst[i] = e2m1[(col[i * (K / 2)] >> shift) & 0xf] * sc[i];
+        for (int64_t i = nr; i < width; ++i) dst[i] = 0.0;  // rows past the operand (the last panel)
       }
     }
   });
