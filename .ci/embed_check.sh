@@ -8,7 +8,7 @@
 #   NVFP4_CUDA_ARCHS   CUDA targets (default 90a). The GEMM kernels dominate the build:
 #                      ~100 CPU-seconds per CUTLASS file per target, and CI has 2 cores and
 #                      has already compiled them once through pip, so this check builds one
-#                      target unless told otherwise. NVFP4_CUDA_ARCHS="90a;100a;120a" for all.
+#                      target unless told otherwise. NVFP4_CUDA_ARCHS=all (90a;100f;110f;120f) for all.
 #   NVFP4_CPP_BUILD    build directory (default build/cpp); the prefix is $NVFP4_CPP_BUILD/prefix
 #   CMAKE_ARGS         extra configure arguments (e.g. -DNVFP4_WITH_CUDA=OFF)
 #   PYTHON             interpreter whose site-packages hold the CUTLASS headers (default python3)

@@ -15,7 +15,7 @@ A step is forward + backward + fused AdamW. Times are medians over --steps steps
 --warmup (CUDA events on the GPU). Also: bytes each Linear keeps for its backward pass
 (saved-tensor hooks; plus a memory_allocated delta on the GPU), and peak memory per step.
 
-    python3 bench/bench_train_step.py                               # GPU, ~85M parameters, eager
+    python3 bench/bench_train_step.py                               # GPU, ~85M parameters, eager (CPU: --smoke)
     python3 bench/bench_train_step.py --size 400m --modes eager,compile,reduce-overhead --profile
     python3 bench/bench_train_step.py --size 400m --variants bf16,fp8 --no-memory
     python3 bench/bench_train_step.py --smoke                       # CPU, toy size
@@ -333,6 +333,13 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="CPU, toy size")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args(argv)
+    if a.size is None and not a.smoke and not torch.cuda.is_available():
+        # the ~85M model's steps take minutes each on a CPU
+        a.smoke = True
+        print("bench_train_step: no CUDA GPU: the CPU smoke size, as with --smoke (--size full times the ~85M "
+              "model on the CPU, minutes a step)", flush=True)
+    elif a.size not in (None, "smoke") and not torch.cuda.is_available():
+        print(f"bench_train_step: no CUDA GPU: timing the {a.size} model on the CPU (minutes a step)", flush=True)
     size = dict(T.SIZES[a.size or ("smoke" if a.smoke else "full")])
     a.d_model, a.n_layers, a.n_heads = size["d_model"], size["n_layers"], size["n_heads"]
     a.seq_len = a.seq_len or size["seq_len"]

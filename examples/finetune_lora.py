@@ -6,17 +6,19 @@ random weights unless --init-from names a saved model), byte-level on the exampl
 (the Python standard library's source, examples/prepare_data.py). With --base fp4 the
 attention and MLP projections of every block are frozen into NVFP4 storage
 (nvfp4.nn.freeze_fp4: 0.28x the bytes of BF16, no master copy) and LoRA adapters train on top
-in BF16; --base bf16 runs the same fine-tune on a frozen BF16 base, for comparison.
+in BF16; --base bf16 runs the same fine-tune on a frozen high-precision base, for comparison
+(the model's --dtype: BF16 on a GPU, FP32 on the CPU unless --dtype bf16; reports and file
+names say which).
 
     python3 examples/finetune_lora.py --smoke                        # CPU, tiny model, < 1 minute
     python3 examples/finetune_lora.py --base fp4 --recompute         # GPU, ~400M parameters
     python3 examples/finetune_lora.py --base bf16 --recompute
     python3 examples/finetune_lora.py --base both --recompute        # both, then the comparison table
 
-Each run prints and writes OUT/NAME.json (config, loss curves, validation loss, tokens/s and
+Each run prints and writes (OUT: ~/.cache/nvfp4/runs/lora unless --out) OUT/NAME.json (config, loss curves, validation loss, tokens/s and
 the memory: weight bytes by kind, the static memory after setup, the peak during training)
 and OUT/NAME.png (the loss curves, with matplotlib). --base both also writes
-OUT/lora-compare.md: peak memory and loss of the FP4 base against the BF16 base.
+OUT/lora-compare.md: peak memory and loss of the FP4 base against the high-precision base.
 
 Checkpoints (OUT/NAME-ckpt/ckpt.pt, torch.load(weights_only=True) reads them): the adapters,
 the optimizer, the frozen layers' stochastic-rounding counters, the RNG states and the data
@@ -212,8 +214,15 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
+def base_label(args, base: str) -> str:
+    """What the run's frozen base is: "fp4", or the high-precision base's real dtype ("bf16",
+    or "fp32": the default on the CPU, where BF16 matmuls are slow)."""
+    return "fp4" if base == "fp4" else {torch.bfloat16: "bf16", torch.float32: "fp32"}[args.dtype]
+
+
 def run(args, base: str, device: torch.device) -> dict:
-    name = args.name or f"lora-{base}"
+    label = base_label(args, base)
+    name = args.name or f"lora-{label}"
     args.base_kind = base
     ckpt_path = os.path.join(args.ckpt_dir or os.path.join(args.out, f"{name}-ckpt"), "ckpt.pt")
     if device.type == "cuda":
@@ -304,8 +313,8 @@ def run(args, base: str, device: torch.device) -> dict:
     step_time = float(np.median(step_times)) if step_times else float("nan")
     report = {
         "name": name,
-        "base": base,
-        "recipe": nn4.get_recipe(args.recipe).to_dict() if base == "fp4" else {"name": "bf16"},
+        "base": label,
+        "recipe": nn4.get_recipe(args.recipe).to_dict() if base == "fp4" else {"name": label},
         "lora": {"impl": args.lora, "rank": args.rank, "alpha": args.alpha, "dropout": args.dropout,
                  "dtype": str(args.adapter_dtype)},
         "model": {"hidden": args.hidden, "intermediate": args.intermediate, "layers": args.layers,
@@ -371,10 +380,12 @@ def plot(reports, png):
 
 
 def compare(bf16, fp4, out) -> str:
-    """The issue's targets: FP4-base peak <= 0.45x the BF16 run's weight + activation memory,
-    loss within 1%."""
+    """The targets: FP4-base peak <= 0.45x the BF16 run's weight + activation memory, loss
+    within 1%. `bf16` is the high-precision run: BF16, or FP32 where the model ran in FP32 (the
+    CPU default), which the labels then say."""
     mb, mf = bf16["memory"], fp4["memory"]
-    lines = [f"# LoRA fine-tune: frozen FP4 base vs BF16 base ({fp4['device']}, {fp4['date'][:10]})", "",
+    hp = bf16["base"].upper()
+    lines = [f"# LoRA fine-tune: frozen FP4 base vs {hp} base ({fp4['device']}, {fp4['date'][:10]})", "",
              f"model: {fp4['model']['params'] / 1e6:.1f}M parameters, hidden {fp4['model']['hidden']}, "
              f"{fp4['model']['layers']} layers, {fp4['config']['batch_size']} x {fp4['config']['seq_len']} tokens "
              f"per step, recompute {fp4['config']['recompute']}, LoRA rank {fp4['lora']['rank']} "
@@ -395,15 +406,18 @@ def compare(bf16, fp4, out) -> str:
     if "peak_allocated" in mb:
         ratio = mf["peak_allocated"] / mb["peak_allocated"]
         wa = mb["weights"]["total"] + mb["activations"]
-        lines.append(f"- peak memory, FP4 base / BF16 base: {ratio:.3f}")
-        lines.append(f"- peak memory, FP4 base / (BF16 run's weights + activations = {gib(wa)}): "
+        lines.append(f"- peak memory, FP4 base / {hp} base: {ratio:.3f}")
+        lines.append(f"- peak memory, FP4 base / ({hp} run's weights + activations = {gib(wa)}): "
                      f"{mf['peak_allocated'] / wa:.3f} (target <= 0.45)")
     wr = mf["weights"]["base_linear"] / mb["weights"]["base_linear"]
-    lines.append(f"- base projection bytes, FP4 / BF16: {wr:.3f}")
+    line = f"- base projection bytes, FP4 / {hp}: {wr:.3f}"
+    if hp == "FP32":
+        line += f" (FP4 / BF16: {2 * wr:.3f})"
+    lines.append(line)
     for key, what in (("train_loss_last10pct", "train loss (mean of the last 10% of steps)"),
                       ("final_val_loss", "validation loss")):
         d = fp4[key] / bf16[key] - 1
-        lines.append(f"- {what}, FP4 vs BF16 base: {100 * d:+.2f}% (target within 1%)")
+        lines.append(f"- {what}, FP4 vs {hp} base: {100 * d:+.2f}% (target within 1%)")
     text = "\n".join(lines)
     path = os.path.join(out, "lora-compare.md")
     with open(path, "w") as f:
@@ -416,7 +430,9 @@ def compare(bf16, fp4, out) -> str:
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", default="fp4", choices=["fp4", "bf16", "both"],
-                    help="frozen base: NVFP4 projections, BF16, or both runs one after the other")
+                    help="frozen base: NVFP4 projections, high precision (bf16: the model's --dtype, which "
+                         "is FP32 on the CPU unless --dtype bf16; reports name it by that dtype), or both runs "
+                         "one after the other")
     ap.add_argument("--size", default=None, choices=sorted(SIZES), help="model size (default 400m; smoke with --smoke)")
     for k in ("hidden", "intermediate", "layers", "heads", "kv_heads", "seq_len", "batch_size"):
         ap.add_argument("--" + k.replace("_", "-"), type=int, dest=k)
@@ -447,8 +463,9 @@ def parse_args(argv=None):
     ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     ap.add_argument("--data", default=prepare_data.DEFAULT_OUT, help="prepared corpus directory")
     ap.add_argument("--data-max-mb", type=float, default=0.0, help="prepare only this many MB of source (0: all)")
-    ap.add_argument("--out", default="runs/lora", help="directory for reports, plots and checkpoints")
-    ap.add_argument("--name", default=None, help="run name (default lora-fp4 / lora-bf16)")
+    ap.add_argument("--out", default=os.path.join(prepare_data.RUNS_DIR, "lora"),
+                    help="directory for reports, plots and checkpoints (default: %(default)s)")
+    ap.add_argument("--name", default=None, help="run name (default lora-fp4 / lora-bf16, or lora-fp32 for an FP32 model)")
     ap.add_argument("--ckpt-dir", default=None, help="checkpoint directory (default OUT/NAME-ckpt)")
     ap.add_argument("--save-every", type=int, default=0, help="write a checkpoint every N steps (0: at the end)")
     ap.add_argument("--stop-after", type=int, default=0, help="write a checkpoint after N steps and stop")
@@ -491,7 +508,7 @@ def main(argv=None):
     print(f"data: {meta['train_tokens'] / 1e6:.1f}M train bytes in {args.data}", flush=True)
     if args.base != "both":
         return run(args, args.base, device)
-    reports = {b: run(args, b, device) for b in ("bf16", "fp4")}
+    reports = {b: run(args, b, device) for b in ("bf16", "fp4")}  # "bf16": the high-precision base
     print(compare(reports["bf16"], reports["fp4"], args.out), flush=True)
     return reports
 

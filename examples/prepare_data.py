@@ -21,6 +21,9 @@ import time
 import numpy as np
 
 DEFAULT_OUT = os.path.join(os.path.expanduser("~"), ".cache", "nvfp4", "pystdlib")
+#: Where every example writes its reports, plots and checkpoints unless --out says otherwise:
+#: beside the data, never the working directory (a checkout stays clean).
+RUNS_DIR = os.path.join(os.path.expanduser("~"), ".cache", "nvfp4", "runs")
 _SEP = b"\n\x00\n"  # file separator: a byte that source files do not contain
 
 

@@ -55,7 +55,7 @@ SIZES = {
 }
 VOCAB = 256
 #: Where reports go unless --out says otherwise (never the working directory).
-DEFAULT_RUNS = os.path.join(os.path.expanduser("~"), ".cache", "nvfp4", "runs")
+DEFAULT_RUNS = prepare_data.RUNS_DIR
 
 
 # ------------------------------------------------------------------------------ model

@@ -1,4 +1,4 @@
-// CPU reference: decode, swizzle and the reference GEMM (float64 accumulation).
+// CPU reference: decode and swizzle (the reference GEMM is in gemm.cpp).
 #include <algorithm>
 #include <vector>
 
@@ -8,7 +8,6 @@
 #include "core/swizzle.h"
 #include "cpu/io.h"
 #include "internal.h"
-#include "mx_internal.h"
 
 namespace nvfp4::detail {
 namespace {
@@ -48,44 +47,6 @@ nvfp4_status_t cpu_swizzle(const SwizzleJob& job) {
   } else {
     for (int64_t r = 0; r < R; ++r)
       for (int64_t c = 0; c < C; ++c) job.dst[r * C + c] = job.src[core::swizzle_offset(r, c, C)];
-  }
-  return NVFP4_SUCCESS;
-}
-
-nvfp4_status_t cpu_gemm(const GemmJob& job) {
-  const int64_t M = job.m, N = job.n, K = job.k;
-  const bool mx = job.format == Format::kMxfp4;
-  // Decoded without the per-tensor scale: value * block scale, exact in fp32 (MXFP4:
-  // magnitudes >= 2^128 become inf, as on the GPU, whose BF16 has fp32's range).
-  auto decode = [&](const uint8_t* data, const uint8_t* scales, int64_t rows) {
-    if (!mx) return decode_unscaled(data, scales, rows, K, job.layout);
-    std::vector<float> v(static_cast<size_t>(rows * K));
-    MxDequantJob d;
-    d.data = data;
-    d.scales = scales;
-    d.rows = rows;
-    d.cols = K;
-    d.swizzled = job.layout == NVFP4_SCALES_SWIZZLED;
-    d.out = v.data();
-    d.out_dtype = NVFP4_DTYPE_FLOAT32;
-    cpu_mx_dequantize(d);
-    return v;
-  };
-  const std::vector<float> a = decode(job.a, job.sfa, M);
-  const std::vector<float> b = decode(job.b, job.sfb, N);
-  // The same fp32 alpha every backend applies (MXFP4 has no per-tensor scale).
-  const float alpha = core::gemm_alpha(job.amax_a, job.amax_b);
-  for (int64_t i = 0; i < M; ++i) {
-    const float* ar = &a[i * K];
-    for (int64_t j = 0; j < N; ++j) {
-      const float* br = &b[j * K];
-      double acc = 0.0;  // products of two Â values are exact in double
-      for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(ar[k]) * br[k];
-      double d = static_cast<double>(alpha) * acc;
-      if (job.c && job.beta != 0.0f) d += static_cast<double>(job.beta) * load(job.c, job.c_dtype, i * N + j);
-      if (job.bias) d += load(job.bias, job.bias_dtype, j);
-      store(job.d, job.d_dtype, i * N + j, static_cast<float>(d));
-    }
   }
   return NVFP4_SUCCESS;
 }

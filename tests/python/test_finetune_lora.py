@@ -77,8 +77,11 @@ def test_finetune_lora_smoke_and_resume(tmp_path):
     assert "lora-compare.md" in out
     rep = json.loads((tmp_path / "full" / "lora-fp4.json").read_text())
     assert rep["steps"] == 6 and rep["base"] == "fp4"
-    assert rep["memory"]["weights"]["base_linear"] < 0.3 * json.loads(
-        (tmp_path / "full" / "lora-bf16.json").read_text())["memory"]["weights"]["base_linear"] * 2
+    hp = json.loads((tmp_path / "full" / "lora-fp32.json").read_text())  # the CPU's high-precision base is FP32
+    assert hp["base"] == "fp32" and hp["config"]["dtype"] == "torch.float32"
+    assert rep["memory"]["weights"]["base_linear"] < 0.3 * hp["memory"]["weights"]["base_linear"] * 2
+    compare = (tmp_path / "full" / "lora-compare.md").read_text()
+    assert "frozen FP4 base vs FP32 base" in compare and "FP4 / FP32: " in compare and "(FP4 / BF16: " in compare
     vc = rep["val_curve"]
     assert [v["step"] for v in vc] == [3, 6] and vc[1]["val_loss"] < vc[0]["val_loss"]
     assert (tmp_path / "full" / "lora-compare.md").exists()

@@ -267,21 +267,51 @@ def test_weight_reads_decode_and_writes_requantize():
         for k in ("weight_data", "weight_scales", "weight_amax"):
             assert_bytes_equal(getattr(fr, k), getattr(ref, k), f"{what}: {k}")
 
-    fr.weight.data += delta  # what peft's merge does
-    check("data +=", expect(dec + delta))
-    dec2 = fr.dequantize(torch.float32)
-    fr.weight.data -= delta  # peft's unmerge: a re-quantization again (not the original bytes)
-    check("data -=", expect(dec2 - delta))
-    fr.weight.copy_(lin.weight)
-    check("copy_", expect(lin.weight.detach()))
-    fr.weight = lin.weight * 2
-    check("assignment", expect(lin.weight.detach() * 2))
-    fr.weight.data = lin.weight.detach()  # peft's safe_merge assigns .data
-    check(".data =", expect(lin.weight.detach()))
-    with pytest.raises(NotImplementedError, match="frozen NVFP4 weight"):
-        torch.add(lin.weight.detach(), 1.0, out=fr.weight)
-    with pytest.raises(ValueError, match="weight"):
-        fr.weight = torch.zeros(3, 3)
+    # inside requantize_writes(): every write is quantized into the layer, its error recorded
+    with nn4.requantize_writes(warn=False) as errors:
+        fr.weight.data += delta  # what peft's merge does
+        check("data +=", expect(dec + delta))
+        dec2 = fr.dequantize(torch.float32)
+        fr.weight.data -= delta  # peft's unmerge: a re-quantization again (not the original bytes)
+        check("data -=", expect(dec2 - delta))
+        fr.weight.copy_(lin.weight)
+        check("copy_", expect(lin.weight.detach()))
+        fr.weight = lin.weight * 2
+        check("assignment", expect(lin.weight.detach() * 2))
+        fr.weight.data = lin.weight.detach()  # peft's safe_merge assigns .data
+        check(".data =", expect(lin.weight.detach()))
+        with pytest.raises(NotImplementedError, match="frozen NVFP4 weight"):
+            torch.add(lin.weight.detach(), 1.0, out=fr.weight)
+        with pytest.raises(ValueError, match="weight"):
+            fr.weight = torch.zeros(3, 3)
+    assert len(errors) == 5
+    d = expect(dec + delta).dequantize(torch.float32)
+    assert errors[0][1] == pytest.approx(((d - (dec + delta)).norm() / delta.norm()).item(), rel=1e-5)
+    assert isinstance(fr, nn4.FrozenLinear)
+
+    # by default a write keeps what was written: the layer becomes a frozen nn.Linear
+    for write in ("data +=", "copy_", "assignment", ".data ="):
+        fr = nn4.FrozenLinear.from_linear(copy.deepcopy(lin).to(torch.bfloat16), REF)
+        hooked = []
+        fr.register_forward_hook(lambda *a: hooked.append(1))
+        dec = fr.dequantize(torch.float32)
+        if write == "data +=":
+            fr.weight.data += delta
+            want = (dec + delta).bfloat16()
+        elif write == "copy_":
+            fr.weight.copy_(lin.weight)
+            want = lin.weight.detach().bfloat16()
+        elif write == "assignment":
+            fr.weight = lin.weight * 2
+            want = (lin.weight.detach() * 2).bfloat16()
+        else:
+            fr.weight.data = lin.weight.detach()
+            want = lin.weight.detach().bfloat16()
+        assert type(fr) is nn.Linear and fr.weight.dtype == torch.bfloat16 and not fr.weight.requires_grad, write
+        assert torch.equal(fr.weight, want), write
+        assert set(fr.state_dict()) == {"weight"}, write
+        fr(torch.randn(2, 64, dtype=torch.bfloat16))
+        assert hooked == [1], write
 
 
 # ------------------------------------------------------------------------------ inference mode
@@ -346,11 +376,20 @@ def test_builtin_lora_trains_merges_and_unmerges():
     assert isinstance(lora, nn4.LoRALinear) and lora.lora_B.abs().sum() > 0
     base = lora.base
     orig = [t.clone() for t in (base.weight_data, base.weight_scales, base.weight_amax)]
-    want = nn4.FrozenLinear.from_weight(base.dequantize(torch.float32) + lora.delta_weight(), base.bias,
-                                        recipe=REF, layer_index=base.layer_index)
+    want_hp = base.dequantize(torch.float32) + lora.delta_weight()
+    want = nn4.FrozenLinear.from_weight(want_hp, base.bias, recipe=REF, layer_index=base.layer_index)
     with torch.no_grad():
         y_adapter = model(x)
+        # the default: the base becomes an nn.Linear holding Ŵ + ΔW (the fine-tune exported
+        # in high precision); unmerge() brings the frozen base back
         lora.merge()
+        assert type(lora.base) is nn.Linear and torch.equal(lora.base.weight, want_hp)
+        lora.unmerge()
+        assert lora.base is base
+        assert_equal(model(x), y_adapter, "unmerged forward")
+        with pytest.warns(nn4.FP4MergeWarning, match="stored a written weight in NVFP4 again"):
+            ratio = lora.merge(fp4=True)
+        assert ratio > 0
         for k in ("weight_data", "weight_scales", "weight_amax"):
             assert_bytes_equal(getattr(base, k), getattr(want, k), f"merged {k}")
         y_merged = model(x)
@@ -363,13 +402,19 @@ def test_builtin_lora_trains_merges_and_unmerges():
         for t, o in zip((base.weight_data, base.weight_scales, base.weight_amax), orig):
             assert_bytes_equal(t, o, "unmerged")
         assert_equal(model(x), y_adapter, "unmerged forward")
-        each = copy.deepcopy(model)
-        for m in each.modules():
-            if isinstance(m, nn4.LoRALinear):
-                m.merge()
-        merged = nn4.merge_and_unload(copy.deepcopy(model))
-        assert not any(isinstance(m, nn4.LoRALinear) for m in merged.modules())
-        assert_equal(merged(x), each(x), "merge_and_unload")
+        for fp4 in (False, True):
+            each = copy.deepcopy(model)
+            for m in each.modules():
+                if isinstance(m, nn4.LoRALinear):
+                    m.merge(fp4=fp4, warn=False)
+            if fp4:
+                with pytest.warns(nn4.FP4MergeWarning, match=r"^nvfp4: 3 frozen layer"):
+                    merged = nn4.merge_and_unload(copy.deepcopy(model), fp4=True)
+            else:
+                merged = nn4.merge_and_unload(copy.deepcopy(model))
+            assert not any(isinstance(m, nn4.LoRALinear) for m in merged.modules())
+            assert len(nn4.frozen_layers(merged)) == (3 if fp4 else 0)
+            assert_equal(merged(x), each(x), f"merge_and_unload fp4={fp4}")
     sd = nn4.lora_state_dict(model)
     assert set(sd) == {f"{i}.{k}" for i in (0, 2, 4) for k in ("lora_A", "lora_B", "base.sr_step")}
 

@@ -4,6 +4,7 @@ import torch
 
 import nvfp4
 import nvfp4_ref as ref
+from conftest import first_mismatch
 
 
 def decoded_unscaled(q):
@@ -127,3 +128,58 @@ def test_gemm_errors():
         nvfp4.gemm(torch.randn(4, 32), qa)
     with pytest.raises(ValueError, match=r"^out: "):
         nvfp4.gemm(qa, qa, out=torch.empty(3, 3))
+
+
+def sequential(a64, b64):
+    """Σ_k a[:, k] b[:, k] in float64, each sum taken in order k = 0, 1, ... (what the
+    reference computes; the products of decoded values are exact in float64)."""
+    acc = torch.zeros(a64.shape[0], b64.shape[0], dtype=torch.float64)
+    for k in range(a64.shape[1]):
+        acc += a64[:, k:k + 1] * b64[:, k]
+    return acc
+
+
+@pytest.mark.parametrize("m,n,k", [(203, 517, 400), (1, 250, 208), (97, 25, 16), (300, 7, 1024)])
+def test_reference_gemm_blocked_is_the_sequential_sum(m, n, k):
+    """Shapes that cross the reference's register tiles, cache blocks and K slices (and stop
+    inside them): the float64 sums are the in-order sums bit for bit, on every thread; every
+    output written (poisoned first); repeated runs identical."""
+    g = torch.Generator().manual_seed(m + n + k)
+    a = torch.randn(m, k, generator=g) * torch.exp2(torch.randint(-8, 8, (m, 1), generator=g).float())
+    b = torch.randn(n, k, generator=g) * 0.02
+    a[0, :16] = 0.0  # a zero block
+    qa, qb = nvfp4.quantize(a), nvfp4.quantize(b, block="2d")
+    want = (alpha_of(qa, qb) * sequential(decoded_unscaled(qa), decoded_unscaled(qb))).float()
+    out = torch.full((m, n), float("nan"))
+    got = nvfp4.gemm(qa, qb, out=out)
+    assert torch.equal(got, want), first_mismatch(got, want)
+    assert torch.equal(nvfp4.gemm(qa, qb, out_dtype=torch.float32), got)
+    # the float64 bound against an unordered float64 product (what the other tests use)
+    assert torch.allclose(got.double(), reference(qa, qb), rtol=2**-23, atol=1e-30)
+    bias = torch.randn(n, generator=g)
+    c = torch.randn(m, n, generator=g)
+    got2 = nvfp4.gemm(qa, qb, out=c.clone(), beta=0.25, bias=bias)
+    want2 = (alpha_of(qa, qb) * sequential(decoded_unscaled(qa), decoded_unscaled(qb))
+             + 0.25 * c.double() + bias.double()).float()
+    assert torch.equal(got2, want2), first_mismatch(got2, want2)
+
+
+def test_reference_gemm_mxfp4_blocked_is_the_sequential_sum():
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(130, 416, generator=g), torch.randn(260, 416, generator=g)
+    qa, qb = nvfp4.quantize_mxfp4(a), nvfp4.quantize_mxfp4(b)
+    want = sequential(qa.dequantize(torch.float32).double(), qb.dequantize(torch.float32).double()).float()
+    got = nvfp4.gemm(qa, qb, out=torch.full((130, 260), float("nan")))
+    assert torch.equal(got, want), first_mismatch(got, want)
+
+
+def test_reference_gemm_nan_and_inf_operands():
+    a, b = torch.randn(100, 256), torch.randn(260, 256)
+    a[3, 5] = float("inf")  # saturates in its block; the tensor's scale becomes 1
+    qa, qb = nvfp4.quantize(a), nvfp4.quantize(b)
+    got = nvfp4.gemm(qa, qb, out_dtype=torch.float32)
+    want = (alpha_of(qa, qb) * sequential(decoded_unscaled(qa), decoded_unscaled(qb))).float()
+    assert torch.isfinite(got).all() and torch.equal(got, want)
+    a[7, 9] = float("nan")  # a NaN anywhere: every decoded value of A is NaN
+    got = nvfp4.gemm(nvfp4.quantize(a), qb, out_dtype=torch.float32)
+    assert torch.isnan(got).all()

@@ -229,25 +229,46 @@ def test_peft_lora_on_frozen_llama_trains_and_merges(monkeypatch):
         adapter = pm(input_ids=ids).logits
         with pm.disable_adapter():
             base = pm(input_ids=ids).logits
-    # what merging must give: each base re-quantized from its decoded weight + the delta
-    want = {}
+    # what merging gives: by default each base becomes an nn.Linear holding its decoded
+    # weight + the delta (the fine-tune kept); inside requantize_writes() the base is
+    # re-quantized from it (and a warning reports the error)
+    want_w, want_q = {}, {}
     for name, m in pm.named_modules():
         if isinstance(m, p.tuners.lora.Linear):
             b = m.base_layer
             w = b.dequantize(torch.float32) + m.get_delta_weight("default").float()
-            want[name] = nn4.FrozenLinear.from_weight(w, recipe=REF, layer_index=b.layer_index)
+            want_w[name.replace("base_model.model.", "", 1)] = w
+            want_q[name.replace("base_model.model.", "", 1)] = nn4.FrozenLinear.from_weight(w, recipe=REF,
+                                                                                            layer_index=b.layer_index)
+    nn4.set_precision(pm, "bf16")  # the bases in high precision: what the exported model computes
+    with torch.no_grad():
+        adapter_hp = pm(input_ids=ids).logits
+    nn4.set_precision(pm, "nvfp4")
     for safe in (False, True):
         merged = copy.deepcopy(pm).merge_and_unload(safe_merge=safe)
+        assert not nn4.frozen_layers(merged)
+        for name, w in want_w.items():
+            got = merged.get_submodule(name)
+            assert type(got) is nn.Linear and not got.weight.requires_grad
+            assert_equal(got.weight, w, f"safe_merge={safe} {name}.weight")
+        with torch.no_grad():
+            logits = merged(input_ids=ids).logits
+        assert torch.allclose(logits, adapter_hp, rtol=1e-4, atol=1e-4 * adapter_hp.abs().max().item())
+        with nn4.requantize_writes(warn=False) as errors:
+            merged = copy.deepcopy(pm).merge_and_unload(safe_merge=safe)
+        assert len(errors) == 21 and all(r > 0 for _, r in errors)
         layers = {n: m for n, m in merged.named_modules() if isinstance(m, nn4.FrozenLinear)}
         assert len(layers) == 21
-        for name, ref in want.items():
-            got = layers[name.replace("base_model.model.", "", 1)]
+        for name, ref in want_q.items():
             for k in ("weight_data", "weight_scales", "weight_amax"):
-                assert_bytes_equal(getattr(got, k), getattr(ref, k), f"safe_merge={safe} {name}.{k}")
+                assert_bytes_equal(getattr(layers[name], k), getattr(ref, k), f"safe_merge={safe} {name}.{k}")
         with torch.no_grad():
             logits = merged(input_ids=ids).logits
         assert (logits - base).abs().max() > 0.2 * (adapter - base).abs().max(), "merge had no effect (stale weight)"
         assert (logits - adapter).abs().max() < 0.5 * (adapter - base).abs().max()
+    with pytest.warns(nn4.FP4MergeWarning, match=r"21 frozen layer\(s\) stored a written weight in NVFP4 again"):
+        with nn4.requantize_writes():
+            copy.deepcopy(pm).merge_and_unload()
 
 
 def test_peft_lora_on_converted_llama_merge_is_seen():

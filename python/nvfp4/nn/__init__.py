@@ -11,7 +11,7 @@ re-exports the op layer's basic ops (nvfp4._ops).
 from . import _passes as ops
 from .recipe import RECIPES, QuantConfig, Recipe, get_recipe, layer_seed
 from .linear import Linear
-from .frozen import FP4Weight, FrozenLinear, load, recipe_from_dict, save
+from .frozen import FP4MergeWarning, FP4Weight, FrozenLinear, load, recipe_from_dict, requantize_writes, save
 from .convert import (DEFAULT_EXCLUDE, ConversionPlan, Conv1DLinear, Cooldown, convert, converted_layers,
                       find_blocks, freeze_fp4, frozen_layers, plan_conversion, set_precision, set_sr_step,
                       set_weight_reuse, unconvert)
@@ -21,4 +21,4 @@ __all__ = ["Linear", "Recipe", "QuantConfig", "RECIPES", "get_recipe", "layer_se
            "plan_conversion", "ConversionPlan", "find_blocks", "converted_layers", "frozen_layers",
            "set_precision", "set_sr_step", "set_weight_reuse", "Cooldown", "DEFAULT_EXCLUDE", "Conv1DLinear",
            "FrozenLinear", "FP4Weight", "freeze_fp4", "save", "load", "recipe_from_dict", "LoRALinear", "add_lora",
-           "merge_and_unload", "lora_parameters", "lora_state_dict", "ops"]
+           "merge_and_unload", "lora_parameters", "lora_state_dict", "ops", "requantize_writes", "FP4MergeWarning"]

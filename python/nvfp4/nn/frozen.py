@@ -34,15 +34,24 @@ where that is 0, i.e. amax = inf). A state_dict with a float `weight` [out, in] 
 unfrozen model) is accepted and quantized when it loads.
 
 `layer.weight` is a stand-in for the missing master weight: reading it gives the decoded
-values (in the layer's dtype), and writing it in place (`weight.data += delta`, what peft's
-merge does, `weight.copy_(w)`, `layer.weight = w`) re-quantizes the layer from the result.
-So a LoRA merge into a frozen base is a re-quantization of Ŵ + ΔW: exact on the tensor that
-is merged, but stored again in NVFP4 (with its own amax and tile scales).
+values (in the layer's dtype). Writing it (`weight.data += delta`, what peft's merge does,
+`weight.data = w`, peft's safe merge, `weight.copy_(w)`, `layer.weight = w`) keeps what was
+written: the layer becomes, in place, a plain nn.Linear holding the new weight in the
+layer's dtype (frozen, requires_grad=False). So a LoRA merge into a frozen base (peft's
+merge_and_unload, nvfp4.nn.merge_and_unload) exports Ŵ + ΔW in high precision and keeps
+the fine-tune. Storing the merged weight in NVFP4 again is a re-quantization whose error
+can swallow most of a small update; it happens only on request, inside
+`with nvfp4.nn.requantize_writes():` (or merge_and_unload(model, fp4=True)), and then a
+FP4MergeWarning reports the measured error: ‖Q(W') − W'‖ / ‖W' − Ŵ‖, the stored weight's
+distance from the written one relative to the change that was written.
 """
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Dict, Optional, Union
+import threading
+import warnings
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +65,7 @@ from .linear import _FLOATS, Linear, _make_cfg, _Plan, _uses_sr, check_counter_s
 from .recipe import QuantConfig, Recipe, get_recipe, layer_seed
 
 __all__ = ["FrozenLinear", "FP4Weight", "dequantize_weight", "transpose_weight", "swizzle_bytes",
-           "unswizzle_bytes", "save", "load", "recipe_from_dict"]
+           "unswizzle_bytes", "save", "load", "recipe_from_dict", "requantize_writes", "FP4MergeWarning"]
 
 aten = torch.ops.aten
 
@@ -130,6 +139,55 @@ def _check_frozen_recipe(r: Recipe) -> Recipe:
     return r
 
 
+# ------------------------------------------------------------------------------ writes into a frozen weight
+class FP4MergeWarning(UserWarning):
+    """A weight written into a frozen layer was stored in NVFP4 again (requantize_writes), and
+    the re-quantization moved it by the reported fraction of the change that was written."""
+
+
+_writes = threading.local()  # .errors: a list while requantize_writes() is active, else absent
+
+
+@contextlib.contextmanager
+def requantize_writes(warn: bool = True):
+    """Inside this block, a weight written into a FrozenLinear (`weight.data += d`, what peft's
+    merge does, `weight.data = w`, `weight.copy_(w)`, `layer.weight = w`) is quantized into
+    the layer's NVFP4 storage instead of turning the layer into a high-precision nn.Linear.
+    On leaving, if warn, one FP4MergeWarning reports the measured error over the layers
+    written: ‖Q(W') − W'‖ / ‖W' − Ŵ‖ (1.0: the re-quantization error is as large as the update
+    itself). Yields the list of (layer, ratio) it collects."""
+    outer = getattr(_writes, "errors", None)
+    errors: List[Tuple[str, float]] = []
+    _writes.errors = errors
+    try:
+        yield errors
+    finally:
+        if outer is None:
+            del _writes.errors
+        else:
+            outer.extend(errors)
+            _writes.errors = outer
+    if warn and outer is None and errors:
+        warnings.warn(_merge_error_message(errors), FP4MergeWarning, stacklevel=3)
+
+
+def _merge_error_message(errors: List[Tuple[str, float]]) -> str:
+    finite = [r for _, r in errors if r == r]
+    worst = max(errors, key=lambda e: e[1] if e[1] == e[1] else float("inf"))
+    mean = sum(finite) / len(finite) if finite else float("nan")
+    return (f"nvfp4: {len(errors)} frozen layer(s) stored a written weight in NVFP4 again: the stored weight is off "
+            f"by {mean:.3g} of the written change on average (‖Q(W') − W'‖ / ‖W' − Ŵ‖), {worst[1]:.3g} at worst "
+            f"({worst[0]}); at 1 the re-quantization error is as large as the update. A merged fine-tune "
+            "keeps its update exported in high precision: merge outside requantize_writes() (peft's "
+            "merge_and_unload, or nvfp4.nn.merge_and_unload(model) without fp4=True)")
+
+
+def _write_ratio(before: torch.Tensor, written: torch.Tensor, stored: torch.Tensor) -> float:
+    change = (written - before).norm().item()
+    err = (stored - written).norm().item()
+    return err / change if change > 0 else (0.0 if err == 0 else float("inf"))
+
+
 # ------------------------------------------------------------------------------ autograd
 class _FrozenFn(torch.autograd.Function):
     @staticmethod
@@ -200,10 +258,22 @@ class FP4Weight(torch.Tensor):
 
     @data.setter
     def data(self, value):
-        self._owner._assign_weight(value)
+        owner = self._owner
+        if isinstance(value, FP4Weight) and value._owner is owner:
+            return  # `weight.data += d` assigns the stand-in back after the in-place op
+        if not isinstance(owner, FrozenLinear):  # an earlier write made it an nn.Linear
+            owner.weight.data = value
+            return
+        owner._assign_weight(value, write=True)
 
     def dequantize(self, dtype=None) -> torch.Tensor:
         return self._owner.dequantize(dtype or self.dtype)
+
+    @property
+    def _is_hf_initialized(self) -> bool:
+        # transformers' weight initialization skips tensors with this flag; a stand-in is made
+        # on each access, so it reports its layer's (set on frozen layers loaded from a checkpoint)
+        return getattr(self._owner, "_is_hf_initialized", False)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -221,9 +291,10 @@ class FP4Weight(torch.Tensor):
                 raise NotImplementedError(f"{func}: writes into a frozen NVFP4 weight this way are not supported; "
                                           "update the whole tensor in place (weight.data += d, weight.copy_(w))")
             with torch.no_grad():
-                w = target._owner.dequantize(torch.float32)
+                owner = target._owner
+                w = owner.dequantize(torch.float32)
                 func(w, *tree_map(unwrap, tuple(args[1:])), **tree_map(unwrap, kwargs))
-                target._owner._store(*_quantize_weight(w))
+                owner._write_weight(w)
             return target
         return func(*tree_map(unwrap, tuple(args)), **tree_map(unwrap, kwargs))
 
@@ -393,18 +464,21 @@ class FrozenLinear(nn.Linear):
 
     @weight.setter
     def weight(self, value) -> None:
-        self._assign_weight(value)
+        self._assign_weight(value, write=True)
 
     def __setattr__(self, name, value):
         if name == "weight":  # nn.Module would try to register a Parameter named weight
-            self._assign_weight(value)
+            self._assign_weight(value, write=True)
             return
         if name in ("weight_data", "weight_scales", "weight_amax") and "_dtype_ref" in self.__dict__.get("_buffers", {}):
             # a buffer replaced by assignment is checked like a loaded one
             self._check_state("", {name: value})
         super().__setattr__(name, value)
 
-    def _assign_weight(self, value) -> None:
+    def _assign_weight(self, value, write: bool = False) -> None:
+        """Take a new weight: another frozen layer's NVFP4 bytes as they are; a float tensor
+        quantized (write=False: a checkpoint of the unfrozen model being loaded) or as a
+        write (write=True: see _write_weight)."""
         if isinstance(value, FP4Weight):
             if value._owner is not self:
                 o = value._owner
@@ -414,7 +488,33 @@ class FrozenLinear(nn.Linear):
             raise ValueError(f"weight: expected a tensor of shape [{self.out_features}, {self.in_features}], got "
                              f"{getattr(value, 'shape', type(value).__name__)}")
         with torch.no_grad():
-            self._store(*_quantize_weight(value.to(self.weight_data.device)))
+            if write:
+                self._write_weight(value.detach().to(self.weight_data.device, torch.float32))
+            else:
+                self._store(*_quantize_weight(value.to(self.weight_data.device)))
+
+    def _write_weight(self, w: torch.Tensor) -> None:
+        """A float32 weight written through `weight`: kept in high precision (the layer turns
+        into an nn.Linear), or under requantize_writes() stored in NVFP4 with its error recorded."""
+        errors = getattr(_writes, "errors", None)
+        if errors is None:
+            self._promote(w)
+            return
+        before = self.dequantize(torch.float32)
+        self._store(*_quantize_weight(w))
+        name = getattr(self, "_nvfp4_name", None) or f"a {self.out_features}x{self.in_features} layer"
+        errors.append((name, _write_ratio(before, w, self.dequantize(torch.float32))))
+
+    def _promote(self, w: torch.Tensor) -> None:
+        """Become, in place, a frozen nn.Linear holding `w` in the layer's dtype (hooks and the
+        bias Parameter kept; the NVFP4 buffers and the counter dropped)."""
+        dtype, dev = self.weight_dtype, self.weight_data.device
+        for name in ("weight_data", "weight_scales", "weight_amax", "sr_step", "_dtype_ref"):
+            self._buffers.pop(name, None)
+        for a in ("precision", "_layer_index", "_recipe", "_plan"):
+            self.__dict__.pop(a, None)
+        self.__class__ = nn.Linear
+        self.weight = nn.Parameter(w.to(dev, dtype), requires_grad=False)
 
     def _store(self, data, scales, amax) -> None:
         """Replace the quantized weight (in place when possible, so compiled graphs and
@@ -516,6 +616,7 @@ class FrozenLinear(nn.Linear):
 # ------------------------------------------------------------------------------ checkpoints
 _META_KEY = "nvfp4.frozen"
 _ALIAS_KEY = "nvfp4.aliases"
+_LORA_KEY = "nvfp4.lora"
 FORMAT_VERSION = 1
 
 
@@ -523,6 +624,16 @@ def _frozen_config(model: nn.Module) -> Dict[str, dict]:
     return {n: {"in_features": m.in_features, "out_features": m.out_features, "bias": m.bias is not None,
                 "recipe": m.recipe.to_dict(), "layer_index": m.layer_index, "weight_dtype": str(m.weight_dtype)}
             for n, m in model.named_modules() if isinstance(m, FrozenLinear)}
+
+
+def _lora_config(model: nn.Module) -> Dict[str, dict]:
+    from .lora import LoRALinear
+    out = {}
+    for n, m in model.named_modules():
+        if isinstance(m, LoRALinear):
+            dropout = m.dropout.p if isinstance(m.dropout, nn.Dropout) else 0.0
+            out[n] = {"rank": m.rank, "alpha": m.alpha, "dropout": dropout, "dtype": str(m.lora_A.dtype)}
+    return out
 
 
 def save(model: nn.Module, path: str, metadata: Optional[Dict[str, str]] = None) -> None:
@@ -547,7 +658,7 @@ def save(model: nn.Module, path: str, metadata: Optional[Dict[str, str]] = None)
             storages.add(ptr)
         tensors[k] = v
     meta = {"format": "pt", "nvfp4.version": str(FORMAT_VERSION), _META_KEY: json.dumps(_frozen_config(model)),
-            _ALIAS_KEY: json.dumps(aliases)}
+            _ALIAS_KEY: json.dumps(aliases), _LORA_KEY: json.dumps(_lora_config(model))}
     if metadata:
         meta.update({str(k): str(v) for k, v in metadata.items()})
     save_file(tensors, path, metadata=meta)
@@ -562,8 +673,9 @@ def load(model: nn.Module, path: str, strict: bool = True, device=None):
     """Load a file written by `save` into `model` (in place) and return load_state_dict's
     result. Modules that are frozen in the file but not in `model` (a freshly built model:
     nn.Linear, nvfp4 Linear or GPT-2 Conv1D) become FrozenLinear first, with the file's recipe
-    and layer index, without quantizing their current weights. device: where the frozen
-    layers go (default: where the module's parameters are)."""
+    and layer index, without quantizing their current weights, and those the file has LoRA
+    adapters on (nvfp4.nn.add_lora) get them, with the file's rank, alpha, dropout and dtype.
+    device: where the frozen layers go (default: where the module's parameters are)."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
@@ -574,10 +686,32 @@ def load(model: nn.Module, path: str, strict: bool = True, device=None):
     sd = load_file(path, device="cpu")
     for k, src in json.loads(meta.get(_ALIAS_KEY, "{}")).items():
         sd[k] = sd[src]
+    from .lora import LoRALinear
+    loras = json.loads(meta.get(_LORA_KEY, "{}"))
+    built_lora = False
     for name, info in json.loads(meta[_META_KEY]).items():
+        lora_name = name[:-len(".base")] if name.endswith(".base") else None
         try:
             m = model.get_submodule(name)
         except AttributeError:
+            m = None
+        if m is None and lora_name is not None and lora_name in loras:
+            try:
+                m = model.get_submodule(lora_name)  # the layer the adapter wraps, not wrapped yet
+            except AttributeError:
+                m = None
+            if m is not None and not isinstance(m, LoRALinear):
+                target = lora_name
+            else:
+                m = None
+        else:
+            target = name
+        if m is None:
+            if lora_name is not None:
+                raise ValueError(f"path: the file has a LoRA adapter around the frozen layer {lora_name!r}, which "
+                                 "the model does not have; build the same model first: nvfp4.freeze_fp4(model) and "
+                                 "nvfp4.nn.add_lora(model, rank=..., alpha=...) as when it was saved (or load the "
+                                 "checkpoint through transformers with nvfp4.hf, which rebuilds both)")
             raise ValueError(f"path: the file has a frozen layer {name!r} that the model does not have") from None
         if isinstance(m, FrozenLinear):
             continue
@@ -588,6 +722,14 @@ def load(model: nn.Module, path: str, strict: bool = True, device=None):
         wdtype = getattr(torch, info.get("weight_dtype", "torch.float32").split(".")[-1])
         new = FrozenLinear(info["in_features"], info["out_features"], bias=info["bias"], device=wdev, dtype=wdtype,
                            recipe=recipe_from_dict(info["recipe"]), layer_index=info["layer_index"])
-        _set_submodule(model, name, new)
+        if target != name:
+            lo = loras[lora_name]
+            new = LoRALinear(new, rank=lo["rank"], alpha=lo["alpha"], dropout=lo["dropout"],
+                             dtype=getattr(torch, lo["dtype"].split(".")[-1]), device=wdev)
+        _set_submodule(model, target, new)
+        built_lora = built_lora or target != name
+    if built_lora:  # as add_lora leaves a model: only the adapters train
+        for n, p in model.named_parameters():
+            p.requires_grad_(n.rsplit(".", 1)[-1] in ("lora_A", "lora_B"))
     return model.load_state_dict(sd, strict=strict)
 

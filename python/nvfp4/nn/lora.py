@@ -7,11 +7,15 @@ nn.Linear in BF16, for comparison); A [rank, in] and B [out, rank] are ordinary 
 (BF16 by default) trained by autograd, initialized as in the LoRA paper (A Kaiming-uniform,
 B zero, so training starts from the base model).
 
-Merging folds the update into the base weight: for a FrozenLinear that is a re-quantization,
-Q(Ŵ + (alpha/rank)·B·A), an NVFP4 weight again (with its own amax and tile scales), not the
-unmerged layer's output bit for bit. unmerge() restores the original NVFP4 bytes, kept when
-merging. peft's LoRA works on frozen layers too (it wraps them like any nn.Linear); its
-merge goes through FrozenLinear.weight, the same re-quantization.
+Merging folds the update into the base weight. Into a FrozenLinear it exports by default in
+high precision: the base becomes an nn.Linear holding Ŵ + (alpha/rank)·B·A in the base's
+dtype (the decoded NVFP4 weight plus the update: the fine-tune is kept, and the merged layer
+computes the unmerged one's output with the base in high precision, up to that dtype's
+rounding of the sum). fp4=True stores Q(Ŵ + ΔW) in NVFP4 again instead (0.28x the bytes),
+a re-quantization whose error can be as large as a small update; a FP4MergeWarning then
+reports it. unmerge() restores the original base (its NVFP4 bytes). peft's LoRA works on
+frozen layers too (it wraps them like any nn.Linear); its merge writes FrozenLinear.weight,
+which follows the same rule (high precision; NVFP4 inside nvfp4.nn.requantize_writes()).
 """
 from __future__ import annotations
 
@@ -23,7 +27,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .convert import _as_list, _matches
-from .frozen import FrozenLinear, _quantize_weight
+import warnings
+
+from .frozen import FP4MergeWarning, FrozenLinear, _merge_error_message, _quantize_weight, _write_ratio
 from .linear import Linear
 
 __all__ = ["LoRALinear", "add_lora", "merge_and_unload", "lora_state_dict", "lora_parameters"]
@@ -70,6 +76,12 @@ class LoRALinear(nn.Module):
     def out_features(self) -> int:
         return self.base.out_features
 
+    @property
+    def weight(self):
+        """The base layer's weight (for code that reads `.weight` of a linear layer, as
+        peft's LoRA layers also expose it); the adapter's own are lora_A and lora_B."""
+        return self.base.weight
+
     def reset_parameters(self) -> None:
         with torch.no_grad():
             # what nn.Linear does for its weight; B = 0 so the adapter starts as a no-op
@@ -114,28 +126,49 @@ class LoRALinear(nn.Module):
         return (self.lora_B.float() @ self.lora_A.float()) * self.scaling
 
     @torch.no_grad()
-    def merge(self) -> None:
-        """Fold the update into the base weight (a FrozenLinear is re-quantized; its original
-        NVFP4 bytes are kept so that unmerge() restores them exactly)."""
+    def merge(self, fp4: bool = False, warn: bool = True) -> Optional[float]:
+        """Fold the update into the base weight. Into a FrozenLinear: fp4=False (default) makes
+        the base an nn.Linear holding Ŵ + ΔW in the base's dtype; fp4=True re-quantizes Ŵ + ΔW
+        into the frozen layer and returns the measured error ‖Q(Ŵ+ΔW) − (Ŵ+ΔW)‖ / ‖ΔW‖, with a
+        FP4MergeWarning if warn. unmerge() restores the original base either way."""
         if self.merged:
-            return
+            return None
         b = self.base
+        ratio = None
         if isinstance(b, FrozenLinear):
-            self._unmerged_state = tuple(t.clone() for t in (b.weight_data, b.weight_scales, b.weight_amax))
-            w = b.dequantize(torch.float32) + self.delta_weight().to(b.weight_data.device)
-            b._store(*_quantize_weight(w))
+            dw = self.delta_weight().to(b.weight_data.device)
+            before = b.dequantize(torch.float32)
+            w = before + dw
+            if fp4:
+                self._unmerged_state = tuple(t.clone() for t in (b.weight_data, b.weight_scales, b.weight_amax))
+                b._store(*_quantize_weight(w))
+                ratio = _write_ratio(before, w, b.dequantize(torch.float32))
+                if warn:
+                    warnings.warn(_merge_error_message([(f"a {b.out_features}x{b.in_features} layer", ratio)]),
+                                  FP4MergeWarning, stacklevel=2)
+            else:
+                merged = nn.Linear(b.in_features, b.out_features, bias=b.bias is not None, device="meta")
+                merged.weight = nn.Parameter(w.to(b.weight_dtype), requires_grad=False)
+                if b.bias is not None:
+                    merged.bias = b.bias  # the same (frozen) Parameter
+                self._unmerged_state = (b,)  # a tuple: kept out of the module tree (and the state_dict)
+                self.base = merged
         elif isinstance(b, nn.Linear):
             b.weight.data += self.delta_weight().to(b.weight.dtype)
         else:
             raise TypeError(f"merge: cannot merge into a {type(b).__name__}")
         self.merged = True
+        return ratio
 
     @torch.no_grad()
     def unmerge(self) -> None:
         if not self.merged:
             return
         b = self.base
-        if isinstance(b, FrozenLinear):
+        if isinstance(self._unmerged_state, tuple) and len(self._unmerged_state) == 1:
+            self.base = self._unmerged_state[0]
+            self._unmerged_state = None
+        elif isinstance(b, FrozenLinear):
             b._store(*self._unmerged_state)
             self._unmerged_state = None
         else:
@@ -177,14 +210,27 @@ def add_lora(model: nn.Module, rank: int = 8, alpha: float = 16.0, dropout: floa
     return names
 
 
-def merge_and_unload(model: nn.Module) -> nn.Module:
-    """Merge every LoRALinear of `model` into its base and put the base back in its place."""
+def merge_and_unload(model: nn.Module, fp4: bool = False) -> nn.Module:
+    """Merge every LoRALinear of `model` into its base and put the base back in its place.
+
+    fp4=False (default): a frozen NVFP4 base becomes an nn.Linear holding the decoded weight
+    plus the update, Ŵ + ΔW, in the base's dtype: the export keeps the fine-tune (the merged
+    model computes what the unmerged one computes with its bases in high precision, up to the
+    rounding of Ŵ + ΔW to that dtype). fp4=True re-quantizes Ŵ + ΔW into the frozen layers
+    (0.28x the bytes); one FP4MergeWarning then reports the measured error over the layers,
+    ‖Q(Ŵ+ΔW) − (Ŵ+ΔW)‖ / ‖ΔW‖ (near or above 1: the re-quantization erases most of the
+    update). Bases that are nn.Linear get W + ΔW either way."""
+    errors = []
     for name, m in list(model.named_modules()):
         if isinstance(m, LoRALinear):
-            m.merge()
+            ratio = m.merge(fp4=fp4, warn=False)
+            if ratio is not None:
+                errors.append((name, ratio))
             m._unmerged_state = None
             parent, _, leaf = name.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, leaf, m.base)
+    if errors:
+        warnings.warn(_merge_error_message(errors), FP4MergeWarning, stacklevel=2)
     return model
 
 
