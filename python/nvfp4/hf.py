@@ -41,7 +41,8 @@ import torch
 from torch import nn
 
 from .nn.convert import Conv1DLinear, convert, freeze_fp4, is_conv1d
-from .nn.frozen import FrozenLinear, _check_frozen_recipe, _frozen_config, _set_submodule, recipe_from_dict
+from .nn.checkpoint import _frozen_config, _set_submodule
+from .nn.frozen import FrozenLinear, _check_frozen_recipe, recipe_from_dict
 from .nn.linear import Linear
 from .nn.lora import LoRALinear
 from .nn.recipe import Recipe, get_recipe

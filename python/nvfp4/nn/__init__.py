@@ -11,11 +11,12 @@ re-exports the op layer's basic ops (nvfp4._ops).
 from . import _passes as ops
 from .recipe import RECIPES, QuantConfig, Recipe, get_recipe, layer_seed
 from .linear import Linear
-from .frozen import FP4MergeWarning, FP4Weight, FrozenLinear, load, recipe_from_dict, requantize_writes, save
+from .frozen import FP4MergeWarning, FP4Weight, FrozenLinear, recipe_from_dict, requantize_writes
 from .convert import (DEFAULT_EXCLUDE, ConversionPlan, Conv1DLinear, Cooldown, convert, converted_layers,
                       find_blocks, freeze_fp4, frozen_layers, plan_conversion, set_precision, set_sr_step,
                       set_weight_reuse, unconvert)
 from .lora import LoRALinear, add_lora, lora_parameters, lora_state_dict, merge_and_unload
+from .checkpoint import load, save
 
 __all__ = ["Linear", "Recipe", "QuantConfig", "RECIPES", "get_recipe", "layer_seed", "convert", "unconvert",
            "plan_conversion", "ConversionPlan", "find_blocks", "converted_layers", "frozen_layers",
