@@ -1,5 +1,6 @@
 // extern "C" entry points: validate every descriptor, dispatch to the CPU reference or
 // the CUDA kernels, turn any failure into a status plus a thread-local message.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +59,10 @@ NVFP4_API void nvfp4_quant_config_default(nvfp4_quant_config_t* cfg) {
   cfg->seed = 0;
   cfg->offset = 0;
   cfg->offset_device = nullptr;
+  cfg->scale_select = NVFP4_SELECT_NONE;
+  cfg->e4m3_bound = 448;
+  cfg->amax_mode = NVFP4_AMAX_TENSOR;
+  cfg->amax_in = nullptr;
 }
 
 NVFP4_API uint32_t nvfp4_default_rht_sign_mask(void) { return nvfp4::core::kDefaultRhtSignMask; }
@@ -71,7 +76,7 @@ nvfp4_quant_config_t checked_config(const nvfp4_quant_config_t* cfg) {
   std::memcpy(&c, cfg, sizeof c);  // a byte copy: the enum fields are not loaded as enums yet
   const nvfp4_block_t block = checked_enum(cfg->block, NVFP4_BLOCK_2D + 1, "cfg.block", "1D or 2D");
   const nvfp4_rounding_t rounding =
-      checked_enum(cfg->rounding, NVFP4_ROUND_STOCHASTIC + 1, "cfg.rounding", "NEAREST or STOCHASTIC");
+      checked_enum(cfg->rounding, NVFP4_ROUND_EDEN + 1, "cfg.rounding", "NEAREST, STOCHASTIC or EDEN");
   const nvfp4_scale_layout_t layout = checked_layout(cfg->scale_layout, "cfg.scale_layout");
   if (cfg->rht & ~(NVFP4_RHT_ROWWISE | NVFP4_RHT_COLUMNWISE))
     invalid("cfg.rht: unknown bits 0x" + hex(cfg->rht) + " (expected a mask of NVFP4_RHT_ROWWISE | NVFP4_RHT_COLUMNWISE)");
@@ -80,9 +85,40 @@ nvfp4_quant_config_t checked_config(const nvfp4_quant_config_t* cfg) {
     invalid("cfg.rht_sign_mask: 0x" + hex(cfg->rht_sign_mask) + " has bits above bit 15 (one bit per lane of 16)");
   if (cfg->offset_device && reinterpret_cast<uintptr_t>(cfg->offset_device) % alignof(uint64_t) != 0)
     invalid("cfg.offset_device: must be 8-byte aligned");
+  // The recipe options of 0.3, and the combinations they are defined for.
+  const nvfp4_scale_select_t select =
+      checked_enum(cfg->scale_select, NVFP4_SELECT_4OVER6_MSE + 1, "cfg.scale_select", "NONE, 4OVER6_MAE or 4OVER6_MSE");
+  const nvfp4_amax_mode_t amax_mode =
+      checked_enum(cfg->amax_mode, NVFP4_AMAX_GIVEN + 1, "cfg.amax_mode", "TENSOR, ROWS or GIVEN");
+  if (cfg->e4m3_bound != 448u && cfg->e4m3_bound != 256u)
+    invalid("cfg.e4m3_bound: must be 448 or 256, got " + std::to_string(cfg->e4m3_bound));
+  if (cfg->e4m3_bound == 256u && select == NVFP4_SELECT_NONE)
+    invalid("cfg.e4m3_bound: 256 applies to a 4over6 scale selection only (cfg.scale_select is NONE)");
+  if (select != NVFP4_SELECT_NONE && rounding != NVFP4_ROUND_NEAREST)
+    invalid("cfg.scale_select: 4over6 compares round-to-nearest candidates; cfg.rounding must be NEAREST");
+  if (select != NVFP4_SELECT_NONE && cfg->rht)
+    invalid("cfg.scale_select: 4over6 is not defined with the Hadamard transform (cfg.rht must be 0)");
+  if (amax_mode == NVFP4_AMAX_ROWS && block == NVFP4_BLOCK_2D)
+    invalid("cfg.amax_mode: one amax per row applies to 1D blocks only");
+  if (amax_mode == NVFP4_AMAX_ROWS && cfg->rht)
+    invalid("cfg.amax_mode: one amax per row is not defined with the Hadamard transform (cfg.rht must be 0)");
+  if (amax_mode == NVFP4_AMAX_GIVEN) {
+    if (!cfg->amax_in) invalid("cfg.amax_in: null, but cfg.amax_mode is GIVEN");
+    if (reinterpret_cast<uintptr_t>(cfg->amax_in) % alignof(float) != 0) invalid("cfg.amax_in: must be 4-byte aligned");
+  } else if (cfg->amax_in) {
+    invalid("cfg.amax_in: set, but cfg.amax_mode is not GIVEN (it would be ignored)");
+  }
+  if (rounding == NVFP4_ROUND_EDEN) {
+    if (block != NVFP4_BLOCK_1D) invalid("cfg.rounding: EDEN applies to 1D blocks only");
+    if (amax_mode != NVFP4_AMAX_TENSOR || select != NVFP4_SELECT_NONE)
+      invalid("cfg.rounding: EDEN derives its own per-tensor scale; cfg.amax_mode must be TENSOR and "
+              "cfg.scale_select NONE");
+  }
   c.block = block;
   c.rounding = rounding;
   c.scale_layout = layout;
+  c.scale_select = select;
+  c.amax_mode = amax_mode;
   return c;
 }
 
@@ -113,7 +149,8 @@ NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4
       invalid("input: last dimension must be a multiple of 16, got " + std::to_string(job.cols));
     std::vector<ByteRange> outs;
     if (rowwise) {
-      check_quantized(*input, rowwise, "rowwise", job.rows, job.cols, cfg.scale_layout);
+      check_quantized(*input, rowwise, "rowwise", job.rows, job.cols, cfg.scale_layout,
+                      cfg.amax_mode == NVFP4_AMAX_ROWS ? job.rows : 1);
       job.row = {static_cast<uint8_t*>(rowwise->data.data), static_cast<uint8_t*>(rowwise->scales.data),
                  static_cast<float*>(rowwise->amax.data)};
       outs.push_back(byte_range(rowwise->data, "rowwise.data"));
@@ -124,13 +161,19 @@ NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4
       // x^T [cols, roundup(rows, 16)]: the padded extent and its element count must fit.
       const int64_t rp = checked_round_up(job.rows, 16, "columnwise");
       checked_mul(job.cols, rp, "columnwise");
-      check_quantized(*input, columnwise, "columnwise", job.cols, rp, cfg.scale_layout);
+      check_quantized(*input, columnwise, "columnwise", job.cols, rp, cfg.scale_layout,
+                      cfg.amax_mode == NVFP4_AMAX_ROWS ? job.cols : 1);
       job.col = {static_cast<uint8_t*>(columnwise->data.data), static_cast<uint8_t*>(columnwise->scales.data),
                  static_cast<float*>(columnwise->amax.data)};
       outs.push_back(byte_range(columnwise->data, "columnwise.data"));
       outs.push_back(byte_range(columnwise->scales, "columnwise.scales"));
       outs.push_back(byte_range(columnwise->amax, "columnwise.amax"));
     }
+    // EDEN needs the Hadamard transform on every output it quantizes (its unbiasedness is
+    // over the rotation's random signs).
+    if (cfg.rounding == NVFP4_ROUND_EDEN && ((rowwise && !(cfg.rht & NVFP4_RHT_ROWWISE)) ||
+                                             (columnwise && !(cfg.rht & NVFP4_RHT_COLUMNWISE))))
+      invalid("cfg.rht: EDEN rounding needs the Hadamard transform on every output requested");
     const ByteRange in = byte_range(*input, "input");
     for (size_t i = 0; i < outs.size(); ++i) {
       check_disjoint(outs[i], in);
@@ -139,6 +182,10 @@ NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4
         const uintptr_t p = reinterpret_cast<uintptr_t>(cfg.offset_device);
         check_disjoint(outs[i], ByteRange{"cfg.offset_device", p, p + sizeof(uint64_t)});
       }
+      if (cfg.amax_in) {
+        const uintptr_t p = reinterpret_cast<uintptr_t>(cfg.amax_in);
+        check_disjoint(outs[i], ByteRange{"cfg.amax_in", p, p + sizeof(float)});
+      }
     }
     require_cuda_build(*input, "input");
     // Empty input: nothing to quantize, but amax is still defined (0). Backends never
@@ -146,14 +193,16 @@ NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4
     if (job.rows == 0 || job.cols == 0) {
       for (const QuantOut* o : {&job.row, &job.col}) {
         if (!o->amax) continue;
+        const size_t n = cfg.amax_mode != NVFP4_AMAX_ROWS ? 1 : static_cast<size_t>(o == &job.row ? job.rows : job.cols);
+        if (n == 0) continue;
         if (on_cuda(*input)) {
 #if defined(NVFP4_WITH_CUDA)
           DeviceGuard g(*input);
-          cudaError_t e = cudaMemsetAsync(o->amax, 0, sizeof(float), reinterpret_cast<cudaStream_t>(stream));
+          cudaError_t e = cudaMemsetAsync(o->amax, 0, n * sizeof(float), reinterpret_cast<cudaStream_t>(stream));
           if (e != cudaSuccess) raise(NVFP4_ERROR_CUDA, std::string("cudaMemsetAsync: ") + cudaGetErrorString(e));
 #endif
         } else {
-          *o->amax = 0.0f;
+          std::fill_n(o->amax, n, 0.0f);
         }
       }
       return NVFP4_SUCCESS;

@@ -238,8 +238,9 @@ inline void check_scale_shape(const nvfp4_tensor_t* scales, const std::string& n
   }
 }
 
+// amax_numel: 1, or rows for a rowwise output with one amax per row (NVFP4_AMAX_ROWS).
 inline void check_quantized(const nvfp4_tensor_t& ref, const nvfp4_quantized_t* q, const char* name, int64_t rows,
-                            int64_t cols, nvfp4_scale_layout_t layout) {
+                            int64_t cols, nvfp4_scale_layout_t layout, int64_t amax_numel = 1) {
   const std::string n(name);
   check_descriptor(&q->data, (n + ".data").c_str());
   check_descriptor(&q->scales, (n + ".scales").c_str());
@@ -248,8 +249,9 @@ inline void check_quantized(const nvfp4_tensor_t& ref, const nvfp4_quantized_t* 
     invalid(n + ".data: dtype must be uint8 (packed E2M1 pairs), got " + dtype_name(q->data.dtype));
   if (!is_byte(q->scales.dtype))
     invalid(n + ".scales: dtype must be float8_e4m3fn or uint8, got " + dtype_name(q->scales.dtype));
-  if (q->amax.dtype != NVFP4_DTYPE_FLOAT32 || numel(q->amax) != 1)
-    invalid(n + ".amax: must be float32 with 1 element, got " + dtype_name(q->amax.dtype) + " " + shape_str(q->amax));
+  if (q->amax.dtype != NVFP4_DTYPE_FLOAT32 || numel(q->amax) != amax_numel)
+    invalid(n + ".amax: must be float32 with " + std::to_string(amax_numel) + (amax_numel == 1 ? " element" : " elements") +
+            ", got " + dtype_name(q->amax.dtype) + " " + shape_str(q->amax));
   check_shape2(&q->data, (n + ".data").c_str(), rows, cols / 2);
   check_scale_shape(&q->scales, n + ".scales", rows, cols / 16, layout == NVFP4_SCALES_SWIZZLED);
   check_same_device(ref, &q->data, (n + ".data").c_str());
