@@ -61,7 +61,7 @@ def check_shapes(r: Recipe, in_features: int, out_features: int) -> None:
     need = {"in_features": [], "out_features": []}
     if r.x.format == "mxfp4" or r.w.format == "mxfp4":
         need["in_features"].append("fprop (x, w)")       # fprop's K
-    if r.dy.format == "mxfp4" or r.w.format == "mxfp4":
+    if r.dy.format == "mxfp4" or (r.dgrad_w or r.w).format == "mxfp4":
         need["out_features"].append("dgrad (dy, w)")     # dgrad's K
     for name, uses in need.items():
         v = in_features if name == "in_features" else out_features
@@ -163,9 +163,11 @@ class EmulatedLinearFn(torch.autograd.Function):
         # backward_override: both backward GEMMs in the compute dtype
         fp4_dgrad = r.dgrad and need_dx and r.backward_override is None
         fp4_wgrad = r.wgrad and need_dw and r.backward_override is None
-        uses_sr = any(getattr(r, f).rounding in ("sr", "eden") for f in RECIPE_OPERANDS)
+        wq = r.dgrad_w or r.w  # dgrad's weight
+        uses_sr = any(getattr(r, f).rounding in ("sr", "eden") for f in RECIPE_OPERANDS) or wq.rounding == "sr"
         offset = int(counter) if uses_sr else 0
         seeds = {f: layer_seed(r.seed, layer_index, 2 + i) for i, f in enumerate(RECIPE_OPERANDS)}
+        seed_wt = seeds["w"] if r.dgrad_w is None else layer_seed(r.seed, layer_index, 8)
         signs = r.rht_signs
         # MS-EDEN: a fresh rotation per step, shared by the two operands of each GEMM it enters
         eden_signs = rotation_signs(r.seed, layer_index, offset) if uses_sr else signs
@@ -184,20 +186,20 @@ class EmulatedLinearFn(torch.autograd.Function):
             y = y.to(cdt)
             if r.wgrad_x.double_quant:
                 qx_full = _dequantized(qx, False)
-            if r.w.double_quant:
+            if wq.double_quant:
                 qw_full = _dequantized(qw, False)
         else:
             y = F.linear(x2, w, b)
 
         wt = (None, None, False)
         if fp4_dgrad:  # W quantized along N: the columnwise orientation of W [n, k]
-            src = qw_full if r.w.double_quant else weight_c
+            src = qw_full if wq.double_quant else weight_c
             if r.dy.rounding == "eden":  # rotated along N with dY: 1x16 blocks and the step's signs
-                wt = _operand(src, dataclasses.replace(r.w, block="1d", rht=True, four_over_six=None, e4m3_bound=448,
+                wt = _operand(src, dataclasses.replace(wq, block="1d", rht=True, four_over_six=None, e4m3_bound=448,
                                                        amax="tensor", amax_percentile=None),
-                              True, seeds["w"], offset, eden_signs, ddt)[0]
+                              True, seed_wt, offset, eden_signs, ddt)[0]
             else:
-                wt = _operand(src, r.w, True, seeds["w"], offset, signs, ddt)[0]
+                wt = _operand(src, wq, True, seed_wt, offset, signs, ddt)[0]
         xt = (None, None, False)
         pad = (-m) % TOKEN_ALIGN if fp4_wgrad else 0
         if fp4_wgrad:

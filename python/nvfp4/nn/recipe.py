@@ -174,6 +174,11 @@ class Recipe:
     #: backward) or "dequantized" (in the compute dtype from the forward's dequantized Q(X)
     #: and Q(W), dY unquantized).
     backward_override: Optional[str] = None
+    #: How dgrad's weight (W along N) is quantized when it differs from the forward's: None
+    #: means as ``w`` (2D tiles: the forward codes, transposed). TetraJet quantizes it with
+    #: stochastic rounding from the forward's dequantized weight (double_quant) while the
+    #: forward weight rounds to nearest. Per-operand path only.
+    dgrad_w: Optional[QuantConfig] = None
 
     def __post_init__(self):
         # Accept lists for the signs (from JSON or a CLI) but keep the recipe hashable: it is
@@ -195,7 +200,7 @@ class Recipe:
         """True if the fused NVFP4 ops run this recipe (every operand NVFP4, no double
         quantization); otherwise nvfp4.nn.Linear runs it through the per-operand path
         (nvfp4.nn.emulated: quantize, decode exactly, GEMM with FP32 accumulation)."""
-        return self.backward_override is None and all(
+        return self.backward_override is None and self.dgrad_w is None and all(
             getattr(self, f).format == "nvfp4" and not getattr(self, f).double_quant and not getattr(self, f).has_options
             for f in OPERANDS)
 
@@ -208,6 +213,15 @@ class Recipe:
             if not isinstance(v, QuantConfig):
                 raise ValueError(f"{f}: must be a QuantConfig, got {type(v).__name__}")
             v._check(f)
+        if self.dgrad_w is not None:
+            if not isinstance(self.dgrad_w, QuantConfig):
+                raise ValueError(f"dgrad_w: must be None or a QuantConfig, got {type(self.dgrad_w).__name__}")
+            self.dgrad_w._check("dgrad_w")
+            if self.dgrad_w.rht or self.dgrad_w.has_options:
+                raise ValueError("dgrad_w: the Hadamard transform and the NVFP4 options do not apply to dgrad's weight "
+                                 "(its GEMM partner dY is not transformed)")
+            if self.dgrad_w.double_quant and not self.fprop:
+                raise ValueError("dgrad_w.double_quant: needs fprop=True (it requantizes fprop's quantized W)")
         # Only the wgrad GEMM transforms both of its operands along a shared axis the recipe
         # owns; in fprop/dgrad the weight would have to be transformed too.
         for f in ("x", "w", "dy"):
@@ -259,6 +273,8 @@ class Recipe:
         for f in OPERANDS:
             if isinstance(changes.get(f), dict):
                 changes[f] = dataclasses.replace(getattr(self, f), **changes[f])
+        if isinstance(changes.get("dgrad_w"), dict):  # from the current dgrad weight (w when unset)
+            changes["dgrad_w"] = dataclasses.replace(self.dgrad_w or self.w, **changes["dgrad_w"])
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
             raise ValueError(f"{sorted(unknown)[0]}: not a Recipe field")
@@ -296,21 +312,24 @@ def _make_recipes() -> dict:
         "bf16": base.replace(name="bf16", fprop=False, dgrad=False, wgrad=False),
         # NVFP4 with 1x16 blocks everywhere, round-to-nearest forward, stochastic rounding
         # on every backward operand, no Hadamard transform ("FP4 all the way")
+        # (the rounding of each operand as fp4-trainkit's table gives it: SR on dY, dYᵀ and Xᵀ)
         "fp4_all_the_way": base.replace(name="fp4_all_the_way", w={"block": "1d"},
-                                        wgrad_dy={"rht": False}, wgrad_x={"rht": False, "rounding": "rtn"}),
+                                        wgrad_dy={"rht": False}, wgrad_x={"rht": False, "rounding": "sr"}),
         # MXFP4 on every operand, the OCP scale rule, round-to-nearest: the plain MX baseline
         "mx_baseline": Recipe(name="mx_baseline", x=mx(), w=mx(), dy=mx(), wgrad_dy=mx(), wgrad_x=mx()),
-        # MXFP4 with round-to-infinity scales (ceil(log2(amax/6)): nothing saturates) and
-        # stochastic rounding on the gradient operands
+        # MXFP4 with round-to-infinity scales (ceil(log2(amax/6)): nothing saturates),
+        # round-to-nearest everywhere
         "nvidia_round_to_infinity": Recipe(name="nvidia_round_to_infinity", x=mx(scale_rule="ceil"),
-                                           w=mx(scale_rule="ceil"), dy=mx("sr", scale_rule="ceil"),
-                                           wgrad_dy=mx("sr", scale_rule="ceil"), wgrad_x=mx(scale_rule="ceil")),
-        # TetraJet: MXFP4, truncation-free scales, stochastic rounding on the gradient
-        # operands, and double quantization of every operand used a second time
-        "tetrajet": Recipe(name="tetrajet", x=mx(scale_rule="tetrajet"), w=mx(scale_rule="tetrajet", double_quant=True),
+                                           w=mx(scale_rule="ceil"), dy=mx(scale_rule="ceil"),
+                                           wgrad_dy=mx(scale_rule="ceil"), wgrad_x=mx(scale_rule="ceil")),
+        # TetraJet: MXFP4, truncation-free scales, round-to-nearest forward, stochastic
+        # rounding on every backward operand (dY, dgrad's W, dYᵀ, Xᵀ), and double quantization
+        # of every operand used a second time (W, Xᵀ, dYᵀ)
+        "tetrajet": Recipe(name="tetrajet", x=mx(scale_rule="tetrajet"), w=mx(scale_rule="tetrajet"),
+                           dgrad_w=mx("sr", scale_rule="tetrajet", double_quant=True),
                            dy=mx("sr", scale_rule="tetrajet"),
                            wgrad_dy=mx("sr", scale_rule="tetrajet", double_quant=True),
-                           wgrad_x=mx(scale_rule="tetrajet", double_quant=True)),
+                           wgrad_x=mx("sr", scale_rule="tetrajet", double_quant=True)),
     }
 
 
