@@ -11,7 +11,8 @@
 #       (Nsight Compute sections of the quantization and decode kernels),
 #       quantlegacy, gemm, host, step85, step400 (LEGACY_TOO=1: also with the previous
 #       quantization kernels; DIRECT_TOO=1: also with NVFP4_SM90_DIRECT=1), step85c (compile + reduce-overhead rows), step400c, lora (the
-#       LoRA example, FP4 vs BF16 base), dist (the distributed tests, NCCL)
+#       LoRA example, FP4 vs BF16 base), dist (the distributed tests, NCCL), recipes (the recipe
+#       comparison on the 85M model: RECIPES, SEEDS, STEPS, CORPUS, RECIPES_BUDGET_MIN, RECIPES_RESUME)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -137,6 +138,28 @@ job_lora() {
     --size 400m --steps ${LORA_STEPS:-200} --data /tmp/lora_data --out "$OUT/lora" ${LORA_ARGS:-} 2>&1 \
     | grep -v -E "Warning|warn|it/s" | tee "$OUT/lora.log" | tail -30
 }
+job_recipes() {  # the recipe comparison on the ~85M model (examples/compare_recipes.py), inside a time budget
+  # RECIPES (space-separated) ["bf16 nvfp4 4over6 ms_eden"], SEEDS ["0,1,2"], STEPS [250], CORPUS [stdlib; or prose,
+  # or "stdlib,prose"], RECIPES_BUDGET_MIN [7.5: minutes after which it checkpoints the current run and stops],
+  # RECIPES_RESUME=1: continue the comparison in /tmp/recipes_cmp (a later call on the same warm machine, with
+  # `nobuild`). The comparison lives in /tmp (an unfinished 85M run's checkpoint is ~1 GB); its results,
+  # report and curves are copied to $OUT/recipes.
+  local dir=/tmp/recipes_cmp args
+  if [[ -n ${RECIPES_RESUME:-} ]]; then
+    args=(--resume)
+  else
+    rm -rf "$dir"
+    args=(--recipes "$(echo ${RECIPES:-bf16 nvfp4 4over6 ms_eden} | tr ' ' ',')" --seeds "${SEEDS:-0,1,2}"
+          --corpora "${CORPUS:-stdlib}" --size full --steps "${STEPS:-250}")
+  fi
+  step "recipe comparison ${args[*]}"
+  PYTHONPATH=$NEW timeout 590 python3 examples/compare_recipes.py "${args[@]}" --out "$dir" \
+    --data-root /tmp/recipes_data --time-budget-min "${RECIPES_BUDGET_MIN:-7.5}" --ckpt-every 100 2>&1 \
+    | grep -v -E "Warning|warn" | tee "$OUT/recipes.log" | tail -40
+  mkdir -p "$OUT/recipes"
+  (cd "$dir" && find . -name "*.json" -o -name "*.md" -o -name "*.png" -o -name "*.csv" | tar -cf - -T - ) \
+    | tar -xf - -C "$OUT/recipes"
+}
 job_dist() {
   step "distributed tests (NCCL on the GPUs present)"
   PYTHONPATH=$NEW NVFP4_SKIP_GLOO=1 timeout ${DIST_TIMEOUT:-300} python3 -m pytest tests/python/test_distributed.py \
@@ -146,7 +169,7 @@ job_dist() {
 for a in "${ARGS[@]}"; do
   case $a in
     base|nobuild) ;;
-    tests|quick|quant|quantlegacy|gemm|host|lora|dist|ncu) "job_$a" ;;
+    tests|quick|quant|quantlegacy|gemm|host|lora|dist|ncu|recipes) "job_$a" ;;
     sanitize) job_sanitize ;;
     step85) job_step 85 ;;
     step400) job_step 400 ;;
