@@ -12,7 +12,7 @@
 #       quantlegacy, gemm, host, step85, step400 (LEGACY_TOO=1: also with the previous
 #       quantization kernels; DIRECT_TOO=1: also with NVFP4_SM90_DIRECT=1), step85c (compile + reduce-overhead rows), step400c, lora (the
 #       LoRA example, FP4 vs BF16 base), dist (the distributed tests, NCCL), recipes (the recipe
-#       comparison on the 85M model: RECIPES, SEEDS, STEPS, CORPUS, RECIPES_BUDGET_MIN, RECIPES_RESUME)
+#       comparison on the 85M model: RECIPES, SEEDS, STEPS, CORPUS, SIZE, RECIPES_BUDGET_MIN, RECIPES_RESUME)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -140,7 +140,7 @@ job_lora() {
 }
 job_recipes() {  # the recipe comparison on the ~85M model (examples/compare_recipes.py), inside a time budget
   # RECIPES (space-separated) ["bf16 nvfp4 4over6 ms_eden"], SEEDS ["0,1,2"], STEPS [250], CORPUS [stdlib; or prose,
-  # or "stdlib,prose"], RECIPES_BUDGET_MIN [7.5: minutes after which it checkpoints the current run and stops],
+  # or "stdlib,prose"], SIZE [full: ~85M; 400m], RECIPES_BUDGET_MIN [7.5: minutes after which it checkpoints the current run and stops],
   # RECIPES_RESUME=1: continue the comparison in /tmp/recipes_cmp (a later call on the same warm machine, with
   # `nobuild`). The comparison lives in /tmp (an unfinished 85M run's checkpoint is ~1 GB); its results,
   # report and curves are copied to $OUT/recipes.
@@ -150,7 +150,7 @@ job_recipes() {  # the recipe comparison on the ~85M model (examples/compare_rec
   else
     rm -rf "$dir"
     args=(--recipes "$(echo ${RECIPES:-bf16 nvfp4 4over6 ms_eden} | tr ' ' ',')" --seeds "${SEEDS:-0,1,2}"
-          --corpora "${CORPUS:-stdlib}" --size full --steps "${STEPS:-250}")
+          --corpora "${CORPUS:-stdlib}" --size "${SIZE:-full}" --steps "${STEPS:-250}")
   fi
   step "recipe comparison ${args[*]}"
   PYTHONPATH=$NEW timeout 590 python3 examples/compare_recipes.py "${args[@]}" --out "$dir" \
