@@ -30,7 +30,6 @@ GEMMs in BF16 then, the NVFP4 paper's switch).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
 import json

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -219,7 +218,6 @@ def test_eden_is_unbiased_and_beats_sr(rng):
     """Over random rotations (signs) and seeds, the mean decoded block (rotated back) tends
     to x; its mean squared error is below stochastic rounding's (the paper: > 2x lower)."""
     x = torch.randn(16, 256, generator=rng)
-    H = nvfp4.rht_matrix  # noqa: F841 (documented helper; the inverse below uses the model)
     n = 200
     acc = torch.zeros_like(x, dtype=torch.float64)
     mse_eden = mse_sr = 0.0

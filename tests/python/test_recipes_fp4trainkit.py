@@ -18,7 +18,6 @@ import math
 import pytest
 import torch
 
-import nvfp4
 import nvfp4.nn as nn4
 from nvfp4.nn.emulated import _quantize
 
