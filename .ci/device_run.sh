@@ -145,8 +145,10 @@ job_recipes() {  # the recipe comparison on the ~85M model (examples/compare_rec
   # `nobuild`). The comparison lives in /tmp (an unfinished 85M run's checkpoint is ~1 GB); its results,
   # report and curves are copied to $OUT/recipes.
   local dir=/tmp/recipes_cmp args
-  if [[ -n ${RECIPES_RESUME:-} ]]; then
+  if [[ -n ${RECIPES_RESUME:-} ]]; then  # RECIPES / SEEDS given with it are added to the comparison
     args=(--resume)
+    [[ -n ${RECIPES:-} ]] && args+=(--recipes "$(echo $RECIPES | tr ' ' ',')")
+    [[ -n ${SEEDS:-} ]] && args+=(--seeds "$SEEDS")
   else
     rm -rf "$dir"
     args=(--recipes "$(echo ${RECIPES:-bf16 nvfp4 4over6 ms_eden} | tr ' ' ',')" --seeds "${SEEDS:-0,1,2}"
