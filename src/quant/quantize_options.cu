@@ -77,6 +77,21 @@ __device__ __forceinline__ uint64_t philox_index(int64_t r, int64_t c, int64_t v
   return static_cast<uint64_t>(r) * static_cast<uint64_t>(vcols) + static_cast<uint64_t>(c);
 }
 
+// Block u of an orientation as (row, block column). Rowwise, consecutive u walk along a row
+// (each thread reads its own 16 contiguous values); columnwise, along the rows of x^T's block
+// column, so that the threads of a warp read neighbouring columns of x (coalesced) rather than
+// blocks 16 rows apart.
+__device__ __forceinline__ void block_of(const OutArgs& o, int64_t u, int64_t& r, int64_t& j) {
+  const int64_t sc = o.vcols / 16;
+  if (o.columnwise) {
+    r = u % o.vrows;
+    j = u / o.vrows;
+  } else {
+    r = u / sc;
+    j = u % sc;
+  }
+}
+
 __device__ __forceinline__ uint64_t offset_of(const nvfp4_quant_config_t& c) {
   return c.offset + (c.offset_device ? *c.offset_device : 0);
 }
@@ -114,8 +129,10 @@ __global__ void eden_max_kernel(const OptArgs a, const OutArgs o) {
   uint32_t m = 0u;
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t r, j;
+    block_of(o, u, r, j);
     float v[16];
-    load_vblock(a, o, u / sc, u % sc, v);
+    load_vblock(a, o, r, j, v);
     m = max(m, core::float_bits(core::eden_block(v).f) & 0x7fffffffu);
   }
   block_reduce_amax(m, o.amax, nullptr);
@@ -130,7 +147,8 @@ __global__ void quantize_1d_kernel(const OptArgs a, const OutArgs o) {
   const float denom = core::kE2M1Max * static_cast<float>(cfg.e4m3_bound);
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = u / sc, j = u % sc;
+    int64_t r, j;
+    block_of(o, u, r, j);
     float v[16];
     load_vblock(a, o, r, j, v);
     core::Packed16 p;
