@@ -8,7 +8,7 @@ models, ``save`` / ``load`` (safetensors), and LoRA adapters on top (``LoRALinea
 nvfp4's torch ops (``nvfp4.nn.ops`` is ``nvfp4._ops``, namespace ``nvfp4``).
 """
 from .. import _ops as ops
-from .recipe import RECIPES, QuantConfig, Recipe, get_recipe, layer_seed
+from .recipe import RECIPES, QuantConfig, Recipe, four_over_six, get_recipe, layer_seed, rotation_signs
 from .linear import Linear
 from .frozen import FP4Weight, FrozenLinear, load, recipe_from_dict, save
 from .convert import (DEFAULT_EXCLUDE, ConversionPlan, Conv1DLinear, Cooldown, convert, converted_layers,
@@ -20,4 +20,4 @@ __all__ = ["Linear", "Recipe", "QuantConfig", "RECIPES", "get_recipe", "layer_se
            "plan_conversion", "ConversionPlan", "find_blocks", "converted_layers", "frozen_layers",
            "set_precision", "set_sr_step", "set_weight_reuse", "Cooldown", "DEFAULT_EXCLUDE", "Conv1DLinear",
            "FrozenLinear", "FP4Weight", "freeze_fp4", "save", "load", "recipe_from_dict", "LoRALinear", "add_lora",
-           "merge_and_unload", "lora_parameters", "lora_state_dict", "ops"]
+           "merge_and_unload", "lora_parameters", "lora_state_dict", "ops", "four_over_six", "rotation_signs"]
