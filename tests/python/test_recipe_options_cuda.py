@@ -70,11 +70,12 @@ def same(x, what, **kw):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_4over6_cuda_matches_cpu(rng, shape, dtype):
-    for kind, sel, bound, block, outs in itertools.product(KINDS, (1, 2), (448, 256), (0, 1),
-                                                           ((True, True), (True, False), (False, True))):
+    for kind, sel, bound, block in itertools.product(KINDS, (1, 2), (448, 256), (0, 1)):
         x = make_input(shape, dtype, kind, rng)
-        same(x, f"4over6 {kind} sel={sel} bound={bound} block={block} outs={outs}", select=sel, bound=bound,
-             block=block, outs=outs)
+        # one output alone only on ordinary data (the launcher's paths, not the arithmetic)
+        for outs in ((True, True), (True, False), (False, True)) if kind == "normal" else ((True, True),):
+            same(x, f"4over6 {kind} sel={sel} bound={bound} block={block} outs={outs}", select=sel, bound=bound,
+                 block=block, outs=outs)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
