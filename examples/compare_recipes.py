@@ -17,7 +17,9 @@ comparison can be chained over several calls of a few minutes each.
 The report (printed, and written to OUT/report.md and OUT/report.json), per corpus and recipe:
 the final validation loss as mean +- sample std over the seeds that finished; the paired gap
 to bf16, 100 * (loss / loss_bf16 - 1) per seed, its mean and a 95% Student-t interval over
-the seeds (mean +- t_{0.975, n-1} * sd / sqrt(n)); whether that interval excludes 0. The
+the seeds (mean +- t_{0.975, n-1} * sd / sqrt(n)); whether that interval excludes 0; the same
+paired difference to nvfp4 for the other recipes (does an option move the loss beyond the
+spread of the seeds?). The
 curves (validation loss per step, the mean over seeds with a band from the lowest to the
 highest seed) go to OUT/curves_<corpus>.png when matplotlib is installed; without it the same
 numbers go to OUT/curves_<corpus>.csv and the report says so.
@@ -276,8 +278,8 @@ def report(out, plan=None):
                      f"{rs[0]['params'] / 1e6:.1f}M parameters")
         lines.append("")
         lines.append("| recipe | seeds done | final val loss (mean +- sd) | paired gap to bf16 (mean, 95% t-interval) | "
-                     "per-seed gaps | step (ms) |")
-        lines.append("|---|---|---|---|---|---|")
+                     "per-seed gaps | vs nvfp4 (paired, 95% t-interval) | step (ms) |")
+        lines.append("|---|---|---|---|---|---|---|")
         summary[corpus] = {}
         for rec in recipes:
             seeds = sorted(s for (r_, s) in done if r_ == rec)
@@ -299,11 +301,18 @@ def report(out, plan=None):
             else:
                 gap_s = "-"
             per = ", ".join(f"{g:+.2f}" for g in gaps) if gaps else "-"
+            # an option against the recipe it modifies: does it move the loss beyond the seeds' spread?
+            vs = [100.0 * (done[(rec, s_)]["final_val_loss"] / done[("nvfp4", s_)]["final_val_loss"] - 1.0)
+                  for s_ in seeds if ("nvfp4", s_) in done] if rec not in ("nvfp4", "bf16") else []
+            vm, vlo, vhi, vn = t_interval(vs)
+            vs_s = (f"{vm:+.2f}% [{vlo:+.2f}, {vhi:+.2f}]" + (" (excludes 0)" if (vlo > 0 or vhi < 0) else "")
+                    if vn >= 2 else (f"{vm:+.2f}% (one seed)" if vn == 1 else "-"))
             seeds_s = f"{n}" + (f" (+{len(partial)} unfinished)" if partial else "")
             step_s = f"{1000 * float(np.median(st)):.1f}" if st else "-"
-            lines.append(f"| {rec} | {seeds_s} | {loss_s} | {gap_s} | {per} | {step_s} |")
+            lines.append(f"| {rec} | {seeds_s} | {loss_s} | {gap_s} | {per} | {vs_s} | {step_s} |")
             summary[corpus][rec] = {"seeds": seeds, "final_val_loss": losses, "mean": m, "sd": sd, "gaps_pct": gaps,
-                                    "gap_mean": gm, "gap_ci95": [lo, hi], "step_ms": 1000 * float(np.median(st)) if st else None,
+                                    "gap_mean": gm, "gap_ci95": [lo, hi], "vs_nvfp4_pct": vs, "vs_nvfp4_ci95": [vlo, vhi],
+                                    "step_ms": 1000 * float(np.median(st)) if st else None,
                                     "unfinished": len(partial)}
         lines.append("")
         lines.append(plot(out, corpus, rs, recipes))
