@@ -140,7 +140,8 @@ job_lora() {
 }
 job_recipes() {  # the recipe comparison on the ~85M model (examples/compare_recipes.py), inside a time budget
   # RECIPES (space-separated) ["bf16 nvfp4 4over6 ms_eden"], SEEDS ["0,1,2"], STEPS [250], CORPUS [stdlib; or prose,
-  # or "stdlib,prose"], SIZE [full: ~85M; 400m], RECIPES_BUDGET_MIN [7.5: minutes after which it checkpoints the current run and stops],
+  # or "stdlib,prose"], SIZE [full: ~85M; 400m], RECIPES_BUDGET_MIN [6.5: minutes after which it checkpoints the
+  # current run and stops; 6.5 leaves room for the build in a 10-minute call, 8.5 fits a `nobuild` call],
   # RECIPES_RESUME=1: continue the comparison in /tmp/recipes_cmp (a later call on the same warm machine, with
   # `nobuild`). The comparison lives in /tmp (an unfinished 85M run's checkpoint is ~1 GB); its results,
   # report and curves are copied to $OUT/recipes.
@@ -155,8 +156,9 @@ job_recipes() {  # the recipe comparison on the ~85M model (examples/compare_rec
           --corpora "${CORPUS:-stdlib}" --size "${SIZE:-full}" --steps "${STEPS:-250}")
   fi
   step "recipe comparison ${args[*]}"
-  PYTHONPATH=$NEW timeout 590 python3 examples/compare_recipes.py "${args[@]}" --out "$dir" \
-    --data-root /tmp/recipes_data --time-budget-min "${RECIPES_BUDGET_MIN:-7.5}" --ckpt-every 100 2>&1 \
+  local budget=${RECIPES_BUDGET_MIN:-6.5}
+  PYTHONPATH=$NEW timeout "$(python3 -c "print(int($budget * 60 + 60))")" python3 examples/compare_recipes.py \
+    "${args[@]}" --out "$dir" --data-root /tmp/recipes_data --time-budget-min "$budget" --ckpt-every 100 2>&1 \
     | grep -v -E "Warning|warn" | tee "$OUT/recipes.log" | tail -40
   mkdir -p "$OUT/recipes"
   (cd "$dir" && find . -name "*.json" -o -name "*.md" -o -name "*.png" -o -name "*.csv" | tar -cf - -T - ) \
