@@ -14,7 +14,8 @@
 #       dist (the distributed tests, NCCL), fsdp (FSDP2 with the FP4 weight all-gather: NCCL
 #       tests on the visible GPUs, then bench_fsdp.py for 400m and 1b: BF16 gather vs FP4 gather
 #       vs the BF16 model, bytes gathered), fsdptrain (train.py loss curves, 1 GPU vs all GPUs,
-#       FSDP_SEEDS seeds)
+#       FSDP_SEEDS seeds), recipes (the recipe comparison on the 85M model: RECIPES, SEEDS,
+#       STEPS, CORPUS, SIZE, RECIPES_BUDGET_MIN, RECIPES_RESUME)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -141,6 +142,32 @@ job_lora() {
     --size 400m --steps ${LORA_STEPS:-200} --data /tmp/lora_data --out "$OUT/lora" ${LORA_ARGS:-} 2>&1 \
     | grep -v -E "Warning|warn|it/s" | tee "$OUT/lora.log" | tail -30
 }
+job_recipes() {  # the recipe comparison on the ~85M model (examples/compare_recipes.py), inside a time budget
+  # RECIPES (space-separated) ["bf16 nvfp4 4over6 ms_eden"], SEEDS ["0,1,2"], STEPS [250], CORPUS [stdlib; or prose,
+  # or "stdlib,prose"], SIZE [full: ~85M; 400m], RECIPES_BUDGET_MIN [6.5: minutes after which it checkpoints the
+  # current run and stops; 6.5 leaves room for the build in a 10-minute call, 8.5 fits a `nobuild` call],
+  # RECIPES_RESUME=1: continue the comparison in /tmp/recipes_cmp (a later call on the same warm machine, with
+  # `nobuild`). The comparison lives in /tmp (an unfinished 85M run's checkpoint is ~1 GB); its results,
+  # report and curves are copied to $OUT/recipes.
+  local dir=/tmp/recipes_cmp args
+  if [[ -n ${RECIPES_RESUME:-} ]]; then  # RECIPES / SEEDS given with it are added to the comparison
+    args=(--resume)
+    [[ -n ${RECIPES:-} ]] && args+=(--recipes "$(echo $RECIPES | tr ' ' ',')")
+    [[ -n ${SEEDS:-} ]] && args+=(--seeds "$SEEDS")
+  else
+    rm -rf "$dir"
+    args=(--recipes "$(echo ${RECIPES:-bf16 nvfp4 4over6 ms_eden} | tr ' ' ',')" --seeds "${SEEDS:-0,1,2}"
+          --corpora "${CORPUS:-stdlib}" --size "${SIZE:-full}" --steps "${STEPS:-250}")
+  fi
+  step "recipe comparison ${args[*]}"
+  local budget=${RECIPES_BUDGET_MIN:-6.5}
+  PYTHONPATH=$NEW timeout "$(python3 -c "print(int($budget * 60 + 60))")" python3 examples/compare_recipes.py \
+    "${args[@]}" --out "$dir" --data-root /tmp/recipes_data --time-budget-min "$budget" --ckpt-every 100 2>&1 \
+    | grep -v -E "Warning|warn" | tee "$OUT/recipes.log" | tail -40
+  mkdir -p "$OUT/recipes"
+  (cd "$dir" && find . -name "*.json" -o -name "*.md" -o -name "*.png" -o -name "*.csv" | tar -cf - -T - ) \
+    | tar -xf - -C "$OUT/recipes"
+}
 job_dist() {
   step "distributed tests (NCCL on the GPUs present)"
   PYTHONPATH=$NEW NVFP4_SKIP_GLOO=1 timeout ${DIST_TIMEOUT:-300} python3 -m pytest tests/python/test_distributed.py \
@@ -206,7 +233,7 @@ PYEOF
 for a in "${ARGS[@]}"; do
   case $a in
     base|nobuild) ;;
-    tests|quick|quant|gemm|host|lora|dist|ncu|fsdp|fsdptrain) "job_$a" ;;
+    tests|quick|quant|gemm|host|lora|dist|ncu|fsdp|fsdptrain|recipes) "job_$a" ;;
     sanitize) job_sanitize ;;
     step85) job_step 85 ;;
     step400) job_step 400 ;;

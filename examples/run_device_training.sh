@@ -7,8 +7,10 @@
 # Environment (defaults in brackets):
 #   RECIPES       runs, in order ["bf16 fp8 nvfp4 mx_baseline"]; any --recipe of train.py
 #                 (the NVFP4 ablations no_rht no_sr no_2d fwd_only, fp4_all_the_way, tetrajet,
-#                 nvidia_round_to_infinity, fp8_delayed); "nvfp4-cooldown" is nvfp4 with the
-#                 last 10% of steps in BF16
+#                 nvidia_round_to_infinity, fp8_delayed, and the options 4over6 row_scaled
+#                 ms_eden adaptive bwd_high_precision bwd_dequantized); "nvfp4-cooldown" is
+#                 nvfp4 with the last 10% of steps in BF16, "nvfp4-fwdcooldown" with the forward
+#                 GEMMs of the last 15% in BF16
 #   STEPS         optimizer steps per run [600]
 #   SIZE          model size: full (~85M parameters), small, smoke [full]
 #   BATCH         sequences of 1024 bytes per step [16]
@@ -46,6 +48,7 @@ for r in $RECIPES; do
   fi
   args=(--recipe "$r")
   if [ "$r" = nvfp4-cooldown ]; then args=(--recipe nvfp4 --cooldown-frac 0.1); fi
+  if [ "$r" = nvfp4-fwdcooldown ]; then args=(--recipe nvfp4 --cooldown-frac 0.15 --cooldown-forward-only); fi
   if [ "${COMPILE:-0}" = 1 ]; then args+=(--compile); fi
   echo "=== $r ($(( $(date +%s) - start )) s elapsed)"
   python3 examples/train.py "${args[@]}" --size "$SIZE" --batch-size "$BATCH" --steps "$STEPS" \

@@ -336,6 +336,8 @@ def parse_args(argv=None):
     ap.add_argument("--compile-backend", default="inductor")
     ap.add_argument("--cooldown-frac", type=float, default=0.0,
                     help="run the last fraction of steps with every quantized layer in BF16")
+    ap.add_argument("--cooldown-forward-only", action="store_true",
+                    help="the cooldown switches only the forward GEMMs to BF16 (backward stays quantized)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-interval", type=int, default=None, help="steps between validations (default steps/10)")
     ap.add_argument("--eval-batches", type=int, default=None, help="validation micro-batches (default 20; 2 with --smoke)")
@@ -392,7 +394,7 @@ def parse_args(argv=None):
         if a.no_fp4_stochastic_rounding:
             a.name += "-no_sr"
         if a.cooldown_frac:
-            a.name += f"-cooldown{a.cooldown_frac:g}"
+            a.name += f"-{'fwd' if a.cooldown_forward_only else ''}cooldown{a.cooldown_frac:g}"
         if a.fsdp:
             a.name += f"-fsdp{os.environ.get('WORLD_SIZE', '1')}" + ("-fp4ag" if a.fp4_all_gather else "")
     return a
@@ -433,7 +435,8 @@ def main(argv=None):
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95),
                             fused=fused)
     step_model = torch.compile(model, fullgraph=True, backend=args.compile_backend) if args.compile else model
-    cooldown = nn4.Cooldown(model, args.steps, args.cooldown_frac) if args.cooldown_frac > 0 else None
+    cooldown = (nn4.Cooldown(model, args.steps, args.cooldown_frac, forward_only=args.cooldown_forward_only)
+                if args.cooldown_frac > 0 else None)
 
     train = Batches(os.path.join(args.data, "train.bin"), args.seq_len, args.batch_size, device, args.seed,
                     args.rank, args.world)
@@ -452,7 +455,8 @@ def main(argv=None):
     window_t, window_steps = time.time(), 0
     for step in range(args.steps):
         if cooldown is not None and cooldown(step):
-            progress.write(f"step {step}: cooldown, quantized layers now run in BF16")
+            progress.write(f"step {step}: cooldown, quantized layers now run "
+                           f"{'their forward GEMM ' if args.cooldown_forward_only else ''}in BF16")
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
         loss_sum = torch.zeros((), device=device)

@@ -182,6 +182,48 @@ NB_MODULE(_C, m) {
         nb::arg("col_scales").noconvert().none(), nb::arg("col_amax").noconvert().none(), nb::arg("block"), nb::arg("rounding"), nb::arg("scale_layout"),
         nb::arg("rht"), nb::arg("rht_sign_mask"), nb::arg("seed"), nb::arg("offset"), nb::arg("stream"));
 
+  // quantize with the recipe options of 0.3 (nvfp4_quant_config_t's scale_select, e4m3_bound,
+  // amax_mode, amax_in); rounding 2 is MS-EDEN.
+  m.def("quantize_options",
+        [](const Array& x, OptArray rd, OptArray rs, OptArray ra, OptArray cd, OptArray cs, OptArray ca, int block,
+           int rounding, int layout, uint32_t rht, uint32_t sign_mask, uint64_t seed, uint64_t offset,
+           int scale_select, uint32_t e4m3_bound, int amax_mode, OptArray amax_in, uintptr_t stream) {
+          nvfp4_tensor_t in = desc(x, "x");
+          nvfp4_quant_config_t cfg;
+          nvfp4_quant_config_default(&cfg);
+          cfg.block = enum_arg<nvfp4_block_t>(block, 2, "block", "0 = 1d, 1 = 2d");
+          cfg.rounding = enum_arg<nvfp4_rounding_t>(rounding, 3, "rounding", "0 = rtn, 1 = sr, 2 = eden");
+          cfg.scale_layout = layout_arg(layout);
+          cfg.rht = rht;
+          cfg.rht_sign_mask = sign_mask;
+          cfg.seed = seed;
+          cfg.offset = offset;
+          cfg.scale_select = enum_arg<nvfp4_scale_select_t>(scale_select, 3, "scale_select",
+                                                             "0 = none, 1 = 4over6 MAE, 2 = 4over6 MSE");
+          cfg.e4m3_bound = e4m3_bound;
+          cfg.amax_mode = enum_arg<nvfp4_amax_mode_t>(amax_mode, 3, "amax_mode", "0 = tensor, 1 = rows, 2 = given");
+          std::optional<nvfp4_tensor_t> given;
+          if (amax_in) {
+            given = desc(*amax_in, "amax_in");
+            if (given->dtype != NVFP4_DTYPE_FLOAT32 || given->ndim != 1 || given->shape[0] != 1)
+              throw nb::value_error("amax_in: must be a float32 tensor of shape [1]");
+            if (given->device_type != in.device_type || given->device_id != in.device_id)
+              throw nb::value_error("amax_in: must be on x's device");
+            cfg.amax_in = static_cast<const float*>(given->data);
+          }
+          std::optional<Quantized> row, col;
+          if (rd) row.emplace(*rd, *rs, *ra, "rowwise");
+          if (cd) col.emplace(*cd, *cs, *ca, "columnwise");
+          nb::gil_scoped_release nogil;
+          check(nvfp4_quantize(&in, &cfg, row ? &row->q : nullptr, col ? &col->q : nullptr, stream_of(stream)));
+        },
+        nb::arg("x").noconvert(), nb::arg("row_data").noconvert().none(), nb::arg("row_scales").noconvert().none(),
+        nb::arg("row_amax").noconvert().none(), nb::arg("col_data").noconvert().none(),
+        nb::arg("col_scales").noconvert().none(), nb::arg("col_amax").noconvert().none(), nb::arg("block"),
+        nb::arg("rounding"), nb::arg("scale_layout"), nb::arg("rht"), nb::arg("rht_sign_mask"), nb::arg("seed"),
+        nb::arg("offset"), nb::arg("scale_select"), nb::arg("e4m3_bound"), nb::arg("amax_mode"),
+        nb::arg("amax_in").noconvert().none(), nb::arg("stream"));
+
   m.def("dequantize",
         [](const Array& data, const Array& scales, const Array& amax, int layout, const Array& out,
            uintptr_t stream) {

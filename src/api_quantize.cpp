@@ -4,6 +4,7 @@
 // brings its FormatSpec (format.h) and the small traits struct below: its config, its job
 // and backends. nvfp4_quantize / nvfp4_mx_quantize and the two dequantize functions are
 // thin wrappers with the messages and statuses the ABI has always had.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -84,7 +85,7 @@ struct Nvfp4 {
     Config c = config_bytes(cfg);
     const nvfp4_block_t block = checked_enum(cfg->block, NVFP4_BLOCK_2D + 1, "cfg.block", "1D or 2D");
     const nvfp4_rounding_t rounding =
-        checked_enum(cfg->rounding, NVFP4_ROUND_STOCHASTIC + 1, "cfg.rounding", "NEAREST or STOCHASTIC");
+        checked_enum(cfg->rounding, NVFP4_ROUND_EDEN + 1, "cfg.rounding", "NEAREST, STOCHASTIC or EDEN");
     const nvfp4_scale_layout_t layout = checked_layout(cfg->scale_layout, "cfg.scale_layout");
     if (cfg->rht & ~(NVFP4_RHT_ROWWISE | NVFP4_RHT_COLUMNWISE))
       invalid("cfg.rht: unknown bits 0x" + hex(cfg->rht) + " (expected a mask of NVFP4_RHT_ROWWISE | NVFP4_RHT_COLUMNWISE)");
@@ -93,13 +94,60 @@ struct Nvfp4 {
       invalid("cfg.rht_sign_mask: 0x" + hex(cfg->rht_sign_mask) + " has bits above bit 15 (one bit per lane of 16)");
     if (cfg->offset_device && reinterpret_cast<uintptr_t>(cfg->offset_device) % alignof(uint64_t) != 0)
       invalid("cfg.offset_device: must be 8-byte aligned");
+    // The recipe options of 0.3, and the combinations they are defined for.
+    const nvfp4_scale_select_t select =
+        checked_enum(cfg->scale_select, NVFP4_SELECT_4OVER6_MSE + 1, "cfg.scale_select", "NONE, 4OVER6_MAE or 4OVER6_MSE");
+    const nvfp4_amax_mode_t amax_mode =
+        checked_enum(cfg->amax_mode, NVFP4_AMAX_GIVEN + 1, "cfg.amax_mode", "TENSOR, ROWS or GIVEN");
+    if (cfg->e4m3_bound != 448u && cfg->e4m3_bound != 256u)
+      invalid("cfg.e4m3_bound: must be 448 or 256, got " + std::to_string(cfg->e4m3_bound));
+    if (cfg->e4m3_bound == 256u && select == NVFP4_SELECT_NONE)
+      invalid("cfg.e4m3_bound: 256 applies to a 4over6 scale selection only (cfg.scale_select is NONE)");
+    if (select != NVFP4_SELECT_NONE && rounding != NVFP4_ROUND_NEAREST)
+      invalid("cfg.scale_select: 4over6 compares round-to-nearest candidates; cfg.rounding must be NEAREST");
+    if (select != NVFP4_SELECT_NONE && cfg->rht)
+      invalid("cfg.scale_select: 4over6 is not defined with the Hadamard transform (cfg.rht must be 0)");
+    if (amax_mode == NVFP4_AMAX_ROWS && block == NVFP4_BLOCK_2D)
+      invalid("cfg.amax_mode: one amax per row applies to 1D blocks only");
+    if (amax_mode == NVFP4_AMAX_ROWS && cfg->rht)
+      invalid("cfg.amax_mode: one amax per row is not defined with the Hadamard transform (cfg.rht must be 0)");
+    if (amax_mode == NVFP4_AMAX_GIVEN) {
+      if (!cfg->amax_in) invalid("cfg.amax_in: null, but cfg.amax_mode is GIVEN");
+      if (reinterpret_cast<uintptr_t>(cfg->amax_in) % alignof(float) != 0) invalid("cfg.amax_in: must be 4-byte aligned");
+    } else if (cfg->amax_in) {
+      invalid("cfg.amax_in: set, but cfg.amax_mode is not GIVEN (it would be ignored)");
+    }
+    if (rounding == NVFP4_ROUND_EDEN) {
+      if (block != NVFP4_BLOCK_1D) invalid("cfg.rounding: EDEN applies to 1D blocks only");
+      if (amax_mode != NVFP4_AMAX_TENSOR || select != NVFP4_SELECT_NONE)
+        invalid("cfg.rounding: EDEN derives its own per-tensor scale; cfg.amax_mode must be TENSOR and "
+                "cfg.scale_select NONE");
+    }
     c.block = block;
     c.rounding = rounding;
     c.scale_layout = layout;
+    c.scale_select = select;
+    c.amax_mode = amax_mode;
     return c;
   }
   static void check_late(const Config&) {}
-  static std::vector<ByteRange> config_inputs(const Config& cfg) { return ::config_inputs(cfg); }
+  static std::vector<ByteRange> config_inputs(const Config& cfg) {
+    std::vector<ByteRange> in = ::config_inputs(cfg);
+    if (cfg.amax_in) {
+      const uintptr_t p = reinterpret_cast<uintptr_t>(cfg.amax_in);
+      in.push_back(ByteRange{"cfg.amax_in", p, p + sizeof(float)});
+    }
+    return in;
+  }
+  // Amax entries of a direction of `rows` rows: one per row with NVFP4_AMAX_ROWS.
+  static int64_t amax_numel(const Config& cfg, int64_t rows) { return cfg.amax_mode == NVFP4_AMAX_ROWS ? rows : 1; }
+  // EDEN needs the Hadamard transform on every output it quantizes (its unbiasedness is
+  // over the rotation's random signs).
+  static void check_directions(const Config& cfg, bool rowwise, bool columnwise) {
+    if (cfg.rounding == NVFP4_ROUND_EDEN &&
+        ((rowwise && !(cfg.rht & NVFP4_RHT_ROWWISE)) || (columnwise && !(cfg.rht & NVFP4_RHT_COLUMNWISE))))
+      invalid("cfg.rht: EDEN rounding needs the Hadamard transform on every output requested");
+  }
   static Job job(const Config& cfg) {
     Job j;
     j.cfg = cfg;
@@ -114,14 +162,17 @@ struct Nvfp4 {
   static nvfp4_status_t empty(const Job& job, const nvfp4_tensor_t& input, nvfp4_stream_t stream) {
     for (const QuantOut* o : {&job.row, &job.col}) {
       if (!o->amax) continue;
+      const int64_t n = amax_numel(job.cfg, o == &job.row ? job.rows : job.cols);
+      if (n == 0) continue;
       if (on_cuda(input)) {
 #if defined(NVFP4_WITH_CUDA)
         DeviceGuard g(input);
-        cudaError_t e = cudaMemsetAsync(o->amax, 0, sizeof(float), reinterpret_cast<cudaStream_t>(stream));
+        cudaError_t e = cudaMemsetAsync(o->amax, 0, static_cast<size_t>(n) * sizeof(float),
+                                        reinterpret_cast<cudaStream_t>(stream));
         if (e != cudaSuccess) raise(NVFP4_ERROR_CUDA, std::string("cudaMemsetAsync: ") + cudaGetErrorString(e));
 #endif
       } else {
-        *o->amax = 0.0f;
+        std::fill_n(o->amax, n, 0.0f);
       }
     }
     (void)stream;
@@ -157,6 +208,8 @@ struct Mxfp4 {
       invalid("cfg.offset_device: must be 8-byte aligned");
   }
   static std::vector<ByteRange> config_inputs(const Config& cfg) { return ::config_inputs(cfg); }
+  static int64_t amax_numel(const Config&, int64_t) { return 1; }
+  static void check_directions(const Config&, bool, bool) {}
   static Job job(const Config& cfg) {
     Job j;
     j.swizzled = enum_bits(cfg.scale_layout) == NVFP4_SCALES_SWIZZLED;
@@ -234,13 +287,14 @@ nvfp4_status_t quantize(const nvfp4_tensor_t* input, const typename F::Config* c
         checked_mul(rows, cols, "columnwise");
       }
       const QuantizedDesc d = quantized_desc(q);
-      check_quantized(f, *input, d, n[0], rows, cols, swizzled);
+      check_quantized(f, *input, d, n[0], rows, cols, swizzled, F::amax_numel(cfg, rows));
       outs.push_back(byte_range(*d.data, n[1]));
       outs.push_back(byte_range(*d.scales, n[2]));
       if (f.tensor_scale) outs.push_back(byte_range(*d.amax, n[3]));
     };
     if (rowwise) direction(*rowwise, false);
     if (columnwise) direction(*columnwise, true);
+    F::check_directions(cfg, rowwise != nullptr, columnwise != nullptr);
     const ByteRange in = byte_range(*input, "input");
     const std::vector<ByteRange> cfg_in = F::config_inputs(cfg);
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -312,6 +366,10 @@ NVFP4_API void nvfp4_quant_config_default(nvfp4_quant_config_t* cfg) {
   cfg->seed = 0;
   cfg->offset = 0;
   cfg->offset_device = nullptr;
+  cfg->scale_select = NVFP4_SELECT_NONE;
+  cfg->e4m3_bound = 448;
+  cfg->amax_mode = NVFP4_AMAX_TENSOR;
+  cfg->amax_in = nullptr;
 }
 
 NVFP4_API uint32_t nvfp4_default_rht_sign_mask(void) { return nvfp4::core::kDefaultRhtSignMask; }

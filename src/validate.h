@@ -249,8 +249,9 @@ inline QuantizedDesc quantized_desc(const nvfp4_mx_quantized_t& q) { return {&q.
 // One quantized direction of an orientation [rows, cols] (cols a multiple of the format's
 // block): codes [rows, cols/2] uint8, scales [rows, cols/block] in the layout, the amax a
 // float32 scalar where the format has one; all on ref's device.
+// amax_numel: 1, or `rows` for an NVFP4 direction with one amax per row (NVFP4_AMAX_ROWS).
 inline void check_quantized(const FormatSpec& f, const nvfp4_tensor_t& ref, const QuantizedDesc& q, const char* name,
-                            int64_t rows, int64_t cols, bool swizzled) {
+                            int64_t rows, int64_t cols, bool swizzled, int64_t amax_numel = 1) {
   const std::string n(name);
   check_descriptor(q.data, (n + ".data").c_str());
   check_descriptor(q.scales, (n + ".scales").c_str());
@@ -259,8 +260,9 @@ inline void check_quantized(const FormatSpec& f, const nvfp4_tensor_t& ref, cons
     invalid(n + ".data: dtype must be uint8 (packed E2M1 pairs), got " + dtype_name(q.data->dtype));
   if (f.e4m3_scale_dtype ? !is_byte(q.scales->dtype) : q.scales->dtype != NVFP4_DTYPE_UINT8)
     invalid(n + ".scales: dtype must be " + f.scale_dtypes + ", got " + dtype_name(q.scales->dtype));
-  if (f.tensor_scale && (q.amax->dtype != NVFP4_DTYPE_FLOAT32 || numel(*q.amax) != 1))
-    invalid(n + ".amax: must be float32 with 1 element, got " + dtype_name(q.amax->dtype) + " " + shape_str(*q.amax));
+  if (f.tensor_scale && (q.amax->dtype != NVFP4_DTYPE_FLOAT32 || numel(*q.amax) != amax_numel))
+    invalid(n + ".amax: must be float32 with " + std::to_string(amax_numel) + (amax_numel == 1 ? " element" : " elements") +
+            ", got " + dtype_name(q.amax->dtype) + " " + shape_str(*q.amax));
   check_shape2(q.data, (n + ".data").c_str(), rows, cols / 2);
   check_scale_shape(q.scales, n + ".scales", rows, cols / f.block, swizzled);
   check_same_device(ref, q.data, (n + ".data").c_str());

@@ -38,7 +38,10 @@
  *  - columnwise: quantization of x^T [C, R] in blocks of 16 along R, stored as x^T.
  *      With Rp = roundup(R, 16): data uint8 [C, Rp/2] (codes past R are 0);
  *      scales E4M3 [C, Rp/16] (linear) or [roundup(C,128), roundup(Rp/16,4)] (swizzled).
- *  - amax: float32 [1], max |x| of the values quantized (after the RHT where it applies).
+ *  - amax: float32 [1], max |x| of the values quantized (after the RHT where it applies);
+ *    the recipe options of 0.3 change what it holds (float32 [rows] with NVFP4_AMAX_ROWS,
+ *    the given amax, fl(1.75 amax) with e4m3_bound 256, MS-EDEN's scale; see
+ *    nvfp4_quant_config_t), always so that 1 / S_enc(amax) is the decode scale.
  *    The per-tensor decode scale is 1 / S_enc with S_enc = min(448 * 6 / amax, FLT_MAX)
  *    (see docs/design.md, "Numerics").
  */
@@ -61,7 +64,7 @@ extern "C" {
 /* The version of nvfp4: the one place it is written. CMakeLists.txt, pyproject.toml and
  * nvfp4_version_string() read it from here. */
 #define NVFP4_VERSION_MAJOR 0
-#define NVFP4_VERSION_MINOR 2
+#define NVFP4_VERSION_MINOR 3
 #define NVFP4_VERSION_PATCH 0
 
 typedef struct CUstream_st* nvfp4_stream_t; /* same type as cudaStream_t */
@@ -102,8 +105,19 @@ typedef struct {
 } nvfp4_tensor_t;
 
 typedef enum { NVFP4_BLOCK_1D = 0, NVFP4_BLOCK_2D = 1 } nvfp4_block_t;
-typedef enum { NVFP4_ROUND_NEAREST = 0, NVFP4_ROUND_STOCHASTIC = 1 } nvfp4_rounding_t;
+/* NVFP4_ROUND_EDEN (0.3): MS-EDEN (Quartet II), an unbiased alternative to stochastic rounding
+ * for gradients: codes rounded to nearest, the block scale corrected and rounded
+ * stochastically (docs/design.md §1.6). Needs the RHT on every output it quantizes. */
+typedef enum { NVFP4_ROUND_NEAREST = 0, NVFP4_ROUND_STOCHASTIC = 1, NVFP4_ROUND_EDEN = 2 } nvfp4_rounding_t;
 typedef enum { NVFP4_SCALES_LINEAR = 0, NVFP4_SCALES_SWIZZLED = 1 } nvfp4_scale_layout_t;
+
+/* 0.3: block scale selection and the source of the per-tensor amax (nvfp4_quant_config_t). */
+typedef enum {
+  NVFP4_SELECT_NONE = 0,
+  NVFP4_SELECT_4OVER6_MAE = 1, /* keep the candidate with the smaller sum of |error| */
+  NVFP4_SELECT_4OVER6_MSE = 2  /* ... of squared error */
+} nvfp4_scale_select_t;
+typedef enum { NVFP4_AMAX_TENSOR = 0, NVFP4_AMAX_ROWS = 1, NVFP4_AMAX_GIVEN = 2 } nvfp4_amax_mode_t;
 
 /* Which outputs get the Random Hadamard Transform (a bitmask). */
 #define NVFP4_RHT_NONE 0u
@@ -125,10 +139,25 @@ typedef struct {
    * call then draws fresh random bits on each replay as long as something advances the
    * counter on the device. The sum wraps modulo 2^64. */
   const uint64_t* offset_device;
+  /* ---- 0.3: recipe options (docs/design.md §1.6). The defaults are the contract. ---- */
+  /* 4over6 block scale selection (TransformerEngine's nvfp4_4over6): each block keeps the
+   * map-to-4 or map-to-6 candidate with the smaller error. Round-to-nearest only, no RHT. */
+  nvfp4_scale_select_t scale_select;
+  /* The E4M3 value the per-tensor scale maps the amax to: 448 (the contract) or 256 (only with
+   * a 4over6 selection). With 256 the stored amax is fl(amax * 1.75), so that decoders and
+   * GEMMs read the tensor with the contract's formula. */
+  uint32_t e4m3_bound;
+  /* Where the per-tensor amax comes from: the tensor (default); one per row of each output
+   * (NVFP4_AMAX_ROWS: rowwise amax float32 [rows], columnwise float32 [cols], i.e. one per
+   * row of x^T; 1D, no RHT; TransformerEngine's row-scaled NVFP4); or
+   * amax_in (NVFP4_AMAX_GIVEN: float32 [1] in the input's memory space, read when the work
+   * runs; e.g. a percentile of |x|: values above it saturate to +-amax). */
+  nvfp4_amax_mode_t amax_mode;
+  const float* amax_in;
 } nvfp4_quant_config_t;
 
 /* Fills *cfg with: 1D, round-to-nearest, swizzled scales, no RHT, default signs, seed 0,
- * offset 0, no offset_device. */
+ * offset 0, no offset_device; no scale selection, bound 448, the tensor's own amax. */
 NVFP4_API void nvfp4_quant_config_default(nvfp4_quant_config_t* cfg);
 NVFP4_API uint32_t nvfp4_default_rht_sign_mask(void);
 

@@ -462,6 +462,22 @@ class QuantConfig {
   QuantConfig& rht_sign_mask(std::uint32_t mask) noexcept { c_.rht_sign_mask = mask; return *this; }
   /// A counter (in the input's memory space) added to the offset when the work runs.
   QuantConfig& offset_device(const std::uint64_t* counter) noexcept { c_.offset_device = counter; return *this; }
+  /// The recipe options of 0.3 (docs/design.md §1.6): 4over6 block scale selection, the E4M3
+  /// bound (256 only with 4over6), one amax per row, a given amax, MS-EDEN rounding.
+  QuantConfig& scale_select(nvfp4_scale_select_t s) noexcept { c_.scale_select = s; return *this; }
+  QuantConfig& e4m3_bound(std::uint32_t bound) noexcept { c_.e4m3_bound = bound; return *this; }
+  QuantConfig& amax_per_row() noexcept { c_.amax_mode = NVFP4_AMAX_ROWS; return *this; }
+  QuantConfig& amax_given(const float* amax) noexcept {
+    c_.amax_mode = NVFP4_AMAX_GIVEN;
+    c_.amax_in = amax;
+    return *this;
+  }
+  QuantConfig& eden(std::uint64_t seed, std::uint64_t offset = 0) noexcept {
+    c_.rounding = NVFP4_ROUND_EDEN;
+    c_.seed = seed;
+    c_.offset = offset;
+    return *this;
+  }
 
   nvfp4_scale_layout_t scale_layout() const noexcept { return c_.scale_layout; }
   const nvfp4_quant_config_t& c() const noexcept { return c_; }

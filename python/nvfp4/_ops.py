@@ -581,6 +581,15 @@ def quantize_into(x2: torch.Tensor, row, col, block: int, rounding: int, layout:
                 sign_mask, seed, offset, stream_of(x2.device))
 
 
+def quantize_options_into(x2: torch.Tensor, row, col, block: int, rounding: int, layout: int, rht: int,
+                          sign_mask: int, seed: int, offset: int, scale_select: int, e4m3_bound: int, amax_mode: int,
+                          amax_in: Optional[torch.Tensor]) -> None:
+    """NVFP4 quantization with the recipe options (nvfp4.quantize_options) of x2 [rows, cols]
+    into row / col: (data, scale bytes, amax) or None."""
+    _C.quantize_options(x2, *(row or (None, None, None)), *(col or (None, None, None)), block, rounding, layout, rht,
+                        sign_mask, seed, offset, scale_select, e4m3_bound, amax_mode, amax_in, stream_of(x2.device))
+
+
 def dequantize_into(data, scale_bytes, amax, layout: int, out: torch.Tensor) -> torch.Tensor:
     _C.dequantize(data, scale_bytes, amax, layout, out, stream_of(out.device))
     return out

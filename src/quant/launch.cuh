@@ -18,4 +18,9 @@ nvfp4_status_t launch_rowwise(const QuantJob& job, cudaStream_t stream);
 // quantize_tile.cu: everything with a columnwise output, and every 2D quantization.
 nvfp4_status_t launch_tile(const QuantJob& job, cudaStream_t stream);
 
+// quantize_options.cu: the recipe options of 0.3 (4over6, the E4M3 bound, one amax per row,
+// a given amax, MS-EDEN), amax included; needs_options_path says whether a job takes it.
+bool needs_options_path(const QuantJob& job);
+nvfp4_status_t launch_options(const QuantJob& job, cudaStream_t stream);
+
 }  // namespace nvfp4::detail::quant

@@ -435,7 +435,7 @@ void fuzz_quantize(Source& s, uint64_t case_seed) {
     e.bad("cfg.block", "cfg.block=" + std::to_string(block));
   }
   if (s.pct(5)) {
-    rounding = s.pick<int32_t>({2, -3, 1 << 20});
+    rounding = s.pick<int32_t>({3, -3, 1 << 20});
     e.bad("cfg.rounding", "cfg.rounding=" + std::to_string(rounding));
   }
   if (s.pct(5)) {

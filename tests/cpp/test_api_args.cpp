@@ -12,6 +12,62 @@ int ArgsFixture::quantize() {
   EXPECT_STATUS(nvfp4_quantize(&in, &cfg, &rq, nullptr, nullptr), NVFP4_SUCCESS);
   EXPECT_STATUS(nvfp4_quantize(&in, &cfg, nullptr, &cq, nullptr), NVFP4_SUCCESS);
 
+  // ---- quantize: the recipe options of 0.3 (defaults, values, combinations)
+  {
+    CHECK(cfg.scale_select == NVFP4_SELECT_NONE && cfg.e4m3_bound == 448u && cfg.amax_mode == NVFP4_AMAX_TENSOR &&
+          cfg.amax_in == nullptr);
+    nvfp4_quant_config_t c = cfg;
+    c.scale_select = NVFP4_SELECT_4OVER6_MSE;
+    c.e4m3_bound = 256;
+    EXPECT_STATUS(nvfp4_quantize(&in, &c, &rq, &cq, nullptr), NVFP4_SUCCESS);
+    c.e4m3_bound = 300;
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, &cq, nullptr), "cfg.e4m3_bound");
+    c = cfg;
+    c.e4m3_bound = 256;  // 256 without 4over6
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, &cq, nullptr), "cfg.e4m3_bound");
+    c = cfg;
+    const int32_t bad_select = 3;
+    std::memcpy(&c.scale_select, &bad_select, sizeof bad_select);
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, &cq, nullptr), "cfg.scale_select");
+    c = cfg;
+    c.scale_select = NVFP4_SELECT_4OVER6_MAE;
+    c.rounding = NVFP4_ROUND_STOCHASTIC;
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, &cq, nullptr), "cfg.scale_select");
+    c = cfg;
+    c.amax_mode = NVFP4_AMAX_GIVEN;
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, &cq, nullptr), "cfg.amax_in");
+    float given = 2.5f;
+    c.amax_in = &given;
+    EXPECT_STATUS(nvfp4_quantize(&in, &c, &rq, &cq, nullptr), NVFP4_SUCCESS);
+    CHECK(*static_cast<float*>(rq.amax.data) == 2.5f && *static_cast<float*>(cq.amax.data) == 2.5f);
+    c = cfg;
+    c.amax_in = &given;  // set but not used: refused rather than ignored
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, &cq, nullptr), "cfg.amax_in");
+    c = cfg;
+    c.amax_mode = NVFP4_AMAX_ROWS;  // needs one amax per row
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, nullptr, nullptr), "rowwise.amax");
+    std::vector<float> row_amax(R), col_amax(C);
+    nvfp4_quantized_t rr = rq, cr = cq;
+    rr.amax = desc(row_amax.data(), NVFP4_DTYPE_FLOAT32, {R});
+    cr.amax = desc(col_amax.data(), NVFP4_DTYPE_FLOAT32, {C});
+    EXPECT_STATUS(nvfp4_quantize(&in, &c, &rr, &cr, nullptr), NVFP4_SUCCESS);
+    float m0 = 0.0f, c0 = 0.0f;
+    for (int64_t j = 0; j < C; ++j) m0 = std::max(m0, std::fabs(x[j]));
+    for (int64_t i = 0; i < R; ++i) c0 = std::max(c0, std::fabs(x[i * C]));
+    CHECK(row_amax[0] == m0 && col_amax[0] == c0);
+    c.rht = NVFP4_RHT_COLUMNWISE;
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rr, &cr, nullptr), "cfg.amax_mode");
+    c = cfg;
+    c.rounding = NVFP4_ROUND_EDEN;  // needs the RHT on every output
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, &cq, nullptr), "cfg.rht");
+    c.rht = NVFP4_RHT_ROWWISE | NVFP4_RHT_COLUMNWISE;
+    EXPECT_STATUS(nvfp4_quantize(&in, &c, &rq, &cq, nullptr), NVFP4_SUCCESS);
+    c.block = NVFP4_BLOCK_2D;
+    c.rht = 0;
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, &cq, nullptr), "cfg.rounding");
+  }
+
+
   // ---- quantize: null pointers
   EXPECT_BAD(nvfp4_quantize(nullptr, &cfg, &rq, &cq, nullptr), "input");
   EXPECT_BAD(nvfp4_quantize(&in, nullptr, &rq, &cq, nullptr), "cfg");

@@ -55,11 +55,12 @@ def test_canned_recipes():
     assert {getattr(R["nvidia_round_to_infinity"], f).mx_rule for f in RECIPE_OPERANDS} == {"ceil"}
     t = R["tetrajet"]
     assert {getattr(t, f).mx_rule for f in RECIPE_OPERANDS} == {"tetrajet"}
-    assert t.dy.rounding == t.wgrad_dy.rounding == "sr" and t.x.rounding == "rtn"
-    assert t.w.double_quant and t.wgrad_x.double_quant and t.wgrad_dy.double_quant
+    assert t.dy.rounding == t.wgrad_dy.rounding == t.wgrad_x.rounding == t.dgrad_w.rounding == "sr"
+    assert t.x.rounding == t.w.rounding == "rtn"
+    assert t.dgrad_w.double_quant and t.wgrad_x.double_quant and t.wgrad_dy.double_quant
     f = R["fp4_all_the_way"]
     assert f.fused and f.w.block == "1d" and not f.wgrad_x.rht and not f.wgrad_dy.rht
-    assert f.dy.rounding == f.wgrad_dy.rounding == "sr" and f.x.rounding == f.w.rounding == "rtn"
+    assert f.dy.rounding == f.wgrad_dy.rounding == f.wgrad_x.rounding == "sr" and f.x.rounding == f.w.rounding == "rtn"
 
 
 def test_frozen_layers_refuse_per_operand_recipes():
@@ -115,7 +116,9 @@ def reference(layer, x, dy):
     A, xf = _q_dequant(x, r.x, False, seeds["x"], off, s)
     B, wf = _q_dequant(w, r.w, False, seeds["w"], off, s)
     y = A @ B.t() + layer.bias.detach().double()
-    Bt, _ = _q_dequant(wf if r.w.double_quant else w, r.w, True, seeds["w"], off, s)
+    wq = r.dgrad_w or r.w  # dgrad's weight and its SR stream
+    seed_wt = seeds["w"] if r.dgrad_w is None else layer_seed(r.seed, i, 8)
+    Bt, _ = _q_dequant(wf if wq.double_quant else w, wq, True, seed_wt, off, s)
     Dy, dyf = _q_dequant(dy, r.dy, False, seeds["dy"], off, s)
     dx = Dy @ Bt.t()
     pad = (-m) % TOKEN_ALIGN
@@ -156,7 +159,8 @@ def test_emulated_linear_matches_reference(recipe, m, device):
     _within(y.detach(), y_r, y_m + layer.bias.detach().abs().double(), "y")
     _within(xi.grad, dx_r, dx_m, "dx")
     _within(layer.weight.grad, dw_r, dw_m, "dw")
-    uses_sr = any(getattr(layer.recipe, f).rounding == "sr" for f in RECIPE_OPERANDS)
+    uses_sr = any(getattr(layer.recipe, f).rounding == "sr" for f in RECIPE_OPERANDS + ("dgrad_w",)
+                  if getattr(layer.recipe, f) is not None)
     assert int(layer.sr_step) == (6 if uses_sr else 5)  # the backward advances it when SR is used
     assert torch.isfinite(y).all()
 

@@ -9,7 +9,7 @@ nvfp4's torch ops (namespace ``nvfp4``): ``nvfp4.nn.ops`` holds the layers' pass
 re-exports the op layer's basic ops (nvfp4._ops).
 """
 from . import _passes as ops
-from .recipe import RECIPES, QuantConfig, Recipe, get_recipe, layer_seed
+from .recipe import RECIPES, QuantConfig, Recipe, four_over_six, get_recipe, layer_seed, rotation_signs
 from .linear import Linear
 from .frozen import FP4MergeWarning, FP4Weight, FrozenLinear, recipe_from_dict, requantize_writes
 from .convert import (DEFAULT_EXCLUDE, ConversionPlan, Conv1DLinear, Cooldown, convert, converted_layers,
@@ -22,4 +22,5 @@ __all__ = ["Linear", "Recipe", "QuantConfig", "RECIPES", "get_recipe", "layer_se
            "plan_conversion", "ConversionPlan", "find_blocks", "converted_layers", "frozen_layers",
            "set_precision", "set_sr_step", "set_weight_reuse", "Cooldown", "DEFAULT_EXCLUDE", "Conv1DLinear",
            "FrozenLinear", "FP4Weight", "freeze_fp4", "save", "load", "recipe_from_dict", "LoRALinear", "add_lora",
-           "merge_and_unload", "lora_parameters", "lora_state_dict", "ops", "requantize_writes", "FP4MergeWarning"]
+           "merge_and_unload", "lora_parameters", "lora_state_dict", "ops", "requantize_writes", "FP4MergeWarning",
+           "four_over_six", "rotation_signs"]

@@ -467,23 +467,36 @@ def frozen_layers(model: nn.Module) -> List[str]:
 
 def set_precision(model: nn.Module, precision: Union[str, Recipe]) -> int:
     """Switch every nvfp4 Linear of `model`: "bf16" runs them unquantized (plain F.linear, in
-    the autocast or input dtype); "nvfp4" goes back to each layer's own recipe; another
+    the autocast or input dtype); "bf16_fwd" runs only their forward GEMM unquantized, the
+    backward GEMMs as their recipe says (the NVFP4 paper's late-training switch; frozen layers
+    follow "bf16"); "nvfp4" goes back to each layer's own recipe; another
     recipe (name or Recipe) becomes every layer's recipe. Frozen layers follow "bf16" (their
     decoded weight, unquantized activations) and "nvfp4" but keep their own recipe. Returns
     how many layers changed."""
-    if isinstance(precision, str) and precision in ("bf16", "nvfp4"):
+    if isinstance(precision, str) and precision in ("bf16", "nvfp4", "bf16_fwd"):
         target, recipe = precision, None
     else:
         target, recipe = "nvfp4", get_recipe(precision)
     n = 0
     for m in model.modules():
         if isinstance(m, Linear):
-            m.precision = target
+            # "bf16_fwd": the layer's recipe with its forward GEMM in the compute dtype (the
+            # backward GEMMs stay quantized); the full recipe is kept to go back to
+            full = m.__dict__.pop("_nvfp4_full_recipe", None)
+            if full is not None:
+                m.recipe = full
+            if target == "bf16_fwd":
+                m._nvfp4_full_recipe = m.recipe
+                m.recipe = m.recipe.replace(fprop=False)
+                target_m = "nvfp4"
+            else:
+                target_m = target
+            m.precision = target_m
             if recipe is not None:
                 m.recipe = recipe
             n += 1
         elif isinstance(m, FrozenLinear):
-            m.precision = target
+            m.precision = "bf16" if target == "bf16_fwd" else target
             n += 1
     return n
 
@@ -517,25 +530,30 @@ def set_weight_reuse(model: nn.Module, mode) -> int:
 
 
 class Cooldown:
-    """Runs the last `frac` of training with every nvfp4 Linear in BF16.
+    """Runs the last `frac` of training with every nvfp4 Linear in BF16, or with only their
+    forward GEMM in BF16 (`forward_only=True`: the NVFP4 paper's switch, the backward GEMMs
+    staying in NVFP4; set_precision's "bf16_fwd").
 
     Call it with the 0-based step index before each optimizer step; it switches once at
     step >= total_steps - round(frac * total_steps), and switches back if a resume starts
     earlier. Returns True on the step where it switched."""
 
-    def __init__(self, model: nn.Module, total_steps: int, frac: float = 0.1):
+    def __init__(self, model: nn.Module, total_steps: int, frac: float = 0.1, forward_only: bool = False):
         if not 0.0 <= float(frac) <= 1.0:
             raise ValueError(f"frac: must be in [0, 1], got {frac!r}")
         if total_steps < 0:
             raise ValueError(f"total_steps: must be non-negative, got {total_steps!r}")
+        if not isinstance(forward_only, bool):
+            raise ValueError(f"forward_only: must be a bool, got {forward_only!r}")
         self.model = model
         self.start = total_steps - int(round(frac * total_steps)) if frac > 0 else total_steps + 1
         self.active = False
+        self.mode = "bf16_fwd" if forward_only else "bf16"
 
     def __call__(self, step: int) -> bool:
         want = step >= self.start
         if want == self.active:
             return False
-        set_precision(self.model, "bf16" if want else "nvfp4")
+        set_precision(self.model, self.mode if want else "nvfp4")
         self.active = want
         return True

@@ -34,6 +34,7 @@ regions (emulated_linear is excluded from tracing).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Tuple
 
 import torch
@@ -43,8 +44,9 @@ from .. import _ops
 from .._ops import TOKEN_ALIGN
 from .._format import SCALE_LAYOUTS, global_decode_scale
 from .._mx import MXFP4Tensor, decode_stored, mm_fp32, mx_gemm_raw, quantize_mxfp4
+from .._options import dequantize_options, percentile_amax, quantize_options
 from .._quantize import quantize
-from .recipe import QuantConfig, Recipe, layer_seed
+from .recipe import QuantConfig, Recipe, layer_seed, rotation_signs
 
 __all__ = ["EmulatedLinearFn", "emulated_linear", "check_shapes"]
 
@@ -58,7 +60,7 @@ def check_shapes(r: Recipe, in_features: int, out_features: int) -> None:
     need = {"in_features": [], "out_features": []}
     if r.x.format == "mxfp4" or r.w.format == "mxfp4":
         need["in_features"].append("fprop (x, w)")       # fprop's K
-    if r.dy.format == "mxfp4" or r.w.format == "mxfp4":
+    if r.dy.format == "mxfp4" or (r.dgrad_w or r.w).format == "mxfp4":
         need["out_features"].append("dgrad (dy, w)")     # dgrad's K
     for name, uses in need.items():
         v = in_features if name == "in_features" else out_features
@@ -92,9 +94,21 @@ def _values(op: Op, dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
     return decode_stored(t0, t1, _LINEAR, dtype), torch.ones((1,), dtype=torch.float32, device=t0.device)
 
 
-def _quantize(t: torch.Tensor, c: QuantConfig, columnwise: bool, seed: int, offset: int, rht_signs):
-    """t [rows, cols] quantized along cols (columnwise=False) or along rows (True)."""
+def _quantize(t: torch.Tensor, c: QuantConfig, columnwise: bool, seed: int, offset: int, rht_signs,
+              valid_rows: int = -1):
+    """t [rows, cols] quantized along cols (columnwise=False) or along rows (True).
+    valid_rows: the rows of t before the token-axis padding (a percentile amax is taken over
+    the operand's own values; -1: all rows)."""
     row, col = (not columnwise), columnwise
+    if c.format == "nvfp4" and c.has_options:
+        # the recipe options (docs/design.md §1.6); MS-EDEN rotates along the quantized axis
+        rht = ("columnwise" if columnwise else "rowwise") if (c.rht or c.rounding == "eden") else "none"
+        amax = c.amax
+        if amax == "percentile":
+            amax = percentile_amax(t if valid_rows < 0 else t[:valid_rows], c.amax_percentile)
+        return quantize_options(t, block=c.block, rounding=c.rounding, rht=rht, seed=seed, offset=offset,
+                                rowwise=row, columnwise=col, scale_layout="linear", rht_signs=rht_signs,
+                                four_over_six=c.four_over_six, e4m3_bound=c.e4m3_bound, amax=amax)
     if c.format == "mxfp4":
         return quantize_mxfp4(t, rounding=c.rounding, scale_rule=c.mx_rule, seed=seed, offset=offset, rowwise=row,
                               columnwise=col, scale_layout="linear")
@@ -103,9 +117,9 @@ def _quantize(t: torch.Tensor, c: QuantConfig, columnwise: bool, seed: int, offs
                     columnwise=col, scale_layout="linear", rht_signs=rht_signs)
 
 
-def _operand(t, c: QuantConfig, columnwise: bool, seed: int, offset: int, rht_signs, dtype):
+def _operand(t, c: QuantConfig, columnwise: bool, seed: int, offset: int, rht_signs, dtype, valid_rows: int = -1):
     """(the operand (Op), the quantized tensor: the source of a double quantization)."""
-    q = _quantize(t, c, columnwise, seed, offset, rht_signs)
+    q = _quantize(t, c, columnwise, seed, offset, rht_signs, valid_rows)
     return _decode(q, columnwise, dtype), q
 
 
@@ -116,12 +130,16 @@ def _mm(a: Op, b: Op, dtype: torch.dtype) -> torch.Tensor:
         out = torch.empty((a[0].shape[0], b[0].shape[0]), dtype=torch.float32, device=a[0].device)
         return mx_gemm_raw(a[0], a[1], b[0], b[1], _LINEAR, out)
     (av, aal), (bv, bal) = _values(a, dtype), _values(b, dtype)
-    return mm_fp32(av, bv) * (aal * bal)
+    # one decode scale per tensor, or per row of an operand with one amax per row
+    return mm_fp32(av, bv) * (aal.reshape(-1, 1) * bal.reshape(1, -1))
 
 
 def _dequantized(q, columnwise: bool) -> torch.Tensor:
     """The full FP32 dequantization of one orientation, in the tensor's own shape (the
-    source of a double quantization)."""
+    source of a double quantization, and of backward_override="dequantized")."""
+    d = None if isinstance(q, MXFP4Tensor) else (q.columnwise if columnwise else q.rowwise)
+    if d is not None and d.amax.numel() > 1 and not d.rht:  # one amax per row
+        return dequantize_options(q, torch.float32, columnwise)
     return q.dequantize(torch.float32, columnwise=columnwise)
 
 
@@ -141,16 +159,23 @@ class EmulatedLinearFn(torch.autograd.Function):
         m = x2.shape[0]
         weight_c = weight.contiguous()
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        fp4_dgrad = r.dgrad and need_dx
-        fp4_wgrad = r.wgrad and need_dw
-        uses_sr = any(getattr(r, f).rounding == "sr" for f in RECIPE_OPERANDS)
+        # backward_override: both backward GEMMs in the compute dtype
+        fp4_dgrad = r.dgrad and need_dx and r.backward_override is None
+        fp4_wgrad = r.wgrad and need_dw and r.backward_override is None
+        wq = r.dgrad_w or r.w  # dgrad's weight
+        uses_sr = any(getattr(r, f).rounding in ("sr", "eden") for f in RECIPE_OPERANDS) or wq.rounding == "sr"
         offset = int(counter) if uses_sr else 0
         seeds = {f: layer_seed(r.seed, layer_index, 2 + i) for i, f in enumerate(RECIPE_OPERANDS)}
+        seed_wt = seeds["w"] if r.dgrad_w is None else layer_seed(r.seed, layer_index, 8)
         signs = r.rht_signs
+        # MS-EDEN: a fresh rotation per step, shared by the two operands of each GEMM it enters
+        eden_signs = rotation_signs(r.seed, layer_index, offset) if uses_sr else signs
+        wgrad_signs = eden_signs if r.wgrad_dy.rounding == "eden" else signs
         w = weight.to(cdt)
         b = None if bias is None else bias.to(cdt)
 
         qx_full = qw_full = None
+        qx = qw = None
         if r.fprop:
             ox, qx = _operand(x2, r.x, False, seeds["x"], offset, signs, ddt)
             ow, qw = _operand(weight_c, r.w, False, seeds["w"], offset, signs, ddt)
@@ -160,23 +185,31 @@ class EmulatedLinearFn(torch.autograd.Function):
             y = y.to(cdt)
             if r.wgrad_x.double_quant:
                 qx_full = _dequantized(qx, False)
-            if r.w.double_quant:
+            if wq.double_quant:
                 qw_full = _dequantized(qw, False)
         else:
             y = F.linear(x2, w, b)
 
         wt = (None, None, False)
         if fp4_dgrad:  # W quantized along N: the columnwise orientation of W [n, k]
-            src = qw_full if r.w.double_quant else weight_c
-            wt = _operand(src, r.w, True, seeds["w"], offset, signs, ddt)[0]
+            src = qw_full if wq.double_quant else weight_c
+            if r.dy.rounding == "eden":  # rotated along N with dY: 1x16 blocks and the step's signs
+                wt = _operand(src, dataclasses.replace(wq, block="1d", rht=True, four_over_six=None, e4m3_bound=448,
+                                                       amax="tensor", amax_percentile=None),
+                              True, seed_wt, offset, eden_signs, ddt)[0]
+            else:
+                wt = _operand(src, wq, True, seed_wt, offset, signs, ddt)[0]
         xt = (None, None, False)
         pad = (-m) % TOKEN_ALIGN if fp4_wgrad else 0
         if fp4_wgrad:
             src = qx_full if r.wgrad_x.double_quant else x2
             xt = _operand(F.pad(src, (0, 0, 0, pad)) if pad else src, r.wgrad_x, True, seeds["wgrad_x"], offset,
-                          signs, ddt)[0]
+                          wgrad_signs, ddt, m)[0]
         saved_x = x2 if (need_dw and not fp4_wgrad) else None
         saved_w = weight if (need_dx and not fp4_dgrad) else None
+        if r.backward_override == "dequantized":  # the backward reads the forward's Q(X), Q(W)
+            saved_x = _dequantized(qx, False).to(cdt) if need_dw else None
+            saved_w = _dequantized(qw, False).to(cdt) if need_dx else None
         # xt / wt: MXFP4 codes and scales, or decoded values and alpha (Op)
         ctx.save_for_backward(saved_x, saved_w, xt[0], xt[1], wt[0], wt[1])
         ctx.op_mx = (xt[2], wt[2])
@@ -184,14 +217,14 @@ class EmulatedLinearFn(torch.autograd.Function):
         ctx.recipe = r
         ctx.meta = (tuple(x.shape), m, k, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw,
                     bias is not None and ctx.needs_input_grad[2], weight.dtype, None if bias is None else bias.dtype,
-                    seeds, uses_sr, ddt)
+                    seeds, uses_sr, ddt, eden_signs, wgrad_signs)
         return y.reshape(*x.shape[:-1], n)
 
     @staticmethod
     def backward(ctx, dy):
         r = ctx.recipe
         (x_shape, m, k, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw, need_db, w_dtype, b_dtype, seeds, uses_sr,
-         ddt) = ctx.meta
+         ddt, eden_signs, wgrad_signs) = ctx.meta
         saved_x, saved_w, xt0, xt1, wt0, wt1 = ctx.saved_tensors
         xt, wt = (xt0, xt1, ctx.op_mx[0]), (wt0, wt1, ctx.op_mx[1])
         cdt = dy.dtype
@@ -201,7 +234,8 @@ class EmulatedLinearFn(torch.autograd.Function):
         dx = dw = db = None
         dy_full = None
         if fp4_dgrad:
-            ody, qdy = _operand(dy2, r.dy, False, seeds["dy"], offset, signs, ddt)
+            ody, qdy = _operand(dy2, r.dy, False, seeds["dy"], offset, eden_signs if r.dy.rounding == "eden" else signs,
+                                ddt)
             dx = _mm(ody, wt, ddt)[:, :k].to(cdt)
             if r.wgrad_dy.double_quant:
                 dy_full = _dequantized(qdy, False)
@@ -211,7 +245,7 @@ class EmulatedLinearFn(torch.autograd.Function):
             src = dy_full if r.wgrad_dy.double_quant else dy2
             if pad:
                 src = F.pad(src, (0, 0, 0, pad))
-            odyt = _operand(src, r.wgrad_dy, True, seeds["wgrad_dy"], offset, signs, ddt)[0]
+            odyt = _operand(src, r.wgrad_dy, True, seeds["wgrad_dy"], offset, wgrad_signs, ddt, m)[0]
             dw = _mm(odyt, xt, ddt).to(w_dtype)
         if uses_sr:
             ctx.counter.add_(1)

@@ -120,7 +120,7 @@ def _quantize_weight(w: torch.Tensor):
 def recipe_from_dict(d: dict) -> Recipe:
     """A Recipe from Recipe.to_dict() (e.g. read back from a checkpoint's metadata)."""
     d = dict(d)
-    for f in ("x", "w", "dy", "wgrad_dy", "wgrad_x"):
+    for f in ("x", "w", "dy", "wgrad_dy", "wgrad_x", "dgrad_w"):
         if isinstance(d.get(f), dict):
             d[f] = QuantConfig(**d[f])
     return Recipe(**d)
@@ -128,8 +128,8 @@ def recipe_from_dict(d: dict) -> Recipe:
 
 def _check_frozen_recipe(r: Recipe) -> Recipe:
     if not r.fused:
-        raise ValueError(f"recipe: frozen layers run nvfp4's fused NVFP4 ops; recipe {r.name!r} has MXFP4 operands "
-                         "or double quantization")
+        raise ValueError(f"recipe: frozen layers run nvfp4's fused NVFP4 ops; recipe {r.name!r} has MXFP4 operands, "
+                         "double quantization or a per-operand-path option (docs/design.md §1.6)")
     if not r.fprop:
         raise ValueError(f"recipe: a frozen NVFP4 layer runs its forward GEMM in NVFP4; recipe {r.name!r} has "
                          "fprop=False")

@@ -82,7 +82,9 @@ class _Plan:
 
 def _make_cfg(r: Recipe, sign_mask: int, seed_x: int, seed_dy: int) -> Tuple[int, ...]:
     C = _passes.LinearConfig
-    sr = {"rtn": 0, "sr": 1}
+    # "eden" (MS-EDEN) never reaches the fused ops (Recipe.fused is False); the plan of such a
+    # recipe is built but unused
+    sr = {"rtn": 0, "sr": 1, "eden": 1}
     cfg = [0] * C.SIZE
     cfg[C.BACKEND] = BACKENDS[r.backend]
     cfg[C.SIGN_MASK] = sign_mask
@@ -242,7 +244,8 @@ class Linear(nn.Linear):
         """The reverse of from_linear, in place: back to a plain nn.Linear."""
         for name in ("sr_step", "_w_cache"):
             self._buffers.pop(name, None)
-        for a in ("precision", "_layer_index", "_recipe", "_plan", "weight_reuse", "_w_cache_stored"):
+        for a in ("precision", "_layer_index", "_recipe", "_plan", "weight_reuse", "_w_cache_stored",
+                  "_nvfp4_full_recipe"):
             self.__dict__.pop(a, None)
         self.__class__ = nn.Linear
         return self

@@ -18,7 +18,8 @@ from .._format import DEFAULT_RHT_SIGNS
 from .._mx import MX_SCALE_RULES
 from ..backends import BACKENDS
 
-__all__ = ["QuantConfig", "Recipe", "RECIPES", "FORMATS", "OPERANDS", "get_recipe", "layer_seed"]
+__all__ = ["QuantConfig", "Recipe", "RECIPES", "FORMATS", "OPERANDS", "get_recipe", "layer_seed", "four_over_six",
+           "rotation_signs"]
 
 _MASK64 = (1 << 64) - 1
 
@@ -43,6 +44,21 @@ class QuantConfig:
         quantization, along the other axis (TetraJet's double quantization): for ``w``, the
         dgrad weight comes from the forward's dequantized weight; for ``wgrad_x`` / ``wgrad_dy``,
         from the dequantized X of fprop / dY of dgrad.
+
+    NVFP4 options (docs/design.md §1.6; any of them sends the recipe through nvfp4.nn.emulated):
+    rounding="eden": MS-EDEN (Quartet II) instead of stochastic rounding, for ``dy`` and
+        ``wgrad_dy``: the operand and its GEMM partner are rotated by the 16-point Hadamard
+        transform with random signs drawn per step (from the seed and the layer's sr_step), the
+        codes rounded to nearest and the block scales corrected and rounded stochastically. On
+        ``dy`` it rotates dgrad's weight along N too (quantized in 1x16 blocks for that GEMM).
+    four_over_six: None, "mae" or "mse": 4over6 block scale selection (TransformerEngine's
+        nvfp4_4over6), round-to-nearest operands without the transform.
+    e4m3_bound: 448, or 256 with four_over_six (TransformerEngine's nvfp4_4over6_e4m3_use_256).
+    amax: "tensor" (the contract), "rows" (one amax per row of the operand as its GEMM reads it:
+        per token for ``x``, TransformerEngine's row_scaled_activation; 1d, no transform) or
+        "percentile" (the amax_percentile quantile of |operand| as the per-tensor amax: the
+        values above it saturate; no transform).
+    amax_percentile: the quantile in (0, 1) for amax="percentile" (e.g. 0.999).
     """
 
     block: str = "1d"
@@ -51,14 +67,18 @@ class QuantConfig:
     format: str = "nvfp4"
     scale_rule: Optional[str] = None
     double_quant: bool = False
+    four_over_six: Optional[str] = None
+    e4m3_bound: int = 448
+    amax: str = "tensor"
+    amax_percentile: Optional[float] = None
 
     def _check(self, name: str) -> None:
         if self.format not in FORMATS:
             raise ValueError(f"{name}.format: must be one of {FORMATS}, got {self.format!r}")
         if self.block not in ("1d", "2d"):
             raise ValueError(f"{name}.block: must be '1d' or '2d', got {self.block!r}")
-        if self.rounding not in ("rtn", "sr"):
-            raise ValueError(f"{name}.rounding: must be 'rtn' or 'sr', got {self.rounding!r}")
+        if self.rounding not in ("rtn", "sr", "eden"):
+            raise ValueError(f"{name}.rounding: must be 'rtn', 'sr' or 'eden', got {self.rounding!r}")
         if not isinstance(self.rht, bool):
             raise ValueError(f"{name}.rht: must be a bool, got {self.rht!r}")
         if not isinstance(self.double_quant, bool):
@@ -75,6 +95,45 @@ class QuantConfig:
         elif self.scale_rule is not None:
             raise ValueError(f"{name}.scale_rule: applies to MXFP4 operands only (NVFP4 scales follow the "
                              f"contract), got {self.scale_rule!r}")
+        self._check_options(name)
+
+    def _check_options(self, name: str) -> None:
+        if self.four_over_six not in (None, "mae", "mse"):
+            raise ValueError(f"{name}.four_over_six: must be None, 'mae' or 'mse', got {self.four_over_six!r}")
+        if isinstance(self.e4m3_bound, bool) or self.e4m3_bound not in (448, 256):
+            raise ValueError(f"{name}.e4m3_bound: must be 448 or 256, got {self.e4m3_bound!r}")
+        if self.amax not in ("tensor", "rows", "percentile"):
+            raise ValueError(f"{name}.amax: must be 'tensor', 'rows' or 'percentile', got {self.amax!r}")
+        p = self.amax_percentile
+        if self.amax == "percentile":
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < float(p) < 1.0:
+                raise ValueError(f"{name}.amax_percentile: must be a number in (0, 1) with amax='percentile', got {p!r}")
+        elif p is not None:
+            raise ValueError(f"{name}.amax_percentile: applies to amax='percentile' only (amax is {self.amax!r})")
+        if not self.has_options:
+            return
+        if self.format != "nvfp4":
+            raise ValueError(f"{name}: four_over_six, e4m3_bound, amax and rounding='eden' apply to NVFP4 operands only")
+        if self.double_quant:
+            raise ValueError(f"{name}.double_quant: not combined with the NVFP4 options")
+        if self.four_over_six is not None and (self.rounding != "rtn" or self.rht):
+            raise ValueError(f"{name}.four_over_six: compares round-to-nearest candidates without the transform "
+                             "(rounding='rtn', rht=False)")
+        if self.e4m3_bound == 256 and self.four_over_six is None:
+            raise ValueError(f"{name}.e4m3_bound: 256 applies with four_over_six only")
+        if self.amax != "tensor" and (self.rht or self.rounding == "eden"):
+            raise ValueError(f"{name}.amax: {self.amax!r} is not defined with the Hadamard transform or MS-EDEN")
+        if self.amax == "rows" and self.block != "1d":
+            raise ValueError(f"{name}.amax: 'rows' applies to 1d blocks only")
+        if self.rounding == "eden" and self.block != "1d":
+            raise ValueError(f"{name}.rounding: 'eden' applies to 1d blocks only")
+
+    @property
+    def has_options(self) -> bool:
+        """True if an NVFP4 option of 0.3 is set (four_over_six, e4m3_bound 256, a row or
+        percentile amax, MS-EDEN)."""
+        return (self.four_over_six is not None or self.e4m3_bound != 448 or self.amax != "tensor"
+                or self.rounding == "eden")
 
     @property
     def mx_rule(self) -> str:
@@ -110,6 +169,16 @@ class Recipe:
     backend: str = "auto"
     rht_signs: Tuple[int, ...] = DEFAULT_RHT_SIGNS
     seed: int = 0
+    #: TransformerEngine's backward_override: None (the backward GEMMs as configured),
+    #: "high_precision" (both in the compute dtype from the unquantized X and W: fwd_only's
+    #: backward) or "dequantized" (in the compute dtype from the forward's dequantized Q(X)
+    #: and Q(W), dY unquantized).
+    backward_override: Optional[str] = None
+    #: How dgrad's weight (W along N) is quantized when it differs from the forward's: None
+    #: means as ``w`` (2D tiles: the forward codes, transposed). TetraJet quantizes it with
+    #: stochastic rounding from the forward's dequantized weight (double_quant) while the
+    #: forward weight rounds to nearest. Per-operand path only.
+    dgrad_w: Optional[QuantConfig] = None
 
     def __post_init__(self):
         # Accept lists for the signs (from JSON or a CLI) but keep the recipe hashable: it is
@@ -131,7 +200,9 @@ class Recipe:
         """True if the fused NVFP4 ops run this recipe (every operand NVFP4, no double
         quantization); otherwise nvfp4.nn.Linear runs it through the per-operand path
         (nvfp4.nn.emulated: quantize, decode exactly, GEMM with FP32 accumulation)."""
-        return all(getattr(self, f).format == "nvfp4" and not getattr(self, f).double_quant for f in OPERANDS)
+        return self.backward_override is None and self.dgrad_w is None and all(
+            getattr(self, f).format == "nvfp4" and not getattr(self, f).double_quant and not getattr(self, f).has_options
+            for f in OPERANDS)
 
     def validate(self) -> "Recipe":
         for f in ("fprop", "dgrad", "wgrad"):
@@ -142,6 +213,15 @@ class Recipe:
             if not isinstance(v, QuantConfig):
                 raise ValueError(f"{f}: must be a QuantConfig, got {type(v).__name__}")
             v._check(f)
+        if self.dgrad_w is not None:
+            if not isinstance(self.dgrad_w, QuantConfig):
+                raise ValueError(f"dgrad_w: must be None or a QuantConfig, got {type(self.dgrad_w).__name__}")
+            self.dgrad_w._check("dgrad_w")
+            if self.dgrad_w.rht or self.dgrad_w.has_options:
+                raise ValueError("dgrad_w: the Hadamard transform and the NVFP4 options do not apply to dgrad's weight "
+                                 "(its GEMM partner dY is not transformed)")
+            if self.dgrad_w.double_quant and not self.fprop:
+                raise ValueError("dgrad_w.double_quant: needs fprop=True (it requantizes fprop's quantized W)")
         # Only the wgrad GEMM transforms both of its operands along a shared axis the recipe
         # owns; in fprop/dgrad the weight would have to be transformed too.
         for f in ("x", "w", "dy"):
@@ -160,6 +240,20 @@ class Recipe:
             raise ValueError("wgrad_x.double_quant: needs fprop=True (it requantizes fprop's quantized X)")
         if self.w.double_quant and not self.fprop:
             raise ValueError("w.double_quant: needs fprop=True (it requantizes fprop's quantized W)")
+        for f in ("x", "w", "wgrad_x"):
+            if getattr(self, f).rounding == "eden":
+                raise ValueError(f"{f}.rounding: 'eden' is for the gradient operands (dy, wgrad_dy)")
+        if self.dy.rounding == "eden" and self.dy.rht:
+            raise ValueError("dy.rht: MS-EDEN on dy brings its own rotation of dgrad's operands; leave rht False")
+        if self.dy.rounding == "eden" and self.wgrad_dy.double_quant:
+            raise ValueError("wgrad_dy.double_quant: not defined on a rotated (MS-EDEN) dY")
+        if self.wgrad_dy.rounding == "eden" and not self.wgrad_dy.rht:
+            raise ValueError("wgrad_dy.rht: MS-EDEN needs the Hadamard transform on both wgrad operands (rht=True)")
+        if self.backward_override not in (None, "high_precision", "dequantized"):
+            raise ValueError(f"backward_override: must be None, 'high_precision' or 'dequantized', got "
+                             f"{self.backward_override!r}")
+        if self.backward_override == "dequantized" and not self.fprop:
+            raise ValueError("backward_override: 'dequantized' uses the forward's quantized X and W; needs fprop=True")
         if self.w.rounding != "rtn":
             raise ValueError("w.rounding: a weight's quantization may be reused across micro-batches, so only "
                              "'rtn' is supported")
@@ -179,6 +273,8 @@ class Recipe:
         for f in OPERANDS:
             if isinstance(changes.get(f), dict):
                 changes[f] = dataclasses.replace(getattr(self, f), **changes[f])
+        if isinstance(changes.get("dgrad_w"), dict):  # from the current dgrad weight (w when unset)
+            changes["dgrad_w"] = dataclasses.replace(self.dgrad_w or self.w, **changes["dgrad_w"])
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
             raise ValueError(f"{sorted(unknown)[0]}: not a Recipe field")
@@ -194,8 +290,21 @@ def _make_recipes() -> dict:
     def mx(rounding="rtn", **kw):
         return QuantConfig("1d", rounding, False, "mxfp4", **kw)
 
+    def opt(**kw):
+        return dict(kw)
+
     return {
         "nvfp4": base,
+        # NVIDIA's recipe with one option each (docs/design.md §1.6): 4over6 on X and W with
+        # TransformerEngine's defaults (MAE, E4M3 bound 256); one amax per token for X; the
+        # backward overrides; MS-EDEN instead of SR on dY; a 0.999-percentile amax for X and W
+        "4over6": four_over_six(base, "all", "MAE", "all").replace(name="4over6"),
+        "row_scaled": base.replace(name="row_scaled", x=opt(amax="rows")),
+        "bwd_high_precision": base.replace(name="bwd_high_precision", backward_override="high_precision"),
+        "bwd_dequantized": base.replace(name="bwd_dequantized", backward_override="dequantized"),
+        "ms_eden": base.replace(name="ms_eden", dy=opt(rounding="eden"), wgrad_dy=opt(rounding="eden")),
+        "adaptive": base.replace(name="adaptive", x=opt(amax="percentile", amax_percentile=0.999),
+                                 w=opt(amax="percentile", amax_percentile=0.999)),
         "no_rht": base.replace(name="no_rht", wgrad_dy={"rht": False}, wgrad_x={"rht": False}),
         "no_sr": base.replace(name="no_sr", dy={"rounding": "rtn"}, wgrad_dy={"rounding": "rtn"}),
         "no_2d": base.replace(name="no_2d", w={"block": "1d"}),
@@ -203,22 +312,45 @@ def _make_recipes() -> dict:
         "bf16": base.replace(name="bf16", fprop=False, dgrad=False, wgrad=False),
         # NVFP4 with 1x16 blocks everywhere, round-to-nearest forward, stochastic rounding
         # on every backward operand, no Hadamard transform ("FP4 all the way")
+        # (the rounding of each operand as fp4-trainkit's table gives it: SR on dY, dYᵀ and Xᵀ)
         "fp4_all_the_way": base.replace(name="fp4_all_the_way", w={"block": "1d"},
-                                        wgrad_dy={"rht": False}, wgrad_x={"rht": False, "rounding": "rtn"}),
+                                        wgrad_dy={"rht": False}, wgrad_x={"rht": False, "rounding": "sr"}),
         # MXFP4 on every operand, the OCP scale rule, round-to-nearest: the plain MX baseline
         "mx_baseline": Recipe(name="mx_baseline", x=mx(), w=mx(), dy=mx(), wgrad_dy=mx(), wgrad_x=mx()),
-        # MXFP4 with round-to-infinity scales (ceil(log2(amax/6)): nothing saturates) and
-        # stochastic rounding on the gradient operands
+        # MXFP4 with round-to-infinity scales (ceil(log2(amax/6)): nothing saturates),
+        # round-to-nearest everywhere
         "nvidia_round_to_infinity": Recipe(name="nvidia_round_to_infinity", x=mx(scale_rule="ceil"),
-                                           w=mx(scale_rule="ceil"), dy=mx("sr", scale_rule="ceil"),
-                                           wgrad_dy=mx("sr", scale_rule="ceil"), wgrad_x=mx(scale_rule="ceil")),
-        # TetraJet: MXFP4, truncation-free scales, stochastic rounding on the gradient
-        # operands, and double quantization of every operand used a second time
-        "tetrajet": Recipe(name="tetrajet", x=mx(scale_rule="tetrajet"), w=mx(scale_rule="tetrajet", double_quant=True),
+                                           w=mx(scale_rule="ceil"), dy=mx(scale_rule="ceil"),
+                                           wgrad_dy=mx(scale_rule="ceil"), wgrad_x=mx(scale_rule="ceil")),
+        # TetraJet: MXFP4, truncation-free scales, round-to-nearest forward, stochastic
+        # rounding on every backward operand (dY, dgrad's W, dYᵀ, Xᵀ), and double quantization
+        # of every operand used a second time (W, Xᵀ, dYᵀ)
+        "tetrajet": Recipe(name="tetrajet", x=mx(scale_rule="tetrajet"), w=mx(scale_rule="tetrajet"),
+                           dgrad_w=mx("sr", scale_rule="tetrajet", double_quant=True),
                            dy=mx("sr", scale_rule="tetrajet"),
                            wgrad_dy=mx("sr", scale_rule="tetrajet", double_quant=True),
-                           wgrad_x=mx(scale_rule="tetrajet", double_quant=True)),
+                           wgrad_x=mx("sr", scale_rule="tetrajet", double_quant=True)),
     }
+
+
+def four_over_six(recipe: Recipe, scope: str = "all", err_mode: str = "MAE", e4m3_use_256: str = "all") -> Recipe:
+    """TransformerEngine's NVFP4BlockScaling 4over6 settings on a recipe: ``scope``
+    (nvfp4_4over6: "none", "weights", "activations", "all") says which forward operands take
+    4over6 (``w``; ``x``); ``err_mode`` ("MAE" or "MSE") the error it minimizes;
+    ``e4m3_use_256`` (same scopes) which of them map the amax to E4M3 256 instead of 448.
+    Gradient operands keep the recipe's rounding, as in TransformerEngine."""
+    scopes = ("none", "weights", "activations", "all")
+    for n, v in (("scope", scope), ("e4m3_use_256", e4m3_use_256)):
+        if v not in scopes:
+            raise ValueError(f"{n}: must be one of {scopes}, got {v!r}")
+    if not isinstance(err_mode, str) or err_mode.upper() not in ("MAE", "MSE"):
+        raise ValueError(f"err_mode: must be 'MAE' or 'MSE', got {err_mode!r}")
+    changes = {}
+    for f, role in (("w", "weights"), ("x", "activations")):
+        if scope in (role, "all"):
+            bound = 256 if e4m3_use_256 in (role, "all") else 448
+            changes[f] = {"four_over_six": err_mode.lower(), "e4m3_bound": bound}
+    return recipe.replace(**changes) if changes else recipe
 
 
 #: The canned recipes, by name.
@@ -254,3 +386,12 @@ def layer_seed(seed: int, layer_index: int, stream: int = 0) -> int:
     z = _splitmix64(z ^ (int(layer_index) & _MASK64))
     z = _splitmix64(z ^ (int(stream) & _MASK64))
     return z & ((1 << 63) - 1)
+
+
+def rotation_signs(seed: int, layer_index: int, step: int) -> Tuple[int, ...]:
+    """The 16 Hadamard signs of one layer and one step for MS-EDEN (its unbiasedness is over
+    random rotations): 16 bits of a hash of (seed, layer, step), bit i set meaning -1. The
+    forward and the backward of a step read the same sr_step, so both operands of a GEMM get
+    the same rotation."""
+    z = _splitmix64(layer_seed(seed, layer_index, 7) ^ (int(step) & _MASK64))
+    return tuple(-1 if (z >> i) & 1 else 1 for i in range(16))
