@@ -127,7 +127,9 @@ def make_args(opts, recipe, seed, data_dir):
                     ("--skip-quant-last-layers", opts.skip_quant_last_layers)):
         if v is not None:
             argv += [flag, str(v)]
-    return train.parse_args(argv)
+    a = train.parse_args(argv)
+    a.rank, a.world = 0, 1  # one process per run (train.main sets these from torchrun's environment)
+    return a
 
 
 def save_ckpt(path, state):

@@ -81,9 +81,11 @@ _ONE = (1,)
 
 
 def nvfp4_orientation(prefix: str, data, scales, amax, rows: int, cols: int, layout: int, device=None,
-                      device_of: str = "", sep: str = ".") -> None:
+                      device_of: str = "", sep: str = ".", amax_rows: bool = False) -> None:
     """One NVFP4 orientation [rows, cols] (cols % 16 == 0): codes uint8 [rows, cols/2],
     scales E4M3 (or uint8) in `layout`, amax float32 [1], all contiguous on one device.
+    amax_rows: an amax of one entry per row ([rows], the row-scaled option of
+    nvfp4.quantize_options) is accepted too; the contract's ops (GEMM, dequantize) take [1].
     Field names are prefix + sep + data/scales/amax."""
     sshape = swizzled_shape(rows, cols // 16) if layout == 1 else (rows, cols // 16)
     try:
@@ -99,7 +101,10 @@ def nvfp4_orientation(prefix: str, data, scales, amax, rows: int, cols: int, lay
     dname = prefix + sep + "data"
     tensor(dname, data, (_U8,), (rows, cols // 2), device, device_of)
     tensor(prefix + sep + "scales", scales, SCALE_DTYPES, sshape, data.device, dname)
-    tensor(prefix + sep + "amax", amax, (_F32,), _ONE, data.device, dname)
+    if amax_rows and isinstance(amax, torch.Tensor) and amax.shape == (rows,) and rows != 1:
+        tensor(prefix + sep + "amax", amax, (_F32,), (rows,), data.device, dname)
+    else:
+        tensor(prefix + sep + "amax", amax, (_F32,), _ONE, data.device, dname)
 
 
 def mx_orientation(prefix: str, data, scales, rows: int, cols: int, layout: int, device=None,
@@ -130,8 +135,8 @@ def _readable(t: torch.Tensor) -> bool:
 def amax_not_negative(name: str, amax: torch.Tensor) -> None:
     """A readable (CPU) amax is >= 0, NaN or +inf; a negative one is refused. A CUDA amax is
     not read (that would synchronize the host with the stream)."""
-    if _readable(amax) and amax.numel() == 1:
-        v = float(amax.reshape(()).item())
+    if _readable(amax) and amax.numel() >= 1:
+        v = float(amax.min())
         if v < 0:
             raise ValueError(f"{name}: expected max |x| (>= 0), got {v}; a negative amax flips the sign of every "
                              "decoded value")

@@ -192,7 +192,7 @@ class NVFP4Tensor(_TwoOrientations):
         first = None
         for name, d, rows, cols in self._orientations(r, c, 16):
             first = self._check_device(name, d.data, first)
-            check.nvfp4_orientation(name, d.data, d.scales, d.amax, rows, cols, layout)
+            check.nvfp4_orientation(name, d.data, d.scales, d.amax, rows, cols, layout, amax_rows=True)
             check_bool(f"{name}.rht", d.rht)
             check.amax_not_negative(f"{name}.amax", d.amax)
 
