@@ -16,6 +16,7 @@ from ._tensor import NVFP4Tensor, dequantize
 from ._quantize import quantize, swizzle_scales, unswizzle_scales
 from ._gemm import gemm
 from ._mx import MXFP4Tensor, gemm_mxfp4, quantize_mxfp4
+from ._grouped import BatchedNVFP4Tensor, GroupedNVFP4Tensor, batched_quantize, grouped_gemm, grouped_quantize
 from .backends import device_info, is_supported, supported_backends
 from . import nn
 from .nn import convert, freeze_fp4, unconvert
@@ -26,4 +27,5 @@ __all__ = [
     "NVFP4Tensor", "quantize", "dequantize", "gemm", "swizzle_scales", "unswizzle_scales",
     "device_info", "is_supported", "supported_backends", "nn", "convert", "freeze_fp4", "unconvert",
     "DEFAULT_RHT_SIGNS", "rht_matrix", "__version__", "MXFP4Tensor", "quantize_mxfp4", "gemm_mxfp4",
+    "GroupedNVFP4Tensor", "BatchedNVFP4Tensor", "grouped_quantize", "batched_quantize", "grouped_gemm",
 ]

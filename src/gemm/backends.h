@@ -81,6 +81,16 @@ nvfp4_status_t cudnn_check_graphs(int cc, bool mx, int* checked);
 #endif
 
 
+// Grouped (MoE) GEMMs: the CPU reference (api_grouped.cpp) and the Hopper runner
+// (sm90/sm90_grouped.cu); the job's `grouped` holds the grouped problem (grouped.h).
+nvfp4_status_t grouped_reference_run(const GemmJob& job, int cc, void* workspace, size_t workspace_bytes,
+                                     nvfp4_stream_t stream);
+#if defined(NVFP4_HAS_SM90_GEMM)
+nvfp4_status_t sm90_grouped_workspace(const GemmJob& job, int cc, size_t* bytes);
+nvfp4_status_t sm90_grouped_run(const GemmJob& job, int cc, void* workspace, size_t workspace_bytes,
+                                nvfp4_stream_t stream);
+#endif
+
 // ---- the runner table ----
 
 // Kernel objects, one per CMake OBJECT library, each compiled for its own list of CUDA

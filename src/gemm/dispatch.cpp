@@ -127,6 +127,10 @@ bool cudnn_usable(int cc) { return cudnn_available(cc) != 0; }
 #define NVFP4_CUDNN false, nullptr, nullptr, nullptr, nullptr
 #endif
 
+#if !defined(NVFP4_GROUPED_ROWS)
+#define NVFP4_GROUPED_ROWS
+#endif
+
 constexpr uint32_t kCuda = kObjCommon;  // every CUDA row: its operands come from these kernels
 
 // What rows of the two operand formats share: the kernels one runner launches and its
@@ -238,6 +242,13 @@ const Runner kRunners[] = {
      kCudnnNativeKernels, kCudnnNativeShapes,
      "MXFP4 native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
      NVFP4_CUDNN},
+
+    // Grouped (MoE) GEMMs of nvfp4_grouped_gemm (the job's `grouped`, grouped.h): every group as
+    // nvfp4_gemm computes it on that group's operands.
+    {"reference-grouped", NVFP4_BACKEND_REFERENCE, Format::kNvfp4Grouped, "cpu", 0, 0, 0, "", "any shape",
+     "grouped CPU reference: the dense reference on each group's slices", true, nullptr, nullptr,
+     &reference_workspace, &grouped_reference_run},
+    NVFP4_GROUPED_ROWS
 };
 constexpr int kRunnerCount = static_cast<int>(sizeof(kRunners) / sizeof(kRunners[0]));
 constexpr int kMaxCc = 255;  // compute capabilities cached by runner_compiled_for
@@ -259,7 +270,9 @@ bool serves(const Runner& r, nvfp4_backend_t backend) {
   return r.backend == backend;
 }
 
-const char* format_name(Format f) { return f == Format::kMxfp4 ? "mxfp4" : "nvfp4"; }
+const char* format_name(Format f) {
+  return f == Format::kMxfp4 ? "mxfp4" : f == Format::kNvfp4Grouped ? "nvfp4-grouped" : "nvfp4";
+}
 
 // The shape rules of the rows that could have taken the job, for a refusal message.
 std::string runner_hints(const GemmJob& job, nvfp4_backend_t backend, int cc) {

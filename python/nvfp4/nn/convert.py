@@ -26,6 +26,7 @@ from torch import nn
 
 from .frozen import FrozenLinear
 from .linear import Linear
+from .grouped import GroupedLinear
 from .fp8 import FP8Linear
 from .recipe import Recipe, get_recipe
 
@@ -467,6 +468,11 @@ def set_precision(model: nn.Module, precision: Union[str, Recipe]) -> int:
         elif isinstance(m, FrozenLinear):
             m.precision = target
             n += 1
+        elif isinstance(m, GroupedLinear):
+            m.precision = target
+            if recipe is not None:
+                m.recipe = recipe
+            n += 1
     return n
 
 
@@ -476,7 +482,7 @@ def set_sr_step(model: nn.Module, step: int) -> None:
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step: must be a non-negative int, got {step!r}")
     for m in model.modules():
-        if isinstance(m, (Linear, FrozenLinear)):
+        if isinstance(m, (Linear, FrozenLinear, GroupedLinear)):
             with torch.no_grad():
                 m.sr_step.fill_(step)
 
