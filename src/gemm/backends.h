@@ -86,6 +86,7 @@ nvfp4_status_t cudnn_check_graphs(int cc, bool mx, int* checked);
 nvfp4_status_t grouped_reference_run(const GemmJob& job, int cc, void* workspace, size_t workspace_bytes,
                                      nvfp4_stream_t stream);
 #if defined(NVFP4_HAS_SM90_GEMM)
+bool sm90_grouped_applicable(const GroupedGemmJob& job);
 nvfp4_status_t sm90_grouped_workspace(const GemmJob& job, int cc, size_t* bytes);
 nvfp4_status_t sm90_grouped_run(const GemmJob& job, int cc, void* workspace, size_t workspace_bytes,
                                 nvfp4_stream_t stream);

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "gemm/backends.h"
+#include "grouped.h"
 
 #if defined(NVFP4_WITH_CUDA)
 #include <cuda_runtime.h>
@@ -79,6 +80,15 @@ nvfp4_status_t sm90_direct_workspace(const GemmJob&, int, size_t* bytes) {
 nvfp4_status_t sm90_direct_run(const GemmJob& job, int, void*, size_t, nvfp4_stream_t stream) {
   return sm90_direct_gemm(job, stream);
 }
+bool sm90_grouped_accepts(const GemmJob& job, int) { return sm90_grouped_applicable(*job.grouped); }
+#define NVFP4_GROUPED_ROWS                                                                                        \
+  {"cutlass-sm90-grouped", NVFP4_BACKEND_CUTLASS, Format::kNvfp4Grouped, "sm_90", 90, 90, kCuda | kObjSm90,       \
+   "sm90_grouped_setup_kernel;sm90_grouped_decode_kernel;sm90_grouped_zero_kernel;"                              \
+   "device_kernel.*GemmUniversal.*Sm90",                                                                          \
+   "up to 1024 groups; output rows 16-byte aligned (N, or K for ragged K, times the output size)",              \
+   "exact emulation: FP4 -> BF16 decode of every group in one pass + CUTLASS sm90 ptr-array grouped BF16 GEMM "   \
+   "(TMA, wgmma), per-group problem shapes and alpha on the device",                                             \
+   true, &sm90_grouped_accepts, nullptr, &sm90_grouped_workspace, &sm90_grouped_run},
 #define NVFP4_SM90_SMALL_M true, &sm90_small_m_accepts, nullptr, &sm90_small_m_workspace, &sm90_small_m_run
 #define NVFP4_SM90_DIRECT true, &sm90_direct_accepts, nullptr, &sm90_direct_workspace, &sm90_direct_run
 #define NVFP4_SM90_TWO_STEP true, nullptr, nullptr, &sm90_two_step_workspace, &sm90_two_step_run
