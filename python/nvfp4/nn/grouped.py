@@ -32,7 +32,7 @@ from .._grouped import _raise_offs
 from .linear import _FLOATS, _Plan, _make_cfg, _uses_sr
 from .recipe import RECIPES, Recipe, get_recipe, layer_seed
 
-__all__ = ["GroupedLinear", "grouped_mm_reference"]
+__all__ = ["GroupedLinear", "GroupedExperts", "grouped_linear", "grouped_mm_reference", "is_fused_experts"]
 
 
 def grouped_mm_reference(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
@@ -231,27 +231,205 @@ class GroupedLinear(nn.Module):
              f"bias={self.bias is not None}, recipe={self._recipe.name}")
         return s + (f", precision={self.precision}" if self.precision != "nvfp4" else "")
 
+    def _counter(self, name: str = "sr_step") -> torch.Tensor:
+        counter = getattr(self, name)
+        if not torch.compiler.is_compiling() and counter.is_inference() and not torch.is_inference_mode_enabled():
+            counter = counter.clone()  # loaded under inference_mode: a normal tensor the backward may advance
+            setattr(self, name, counter)
+        return counter
+
     def forward(self, x: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x: last dimension {x.shape[-1]} differs from in_features={self.in_features}")
         x2 = x.reshape(-1, self.in_features)
         _ops._check_offs(offs, x2, self.num_experts)
-        dev = x.device.type
-        if torch.is_autocast_enabled(dev) if dev in ("cpu", "cuda") else False:
-            x2 = x2.to(torch.get_autocast_dtype(dev))
-        if self.precision == "bf16" or not self._recipe.quantized or x2.shape[0] == 0:
-            y = grouped_mm_reference(x2, self.weight.to(x2.dtype), offs)
-        else:
-            if x.device != self.weight.device:
-                raise ValueError(f"x: on {x.device}, but the layer's weight is on {self.weight.device}")
-            if x2.dtype not in _FLOATS or self.weight.dtype not in _FLOATS:
-                raise TypeError(f"x: GroupedLinear takes float32/float16/bfloat16 inputs and weights, got "
-                                f"{x2.dtype} and {self.weight.dtype}")
-            counter = self.sr_step
-            if not torch.compiler.is_compiling() and counter.is_inference() and not torch.is_inference_mode_enabled():
-                counter = self.sr_step = counter.clone()
-            y = _GroupedFn.apply(x2, self.weight, offs, counter, self._plan, self.check_offs)
+        y = grouped_linear(x2, self.weight, offs, self._counter(), self._plan, self.precision, self.check_offs)
         if self.bias is not None:
             y = y + _bias_rows(self.bias.to(y.dtype), offs, x2.shape[0])
         return y.reshape(*lead, self.out_features)
+
+
+def grouped_linear(x: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor, counter: torch.Tensor, plan: _Plan,
+                   precision: str = "nvfp4", check_offs: bool = False) -> torch.Tensor:
+    """y [T, N] of x [T, K] (token-sorted) and weight [E, N, K] under plan's recipe, the
+    autocast dtype applied to x; precision "bf16" (or an unquantized recipe) runs
+    torch._grouped_mm in x's dtype. offs is int32 [E] on x's device (checked by the caller)."""
+    dev = x.device.type
+    if dev in ("cpu", "cuda") and torch.is_autocast_enabled(dev):
+        x = x.to(torch.get_autocast_dtype(dev))
+    if precision == "bf16" or not plan.recipe.quantized or x.shape[0] == 0:
+        return grouped_mm_reference(x, weight.to(x.dtype), offs)
+    if x.device != weight.device:
+        raise ValueError(f"x: on {x.device}, but the layer's weight is on {weight.device}")
+    if x.dtype not in _FLOATS or weight.dtype not in _FLOATS:
+        raise TypeError(f"x: GroupedLinear takes float32/float16/bfloat16 inputs and weights, got "
+                        f"{x.dtype} and {weight.dtype}")
+    return _GroupedFn.apply(x, weight, offs, counter, plan, check_offs)
+
+
+# ------------------------------------------------------------------------------ fused expert modules
+def is_fused_experts(m: nn.Module) -> bool:
+    """A module holding E experts' MLP weights as 3D parameters, as Hugging Face's MoE models
+    (Mixtral, Qwen2/3-MoE, OLMoE, DeepSeek-V3, gpt-oss: transformers >= 5) and torchtitan-style
+    code store them: ``gate_up_proj`` [E, 2I, H] (or ``up_proj`` [E, I, H] without a gate) and
+    ``down_proj`` [E, H, I] (both transposed when ``is_transposed``), forward(hidden_states,
+    top_k_index, top_k_weights)."""
+    if isinstance(m, GroupedExperts):
+        return True
+    down = m._parameters.get("down_proj")
+    up = m._parameters.get("gate_up_proj", m._parameters.get("up_proj"))
+    return (isinstance(down, torch.Tensor) and isinstance(up, torch.Tensor) and down.dim() == 3 and up.dim() == 3
+            and isinstance(getattr(m, "num_experts", None), int) and down.shape[0] == up.shape[0] == m.num_experts)
+
+
+def experts_shapes(m: nn.Module):
+    """[(parameter name, (E, N, K))] of a fused experts module's projections, as [E, out, in]."""
+    t = bool(getattr(m, "is_transposed", False))
+    up = "gate_up_proj" if "gate_up_proj" in m._parameters else "up_proj"
+    out = []
+    for name in (up, "down_proj"):
+        e, a, b = m._parameters[name].shape
+        out.append((name, (e, b, a) if t else (e, a, b)))
+    return out
+
+
+class GroupedExperts(nn.Module):
+    """What convert() makes of a fused experts module (is_fused_experts), in place: the same
+    object and Parameters, its class swapped for a subclass whose forward runs both projections
+    through the grouped NVFP4 path (nvfp4.nn.GroupedLinear's ops) with the tokens sorted by
+    expert on the device (no host synchronization, CUDA-graph capturable): up (and gate)
+    projection, the module's own gate/activation (``_apply_gate`` / ``act_fn``), down projection,
+    the routing weights, the sum over the top-k. Expert biases are added after each GEMM. A
+    transposed layout (gpt-oss) is read through a transposed view (a copy per forward).
+    Buffers ``sr_step_up`` / ``sr_step_down`` count the backward passes (the state_dict keeps
+    them; a checkpoint without them loads). ``to_experts()`` undoes the conversion."""
+
+    _classes: dict = {}
+
+    @classmethod
+    def convert_module(cls, module: nn.Module, recipe: Union[str, Recipe] = "nvfp4",
+                       layer_index: int = 0) -> "GroupedExperts":
+        if isinstance(module, GroupedExperts):
+            module.recipe = recipe
+            module.layer_index = layer_index
+            return module
+        if not is_fused_experts(module):
+            raise TypeError(f"module: {type(module).__name__} is not a fused experts module")
+        for name, (e, n, k) in experts_shapes(module):
+            if n % 16 or k % 16:
+                raise ValueError(f"module: {name} is {n}x{k} per expert; NVFP4 needs multiples of 16")
+        orig = type(module)
+        sub = cls._classes.get(orig)
+        if sub is None:
+            sub = type("NVFP4" + orig.__name__, (cls, orig), {"_nvfp4_orig_class": orig})
+            cls._classes[orig] = sub
+        module.__class__ = sub
+        try:
+            with torch.inference_mode(False):
+                dev = module.down_proj.device
+                module.register_buffer("sr_step_up", torch.zeros((), dtype=torch.int64, device=dev))
+                module.register_buffer("sr_step_down", torch.zeros((), dtype=torch.int64, device=dev))
+            module.precision = "nvfp4"
+            module.check_offs = False
+            module._layer_index = layer_index
+            module.recipe = recipe
+        except Exception:
+            module.__class__ = orig
+            raise
+        return module
+
+    def to_experts(self) -> nn.Module:
+        """Back to the original class, in place."""
+        for name in ("sr_step_up", "sr_step_down"):
+            self._buffers.pop(name, None)
+        for a in ("precision", "check_offs", "_layer_index", "_recipe", "_plans"):
+            self.__dict__.pop(a, None)
+        self.__class__ = self._nvfp4_orig_class
+        return self
+
+    @property
+    def recipe(self) -> Recipe:
+        return self._recipe
+
+    @recipe.setter
+    def recipe(self, recipe) -> None:
+        r = get_recipe(recipe)
+        if r.quantized and not r.fused:
+            raise ValueError(f"recipe: grouped experts run NVFP4 recipes without double quantization; {r.name!r} "
+                             "has an MXFP4 operand or double quantization")
+        self._recipe = r
+        self._make_plans()
+
+    @property
+    def layer_index(self) -> int:
+        return self._layer_index
+
+    @layer_index.setter
+    def layer_index(self, value: int) -> None:
+        self._layer_index = value
+        self._make_plans()
+
+    def _make_plans(self) -> None:
+        # two projections, two seed streams: layer indices i and i + 1
+        r, i = self._recipe, self._layer_index
+        mask = signs_to_mask(r.rht_signs)
+        self._plans = tuple(_Plan(r, _make_cfg(r, mask, layer_seed(r.seed, j, 0), layer_seed(r.seed, j, 1)))
+                            for j in (i, i + 1))
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        for key in (prefix + "sr_step_up", prefix + "sr_step_down"):
+            if key in missing_keys:  # a checkpoint of the unconverted model
+                missing_keys.remove(key)
+
+    def _counter(self, name: str) -> torch.Tensor:
+        return GroupedLinear._counter(self, name)
+
+    def _weight(self, name: str) -> torch.Tensor:
+        w = getattr(self, name)
+        return w.transpose(-2, -1) if getattr(self, "is_transposed", False) else w
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
+        e = self.num_experts
+        t, h = hidden_states.shape[0], hidden_states.shape[-1]
+        k = top_k_index.shape[-1]
+        ids = top_k_index.reshape(-1)
+        ids_sorted, perm = torch.sort(ids, stable=True)
+        x = hidden_states[perm // k]
+        # tokens per expert on the device (integer atomics: deterministic); ids >= E (expert
+        # parallelism's sentinels) land in a last bin and sort to the tail, which no group owns
+        bins = torch.zeros(e + 1, dtype=torch.int64, device=ids.device)
+        bins.scatter_add_(0, ids_sorted.clamp(0, e), torch.ones_like(ids_sorted))
+        offs = bins[:e].cumsum(0).to(torch.int32)
+        gid = ids_sorted.clamp(0, e - 1)
+        has_gate = "gate_up_proj" in self._parameters
+        up_name = "gate_up_proj" if has_gate else "up_proj"
+        y = grouped_linear(x, self._weight(up_name), offs, self._counter("sr_step_up"), self._plans[0], self.precision,
+                           self.check_offs)
+        bias = getattr(self, up_name + "_bias", None)
+        if isinstance(bias, torch.Tensor):
+            y = y + bias[gid].to(y.dtype)
+        if has_gate:
+            y = self._apply_gate(y) if hasattr(self, "_apply_gate") else _default_gate(self, y)
+        else:
+            y = self.act_fn(y)
+        y = grouped_linear(y, self._weight("down_proj"), offs, self._counter("sr_step_down"), self._plans[1],
+                           self.precision, self.check_offs)
+        bias = getattr(self, "down_proj_bias", None)
+        if isinstance(bias, torch.Tensor):
+            y = y + bias[gid].to(y.dtype)
+        if getattr(self, "has_post_expert_norm", False):
+            y = self.post_expert_norm(y)
+        # rows of no expert (sentinels) are 0 out of the grouped GEMM: weight them by 0 too
+        y = y * top_k_weights.reshape(-1)[perm].unsqueeze(-1)
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(perm.shape[0], device=perm.device)
+        return y[inv].view(t, k, h).sum(dim=1).to(hidden_states.dtype)
+
+
+def _default_gate(m: nn.Module, y: torch.Tensor) -> torch.Tensor:
+    gate, up = y.chunk(2, dim=-1)
+    return m.act_fn(gate) * up
