@@ -141,6 +141,7 @@ def test_packaged_shapes_file():
 @pytest.mark.parametrize("script,args", [
     ("bench_quant.py", ["--device", "cpu", "--sizes", "64", "--iters", "1", "--no-baseline"]),
     ("bench_gemm.py", ["--device", "cpu", "--shapes", "8x32x32", "--quick"]),
+    ("bench_grouped_gemm.py", ["--device", "cpu"]),
 ])
 def test_bench_scripts_run_on_cpu(tmp_path, script, args):
     js = tmp_path / "out.json"
