@@ -312,7 +312,8 @@ NVFP4_API nvfp4_status_t nvfp4_batched_quantize(const nvfp4_tensor_t* input, con
       q.cfg.offset = cfg.offset + (static_cast<uint64_t>(g) << 32);
       if (rowwise)
         q.row = {static_cast<uint8_t*>(rowwise->data.data) + g * N * K / 2,
-                 static_cast<uint8_t*>(rowwise->scales.data) + g * nrp * cp, static_cast<float*>(rowwise->amax.data) + g};
+                 static_cast<uint8_t*>(rowwise->scales.data) + g * nrp * cp,
+                 static_cast<float*>(rowwise->amax.data) + g};
       if (columnwise)
         q.col = {static_cast<uint8_t*>(columnwise->data.data) + g * K * np / 2,
                  static_cast<uint8_t*>(columnwise->scales.data) + g * kp * ncp,

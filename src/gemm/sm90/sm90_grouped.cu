@@ -12,8 +12,8 @@
 //   5. FP16 output only: the FP32 result rounded once into D (what an FP16 epilogue rounds).
 //
 // Workspace, each part 256-byte aligned:
-//   alpha f32[E] | problems i32[E][3] | ptr A, B, D [E] | ld A, B, D i64[E] | counts i64[E] |
-//   A bf16 | B bf16 | T f32 (FP16 output) | CUTLASS's
+//   alpha f32[E] | alpha pointers [E] | problems i32[E][3] | ptr A, B, D [E] | ld A, B, D i64[E] |
+//   counts i64[E + 1] | A bf16 | B bf16 | T f32 (FP16 output) | CUTLASS's
 // A/B bf16 hold the decoded operands in the layout of their codes (value i of byte i/2):
 // ragged M: A [T, K], B [E, N, K]; ragged K: the group-major blocks [N, Mp_g], [K, Mp_g].
 #include <cuda_bf16.h>
@@ -48,6 +48,7 @@ struct DeviceJob {
   const float *amax_a, *amax_b;
   // workspace parts
   float* alpha;
+  const float** alpha_ptrs;
   int32_t* problems;
   const void** pa;
   const void** pb;
@@ -67,6 +68,7 @@ __global__ void __launch_bounds__(kThreads) sm90_grouped_setup_kernel(DeviceJob 
   for (int g = threadIdx.x; g < j.e; g += kThreads) {
     const int64_t s = grouped::start_of(tab, g), m = tab.end[g] - s;
     j.alpha[g] = core::gemm_alpha(j.amax_a + g, j.amax_b + g);
+    j.alpha_ptrs[g] = j.alpha + g;
     int32_t* pr = j.problems + 3 * g;
     if (j.kind == NVFP4_GROUPED_RAGGED_M) {
       pr[0] = static_cast<int32_t>(m);
@@ -188,8 +190,8 @@ struct Plan {
   const Sm90GroupedKernel* kernel = nullptr;
   bool via_f32 = false;  // FP16 output: CUTLASS writes FP32 into T
   int64_t items_a = 0, items_b = 0, d_count = 0;
-  size_t off_alpha = 0, off_prob = 0, off_pa = 0, off_pb = 0, off_pd = 0, off_lda = 0, off_ldb = 0, off_ldd = 0,
-         off_cnt = 0, off_a = 0, off_b = 0, off_t = 0, off_cutlass = 0, total = 0;
+  size_t off_alpha = 0, off_alpha_ptrs = 0, off_prob = 0, off_pa = 0, off_pb = 0, off_pd = 0, off_lda = 0,
+         off_ldb = 0, off_ldd = 0, off_cnt = 0, off_a = 0, off_b = 0, off_t = 0, off_cutlass = 0, total = 0;
   Sm90GroupedArgs args;
 };
 
@@ -217,6 +219,7 @@ nvfp4_status_t make_plan(const GroupedGemmJob& g, Plan& pl) {
   };
   const size_t E = static_cast<size_t>(e);
   part(pl.off_alpha, E * sizeof(float));
+  part(pl.off_alpha_ptrs, E * sizeof(float*));
   part(pl.off_prob, E * 3 * sizeof(int32_t));
   part(pl.off_pa, E * sizeof(void*));
   part(pl.off_pb, E * sizeof(void*));
@@ -291,6 +294,7 @@ nvfp4_status_t sm90_grouped_run(const GemmJob& job, int, void* workspace, size_t
   j.amax_a = g.amax_a;
   j.amax_b = g.amax_b;
   j.alpha = reinterpret_cast<float*>(ws + pl.off_alpha);
+  j.alpha_ptrs = reinterpret_cast<const float**>(ws + pl.off_alpha_ptrs);
   j.problems = reinterpret_cast<int32_t*>(ws + pl.off_prob);
   j.pa = reinterpret_cast<const void**>(ws + pl.off_pa);
   j.pb = reinterpret_cast<const void**>(ws + pl.off_pb);
@@ -326,7 +330,7 @@ nvfp4_status_t sm90_grouped_run(const GemmJob& job, int, void* workspace, size_t
   a.lda = j.lda;
   a.ldb = j.ldb;
   a.ldd = j.ldd;
-  a.alpha = j.alpha;
+  a.alpha = j.alpha_ptrs;
   if (pl.d_count > 0 && g.n > 0 && g.k > 0) {
     if (nvfp4_status_t st = pl.kernel->run(a, ws + pl.off_cutlass, s); st != NVFP4_SUCCESS) return st;
   }

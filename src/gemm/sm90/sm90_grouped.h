@@ -24,7 +24,7 @@ struct Sm90GroupedArgs {
   const int64_t* lda = nullptr;       // device [groups] leading dimensions (elements)
   const int64_t* ldb = nullptr;
   const int64_t* ldd = nullptr;
-  const float* alpha = nullptr;       // device [groups]
+  const float* const* alpha = nullptr;  // device [groups] pointers, alpha[g] -> group g's alpha
   int device = 0;
   int sm_count = 0;
 };

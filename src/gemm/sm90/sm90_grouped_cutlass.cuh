@@ -89,11 +89,11 @@ struct GroupedBf16Gemm {
     auto& fusion = args.epilogue.thread;
     fusion.alpha = 1.0f;
     fusion.beta = 0.0f;  // C is never read
-    fusion.alpha_ptr = p.alpha;
+    fusion.alpha_ptr = nullptr;
     fusion.beta_ptr = nullptr;
-    fusion.alpha_ptr_array = nullptr;
+    fusion.alpha_ptr_array = p.alpha;  // group g's alpha is *alpha[g] (CUTLASS example 57's form)
     fusion.beta_ptr_array = nullptr;
-    fusion.dAlpha = {cute::_0{}, cute::_0{}, 1};  // alpha[g] for group g
+    fusion.dAlpha = {cute::_0{}, cute::_0{}, 1};
     fusion.dBeta = {cute::_0{}, cute::_0{}, 0};
     args.epilogue.ptr_C = as<const ElementC**>(p.d);
     args.epilogue.dC = as<StrideD*>(p.ldd);
