@@ -872,7 +872,7 @@ lib.define("grouped_linear_fwd(Tensor x, Tensor w, Tensor offs, Tensor counter, 
            "bool save_wt) -> Tensor[]")
 lib.define("grouped_linear_bwd(Tensor dy, Tensor offs, Tensor xt_data, Tensor xt_scales, Tensor xt_amax, "
            "Tensor wt_data, Tensor wt_scales, Tensor wt_amax, Tensor(a!) counter, int[] cfg, int k, bool need_dx, "
-           "bool need_dw, ScalarType dw_dtype) -> Tensor[]")
+           "bool need_dw, ScalarType dw_dtype) -> (Tensor, Tensor, Tensor)")
 
 
 def _gl_fwd_outputs(x, w, offs, cfg, save_xt, save_wt):
@@ -973,12 +973,12 @@ def _gl_bwd_impl(dy, offs, xt_data, xt_scales, xt_amax, wt_data, wt_scales, wt_a
         _grouped_gemm_run(RAGGED_K, _addr3(dycol), _addr3((xt_data, xt_scales, xt_amax)), offs, t, n, k,
                           cfg[C.BACKEND], dw, err, dv)
     counter.add_(1)
-    return [dx, dw, err]
+    return dx, dw, err
 
 
 def _gl_bwd_fake(dy, offs, xt_data, xt_scales, xt_amax, wt_data, wt_scales, wt_amax, counter, cfg, k, need_dx,
                  need_dw, dw_dtype):
-    return list(_gl_bwd_outputs(dy, offs, k, need_dx, need_dw, dw_dtype))
+    return _gl_bwd_outputs(dy, offs, k, need_dx, need_dw, dw_dtype)
 
 
 for _k in ("CPU", "CUDA"):
