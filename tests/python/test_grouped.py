@@ -446,3 +446,29 @@ def test_cuda_against_float64(kind):
             mp = da.shape[1]
             bound = (da.abs() @ db.abs().t()) * mp * 2.0 ** -22 + want.abs() * 2.0 ** -23 + 1e-30
             assert ((got[g].double() - want).abs() <= bound).all(), g
+
+
+@pytest.mark.parametrize("call,exc,name", [
+    (lambda x, o: nvfp4.grouped_quantize(x, o, seed=1.5), TypeError, "seed"),
+    (lambda x, o: nvfp4.grouped_quantize(x, o, rounding="up"), ValueError, "rounding"),
+    (lambda x, o: nvfp4.grouped_quantize(x, o, rowwise="yes"), TypeError, "rowwise"),
+    (lambda x, o: nvfp4.grouped_quantize(x, o, check_offs=1), TypeError, "check_offs"),
+    (lambda x, o: nvfp4.grouped_quantize(x.to(torch.int32), o), TypeError, "x"),
+    (lambda x, o: nvfp4.grouped_quantize(x[:, :24], o), ValueError, "x"),
+    (lambda x, o: nvfp4.grouped_quantize(x, o, rowwise=False, columnwise=False), ValueError, "rowwise"),
+    (lambda x, o: nvfp4.batched_quantize(x.view(2, 10, 32), block="3d"), ValueError, "block"),
+    (lambda x, o: nvfp4.batched_quantize(x.view(4, 5, 32)), ValueError, "w"),
+    (lambda x, o: nvfp4.grouped_gemm(nvfp4.grouped_quantize(x, o), x), TypeError, "b"),
+    (lambda x, o: nvfp4.grouped_gemm(nvfp4.grouped_quantize(x, o), nvfp4.batched_quantize(
+        torch.randn(2, 16, 32)), out_dtype=torch.int8), TypeError, "out_dtype"),
+    (lambda x, o: nvfp4.grouped_gemm(nvfp4.grouped_quantize(x, o), nvfp4.batched_quantize(
+        torch.randn(3, 16, 32))), ValueError, "b"),
+    (lambda x, o: nvfp4.grouped_gemm(nvfp4.grouped_quantize(x, o), nvfp4.batched_quantize(
+        torch.randn(2, 16, 32)), backend="nope"), ValueError, "backend"),
+])
+def test_python_arguments_named(call, exc, name):
+    x = torch.randn(20, 32)
+    offs = torch.tensor([8, 20], dtype=torch.int32)
+    with pytest.raises(exc) as e:
+        call(x, offs)
+    assert str(e.value).startswith(name), str(e.value)
