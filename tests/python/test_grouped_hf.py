@@ -103,3 +103,26 @@ def test_fp8_recipes_leave_experts_alone():
     model = build("mixtral")
     nn4.convert(model, "fp8")
     assert not any(isinstance(m, GroupedExperts) for m in model.modules())
+
+
+def test_converted_experts_compile_fullgraph():
+    """The grouped experts' forward (sort by expert, offs on the device, two grouped ops, the
+    top-k sum) traces into one graph; compiled == eager, forward and backward."""
+    model = build("qwen3_moe")
+    nn4.convert(model, REF)
+    ex = model.model.layers[0].mlp.experts
+    g = torch.Generator().manual_seed(2)
+    h = torch.randn(12, 64, generator=g, requires_grad=True)
+    idx = torch.randint(0, 8, (12, 2), generator=g)
+    w = torch.rand(12, 2, generator=g)
+
+    def f(h, idx, w):
+        return ex(h, idx, w).square().sum()
+
+    f(h, idx, w).backward()
+    want = (h.grad.clone(), ex.gate_up_proj.grad.clone(), ex.down_proj.grad.clone())
+    h.grad = ex.gate_up_proj.grad = ex.down_proj.grad = None
+    nn4.set_sr_step(model, 0)
+    torch.compile(f, fullgraph=True, backend="aot_eager")(h, idx, w).backward()
+    for got, exp in zip((h.grad, ex.gate_up_proj.grad, ex.down_proj.grad), want):
+        assert torch.equal(got, exp)
