@@ -54,7 +54,13 @@ nvfp4_quant_config_t grouped_config(const nvfp4_quant_config_t* cfg, bool allow_
 void check_pointer_space(const void* p, const nvfp4_tensor_t& ref, const char* name) {
 #if defined(NVFP4_WITH_CUDA)
   cudaPointerAttributes attr{};
+  // A query, legal while a stream captures a CUDA graph; the thread's capture mode is relaxed
+  // around it so that a strict (global) capture cannot count it as a potentially unsafe call.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  const bool exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  if (!exchanged) (void)cudaGetLastError();
   const cudaError_t e = cudaPointerGetAttributes(&attr, p);
+  if (exchanged) (void)cudaThreadExchangeStreamCaptureMode(&mode);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();  // no driver or an unknown pointer: host memory as far as CUDA knows
     attr.type = cudaMemoryTypeUnregistered;
@@ -299,6 +305,31 @@ NVFP4_API nvfp4_status_t nvfp4_batched_quantize(const nvfp4_tensor_t* input, con
     }
     check_outputs(outs, ins);
     require_cuda_build(*input, "input");
+    if (on_cuda(*input)) {
+#if defined(NVFP4_WITH_CUDA)
+      BatchedQuantJob job;
+      job.x = input->data;
+      job.dtype = input->dtype;
+      job.e = E;
+      job.n = N;
+      job.k = K;
+      job.cfg = cfg;
+      if (rowwise) {
+        job.row = {static_cast<uint8_t*>(rowwise->data.data), static_cast<uint8_t*>(rowwise->scales.data),
+                   static_cast<float*>(rowwise->amax.data)};
+        job.row_scale_bytes = nbytes(rowwise->scales);
+      }
+      if (columnwise) {
+        job.col = {static_cast<uint8_t*>(columnwise->data.data), static_cast<uint8_t*>(columnwise->scales.data),
+                   static_cast<float*>(columnwise->amax.data)};
+        job.col_scale_bytes = nbytes(columnwise->scales);
+      }
+      DeviceGuard dg(*input);
+      return cuda_batched_quantize(job, stream);
+#endif
+    }
+    // The CPU reference: nvfp4_quantize's, tensor by tensor.
+    (void)stream;
     const int64_t in_bytes = dtype_bytes(input->dtype);
     const int64_t cp = nvfp4::core::swizzled_cols(K / 16), kp = nvfp4::core::swizzled_rows(K);
     const int64_t ncp = nvfp4::core::swizzled_cols(np / 16), nrp = nvfp4::core::swizzled_rows(N);
@@ -318,31 +349,12 @@ NVFP4_API nvfp4_status_t nvfp4_batched_quantize(const nvfp4_tensor_t* input, con
         q.col = {static_cast<uint8_t*>(columnwise->data.data) + g * K * np / 2,
                  static_cast<uint8_t*>(columnwise->scales.data) + g * kp * ncp,
                  static_cast<float*>(columnwise->amax.data) + g};
-      nvfp4_status_t st = NVFP4_SUCCESS;
-      if (N == 0 || K == 0) {
-        // an empty tensor: amax 0 and nothing else to write (as nvfp4_quantize)
-        for (float* a : {q.row.amax, q.col.amax}) {
-          if (!a) continue;
-          if (on_cuda(*input)) {
-#if defined(NVFP4_WITH_CUDA)
-            DeviceGuard dg(*input);
-            const cudaError_t e = cudaMemsetAsync(a, 0, sizeof(float), reinterpret_cast<cudaStream_t>(stream));
-            if (e != cudaSuccess) raise(NVFP4_ERROR_CUDA, std::string("cudaMemsetAsync: ") + cudaGetErrorString(e));
-#endif
-          } else {
-            *a = 0.0f;
-          }
-        }
+      if (N == 0 || K == 0) {  // an empty tensor: amax 0, nothing else to write (as nvfp4_quantize)
+        if (q.row.amax) *q.row.amax = 0.0f;
+        if (q.col.amax) *q.col.amax = 0.0f;
         continue;
       }
-      if (on_cuda(*input)) {
-#if defined(NVFP4_WITH_CUDA)
-        DeviceGuard dg(*input);
-        st = cuda_quantize(q, stream);
-#endif
-      } else {
-        st = cpu_quantize(q);
-      }
+      const nvfp4_status_t st = cpu_quantize(q);
       if (st != NVFP4_SUCCESS) return st;
     }
     return NVFP4_SUCCESS;

@@ -66,9 +66,23 @@ struct GroupedGemmJob {
 nvfp4_status_t cpu_grouped_quantize(const GroupedQuantJob& job);
 nvfp4_status_t cpu_grouped_gemm(const GroupedGemmJob& job);
 
+// x [E, N, K] as E tensors (nvfp4_batched_quantize); N, K multiples of 16. Outputs stacked:
+// rowwise [E, N, K/2] + [E, roundup(N,128), roundup(K/16,4)], columnwise [E, K, N/2] +
+// [E, roundup(K,128), roundup(N/16,4)], amax [E] each.
+struct BatchedQuantJob {
+  const void* x = nullptr;
+  nvfp4_dtype_t dtype = NVFP4_DTYPE_FLOAT32;
+  int64_t e = 0, n = 0, k = 0;
+  nvfp4_quant_config_t cfg{};
+  GroupedOut row, col;
+  int64_t row_scale_bytes = 0, col_scale_bytes = 0;
+};
+
 #if defined(NVFP4_WITH_CUDA)
 // ---- CUDA (quant/grouped.cu): one setup kernel, one amax pass, one quantize pass ----
 nvfp4_status_t cuda_grouped_quantize(const GroupedQuantJob& job, nvfp4_stream_t stream);
+// quant/batched.cu: one amax pass and one quantize pass over 16x16 tiles of every tensor
+nvfp4_status_t cuda_batched_quantize(const BatchedQuantJob& job, nvfp4_stream_t stream);
 #endif
 
 }  // namespace nvfp4::detail
