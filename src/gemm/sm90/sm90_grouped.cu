@@ -147,9 +147,10 @@ __global__ void __launch_bounds__(kThreads) sm90_grouped_decode_kernel(DeviceJob
         const int g = grouped::group_of_row(tab, j.e, r);
         if (g >= j.e) continue;  // a row of no group: never read by the GEMM
         sb = __ldg(j.sfa + tab.rs[g] * cp + core::swizzle_offset(r - grouped::start_of(tab, g), blk, kb));
-      } else {  // b batched [E, N, K]
+      } else {  // b batched [E, N, K]; an expert without rows is never read
         const int64_t per = j.n * kb;
         const int64_t g = q / per, local = q - g * per;
+        if (tab.end[g] == grouped::start_of(tab, static_cast<int>(g))) continue;
         const int64_t r = local / kb, blk = local - r * kb;
         sb = __ldg(j.sfb + g * core::swizzled_rows(j.n) * cp + core::swizzle_offset(r, blk, kb));
       }
