@@ -25,10 +25,12 @@ NVFP4_HD int64_t grouped_row_scale_rows(int64_t t, int64_t e) { return (t + 127 
 NVFP4_HD int64_t grouped_col_tokens(int64_t t, int64_t e) { return t + (kGroupTokenAlign - 1) * e; }
 NVFP4_HD int64_t grouped_col_scale_cols(int64_t t, int64_t e) { return (t + 63 * e) / 16; }
 
+// A direction is requested iff its amax is set ([E], never empty); data may be null when the
+// direction has no elements (T = 0).
 struct GroupedOut {
-  uint8_t* data = nullptr;    // null: direction not requested
+  uint8_t* data = nullptr;
   uint8_t* scales = nullptr;
-  float* amax = nullptr;      // [E]
+  float* amax = nullptr;      // [E]; null: direction not requested
 };
 
 // x [T, K] in E groups (nvfp4_grouped_quantize). cfg is validated: 1D, swizzled.

@@ -32,11 +32,11 @@ nvfp4_status_t cpu_grouped_quantize(const GroupedQuantJob& job) {
   const int64_t in_bytes = elt_bytes(job.dtype);
   const auto* x = static_cast<const uint8_t*>(job.x);
   // Every byte outside the groups' blocks is zero (rows of no group, padding, the unused tail).
-  if (job.row.data) {
+  if (job.row.amax) {
     std::fill_n(job.row.data, T * K / 2, uint8_t{0});
     std::fill_n(job.row.scales, job.row_scale_bytes, uint8_t{0});
   }
-  if (job.col.data) {
+  if (job.col.amax) {
     std::fill_n(job.col.data, job.col_data_bytes, uint8_t{0});
     std::fill_n(job.col.scales, job.col_scale_bytes, uint8_t{0});
   }
@@ -50,16 +50,16 @@ nvfp4_status_t cpu_grouped_quantize(const GroupedQuantJob& job) {
     q.cols = K;
     q.cfg = job.cfg;
     q.cfg.offset = job.cfg.offset + (static_cast<uint64_t>(g) << 32);
-    if (job.row.data) job.row.amax[g] = 0.0f;
-    if (job.col.data) job.col.amax[g] = 0.0f;
-    if (m > 0 && K > 0 && job.row.data) {
+    if (job.row.amax) job.row.amax[g] = 0.0f;
+    if (job.col.amax) job.col.amax[g] = 0.0f;
+    if (m > 0 && K > 0 && job.row.amax) {
       q.x = x + s * K * in_bytes;
       q.rows = m;
       q.row = {job.row.data + s * K / 2, job.row.scales + srow * cp, job.row.amax + g};
       q.col = {};
       if (nvfp4_status_t st = cpu_quantize(q); st != NVFP4_SUCCESS) return st;
     }
-    if (m > 0 && K > 0 && job.col.data) {
+    if (m > 0 && K > 0 && job.col.amax) {
       // x_g with zero tokens appended up to Mp_g, so the dense columnwise quantization (which
       // pads to 16 only) sees the grouped layout's padding, before its Hadamard transform.
       padded.assign(static_cast<size_t>(mp * K * in_bytes), uint8_t{0});

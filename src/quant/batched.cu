@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreads) batched_quantize_kernel(Args a, int6
     column(smem[h], t.v, lane, c);
     if (!t.valid) continue;  // after the warp-wide transpose
     const int64_t n = t.n0 + lane, k = t.k0 + lane;
-    if (a.row.data != nullptr) {
+    if (a.row.amax != nullptr) {
       const core::GlobalScale gs = core::make_global_scale(a.row.amax[g]);
       float w[16];
 #pragma unroll
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads) batched_quantize_kernel(Args a, int6
              encode(a, w, e, offset, static_cast<uint64_t>(n * a.k + t.k0)));
       a.row.scales[g * nrp * cp + core::swizzle_offset(n, t.k0 / 16, a.k / 16)] = sb;
     }
-    if (a.col.data != nullptr) {
+    if (a.col.amax != nullptr) {
       const core::GlobalScale gs = core::make_global_scale(a.col.amax[g]);
       if (a.rht & NVFP4_RHT_COLUMNWISE) core::rht16(c, a.sign_mask);
       const uint8_t sb = core::block_scale_e4m3(two_d ? tile_amax : core::block_amax16(c), gs.enc);
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) batched_quantize_kernel(Args a, int6
 nvfp4_status_t cuda_batched_quantize(const BatchedQuantJob& job, nvfp4_stream_t s) {
   const cudaStream_t stream = reinterpret_cast<cudaStream_t>(s);
   for (const GroupedOut* o : {&job.row, &job.col}) {
-    if (!o->data) continue;
+    if (!o->amax) continue;
     cudaError_t e = cudaMemsetAsync(o->amax, 0, static_cast<size_t>(job.e) * sizeof(float), stream);
     const int64_t sb = o == &job.row ? job.row_scale_bytes : job.col_scale_bytes;
     if (e == cudaSuccess && sb > 0) e = cudaMemsetAsync(o->scales, 0, static_cast<size_t>(sb), stream);

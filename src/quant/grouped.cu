@@ -236,7 +236,7 @@ nvfp4_status_t cuda_grouped_quantize(const GroupedQuantJob& job, nvfp4_stream_t 
                                                std::to_string(grouped::kMaxGroups) + " groups, got " +
                                                std::to_string(job.e));
   for (const GroupedOut* o : {&job.row, &job.col}) {
-    if (!o->data) continue;
+    if (!o->amax) continue;
     cudaError_t e = cudaMemsetAsync(o->amax, 0, static_cast<size_t>(job.e) * sizeof(float), stream);
     const int64_t sb = o == &job.row ? job.row_scale_bytes : job.col_scale_bytes;
     if (e == cudaSuccess && sb > 0) e = cudaMemsetAsync(o->scales, 0, static_cast<size_t>(sb), stream);
@@ -251,8 +251,8 @@ nvfp4_status_t cuda_grouped_quantize(const GroupedQuantJob& job, nvfp4_stream_t 
   a.offs_error = job.offs_error;
   a.row = job.row;
   a.col = job.col;
-  a.row_items = job.row.data ? job.t * job.k / 16 : 0;
-  a.col_items = job.col.data ? job.col_data_bytes / 8 : 0;
+  a.row_items = job.row.amax ? job.t * job.k / 16 : 0;
+  a.col_items = job.col.amax ? job.col_data_bytes / 8 : 0;
   a.rounding = job.cfg.rounding;
   a.rht = job.cfg.rht;
   a.sign_mask = job.cfg.rht_sign_mask;

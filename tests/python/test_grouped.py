@@ -472,3 +472,21 @@ def test_python_arguments_named(call, exc, name):
     with pytest.raises(exc) as e:
         call(x, offs)
     assert str(e.value).startswith(name), str(e.value)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_tokens(device):
+    """T = 0: every amax 0, every scale byte 0, the columnwise codes (upper-bound buffer) 0, and
+    GEMMs of the right empty shapes (ragged K: all zeros)."""
+    offs = torch.zeros(3, dtype=torch.int32, device=device)
+    x = torch.randn(0, 32, device=device)
+    row, col, err = raw_grouped_quantize(x, offs)
+    for d in (row, col):
+        assert not d[2].any() and not d[1].view(torch.uint8).any() and not d[0].any()
+    assert err.item() == 0
+    q = nvfp4.grouped_quantize(x, offs, columnwise=True)
+    wq = nvfp4.batched_quantize(torch.randn(3, 16, 32, device=device))
+    assert nvfp4.grouped_gemm(q, wq).shape == (0, 16)
+    dq = nvfp4.grouped_quantize(torch.randn(0, 16, device=device), offs, rowwise=False, columnwise=True)
+    dw = nvfp4.grouped_gemm(dq.T, q.T, out_dtype=torch.float32)
+    assert dw.shape == (3, 16, 32) and not dw.any()
