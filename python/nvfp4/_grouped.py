@@ -49,6 +49,12 @@ def _up(v, m):
     return (v + m - 1) // m * m
 
 
+def _amax(d, g):
+    """Group g's amax as a tensor of its own: the dense API wants 16-byte-aligned CUDA pointers,
+    and a slice of the [E] amax is aligned only for every fourth group."""
+    return d.amax[g:g + 1].clone()
+
+
 @dataclass(frozen=True)
 class GroupedNVFP4Tensor:
     """x [T, K] in E groups, quantized group by group. ``rowwise`` / ``columnwise``: (data,
@@ -84,7 +90,8 @@ class GroupedNVFP4Tensor:
         _raise_offs(self.offs_error)
 
     def group(self, g: int, columnwise: bool = False) -> NVFP4Tensor:
-        """Group g as a dense NVFP4Tensor (views, no copy): its rowwise direction, shape [m_g, K];
+        """Group g as a dense NVFP4Tensor (views of the codes and scales, a copy of the amax): its
+        rowwise direction, shape [m_g, K];
         or (columnwise=True) its columnwise one, shape [roundup(m_g, 32), K] (the zero tokens
         the layout appends). Reads offs on the host: for inspection and tests."""
         t, k = self.shape
@@ -104,7 +111,10 @@ class GroupedNVFP4Tensor:
             srow = sum(_up(ends[h] - starts[h], 128) for h in range(g))
             sr = _up(m, 128)
             scales = d.scales.reshape(-1)[srow * cp:(srow + sr) * cp].view(sr, cp)
-            row = _Direction(d.data[starts[g]:ends[g]], scales, d.amax[g:g + 1], d.rht)
+            data = d.data[starts[g]:ends[g]]
+            if data.data_ptr() % 16:  # rows start 16-byte aligned only when K % 32 == 0
+                data = data.clone()
+            row = _Direction(data, scales, _amax(d, g), d.rht)
             return NVFP4Tensor((m, k), self.dtype, "1d", self.rounding, "swizzled", row, None, self.rht_sign_mask)
         mp = [_up(ends[h] - starts[h], _ops.GROUP_TOKEN_ALIGN) for h in range(e)]
         p = sum(mp[:g])
@@ -113,7 +123,7 @@ class GroupedNVFP4Tensor:
         data = d.data[k * p // 2: k * (p + mp[g]) // 2].view(k, mp[g] // 2)
         cq = _up(mp[g] // 16, 4)
         scales = d.scales[kp * q: kp * (q + cq)].view(kp, cq)
-        col = _Direction(data, scales, d.amax[g:g + 1], d.rht)
+        col = _Direction(data, scales, _amax(d, g), d.rht)
         return NVFP4Tensor((mp[g], k), self.dtype, "1d", self.rounding, "swizzled", None, col, self.rht_sign_mask)
 
 
@@ -142,12 +152,12 @@ class BatchedNVFP4Tensor:
         return replace(self, rowwise=self.columnwise, columnwise=self.rowwise, transposed=not self.transposed)
 
     def expert(self, g: int) -> NVFP4Tensor:
-        """Tensor g as a dense NVFP4Tensor (views)."""
+        """Tensor g as a dense NVFP4Tensor (views of the codes and scales, a copy of the amax)."""
         e, n, k = self.shape
         g = check_int("g", g, 0, e)
 
         def one(d):
-            return None if d is None else _Direction(d.data[g], d.scales[g], d.amax[g:g + 1], d.rht)
+            return None if d is None else _Direction(d.data[g], d.scales[g], _amax(d, g), d.rht)
 
         t = NVFP4Tensor((n, k), self.dtype, self.block, self.rounding, "swizzled",
                         one(self.columnwise if self.transposed else self.rowwise),
