@@ -692,6 +692,13 @@ def _addr3(ts) -> Tuple[int, int, int]:
     return tuple(t.data_ptr() for t in ts)
 
 
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """t contiguous and, on CUDA, 16-byte aligned (the C API's rule for device tensors; a view
+    at an odd offset is copied)."""
+    t = t.contiguous()
+    return t.clone() if (t.is_cuda and t.data_ptr() % 16) else t
+
+
 def _check_offs(offs: torch.Tensor, x: torch.Tensor, groups: Optional[int] = None) -> None:
     """offs must be int32 [E], contiguous, on x's device (its contents are checked by the
     library: on the host for CPU tensors, on the device for CUDA ones)."""
@@ -726,7 +733,7 @@ def _grouped_outputs(t, k, e, rowwise, columnwise, device):
 def _grouped_quantize_impl(x, offs, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
     _need_2d("x", x)
     _check_offs(offs, x)
-    x = x.contiguous()
+    x = _aligned(x)
     seed, offset = seed & _U64, offset & _U64
     t, k = x.shape
     e = offs.shape[0]
@@ -754,7 +761,7 @@ def _batched_outputs(e, n, k, rowwise, columnwise, device):
 def _batched_quantize_impl(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
     if x.dim() != 3:
         raise ValueError(f"x: batched quantization takes [E, N, K], got shape {tuple(x.shape)}")
-    x = x.contiguous()
+    x = _aligned(x)
     seed, offset = seed & _U64, offset & _U64
     e, n, k = x.shape
     row, col = _batched_outputs(e, n, k, rowwise, columnwise, x.device)
@@ -893,8 +900,8 @@ def _gl_fwd_impl(x, w, offs, counter, cfg, save_xt, save_wt):
     _check_offs(offs, x, w.shape[0])
     if counter.device != x.device:
         raise ValueError(f"counter: the layer's step counter is on {counter.device} but x is on {x.device}")
-    x = x.contiguous()
-    w = w.contiguous()
+    x = _aligned(x)
+    w = _aligned(w)
     t, k = x.shape
     e, n, _ = w.shape
     fprop = bool(cfg[C.FPROP])
@@ -944,7 +951,7 @@ def _gl_bwd_impl(dy, offs, xt_data, xt_scales, xt_amax, wt_data, wt_scales, wt_a
     C = LinearConfig
     _need_2d("dy", dy)
     _check_offs(offs, dy)
-    dy = dy.contiguous()
+    dy = _aligned(dy)
     t, n = dy.shape
     e = offs.shape[0]
     dev = dy.device
