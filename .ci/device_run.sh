@@ -16,6 +16,8 @@
 #       vs the BF16 model, bytes gathered), fsdptrain (train.py loss curves, 1 GPU vs all GPUs,
 #       FSDP_SEEDS seeds), recipes (the recipe comparison on the 85M model: RECIPES, SEEDS,
 #       STEPS, CORPUS, SIZE, RECIPES_BUDGET_MIN, RECIPES_RESUME)
+#       grouped (the grouped MoE path: its GPU tests, compute-sanitizer memcheck,
+#       bench_grouped_gemm.py, MoE train step)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -229,11 +231,25 @@ for k, v in sorted(runs.items()):
           f"min {min(losses):.4f} max {max(losses):.4f}; step {statistics.median(x[2] for x in v) * 1e3:.1f} ms")
 PYEOF
 }
+job_grouped() {  # GROUPED_BENCH_ARGS: extra arguments of bench_grouped_gemm.py
+  step "grouped (MoE): GPU tests"
+  PYTHONPATH=$NEW timeout ${GROUPED_TEST_TIMEOUT:-600} python3 -m pytest tests/python/test_grouped.py \
+    tests/python/test_grouped_nn.py tests/python/test_build_targets.py -q -p no:cacheprovider --maxfail=30 -rfE \
+    2>&1 | tee "$OUT/grouped_tests.log" | tail -40
+  step "grouped (MoE): compute-sanitizer memcheck"
+  PYTHONPATH=$NEW timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_grouped.py \
+    2>&1 | tee "$OUT/grouped_sanitize.log" | tail -12
+  step "grouped (MoE): bench_grouped_gemm.py"
+  PYTHONPATH=$NEW timeout ${GROUPED_BENCH_TIMEOUT:-900} python3 bench/bench_grouped_gemm.py ${GROUPED_BENCH_ARGS:-} \
+    --json "$OUT/bench_grouped_gemm.json" 2>&1 | tee "$OUT/bench_grouped_gemm.log" | tail -70
+  stepbench moe_eager "$NEW" --size moe --batch-size ${MOE_BATCH:-8} --variants bf16,nvfp4 --modes eager --profile \
+    --no-memory --steps 10 --warmup 3
+}
 # the jobs, in the order given on the command line
 for a in "${ARGS[@]}"; do
   case $a in
     base|nobuild) ;;
-    tests|quick|quant|gemm|host|lora|dist|ncu|fsdp|fsdptrain|recipes) "job_$a" ;;
+    tests|quick|quant|gemm|host|lora|dist|ncu|fsdp|fsdptrain|recipes|grouped) "job_$a" ;;
     sanitize) job_sanitize ;;
     step85) job_step 85 ;;
     step400) job_step 400 ;;

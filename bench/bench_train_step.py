@@ -332,6 +332,11 @@ def main(argv=None):
     ap.add_argument("--no-memory", action="store_true", help="skip the per-Linear saved-memory test")
     ap.add_argument("--smoke", action="store_true", help="CPU, toy size")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--moe", type=int, default=None, metavar="E",
+                    help="examples/train.py's MoE model: E experts per MLP (default 32 with --size moe, else 0); "
+                         "nvfp4 runs the experts as grouped NVFP4 GEMMs (the fakequant variant leaves them in BF16)")
+    ap.add_argument("--moe-top-k", type=int, default=2)
+    ap.add_argument("--moe-ffn", type=int, default=None, help="hidden units per expert (default d_model)")
     a = ap.parse_args(argv)
     if a.size is None and not a.smoke and not torch.cuda.is_available():
         # the ~85M model's steps take minutes each on a CPU
@@ -373,8 +378,12 @@ def main(argv=None):
                "model": {"d_model": a.d_model, "n_layers": a.n_layers, "seq_len": a.seq_len,
                          "batch_size": a.batch_size},
                "rows": {}}
+    moe = a.moe if a.moe is not None else (32 if a.size == "moe" else 0)
     margs = argparse.Namespace(d_model=a.d_model, n_layers=a.n_layers, n_heads=a.n_heads, seq_len=a.seq_len,
-                               seed=0, master_dtype=torch.float32)
+                               seed=0, master_dtype=torch.float32, moe=moe, moe_top_k=a.moe_top_k,
+                               moe_ffn=a.moe_ffn or a.d_model)
+    if moe:
+        results["model"]["moe"] = {"experts": moe, "top_k": a.moe_top_k, "ffn": margs.moe_ffn}
     for mode in modes:
         for name in a.variants.split(","):
             if name == "fakequant" and mode != "eager":

@@ -52,6 +52,8 @@ SIZES = {
     "full": dict(d_model=768, n_layers=12, n_heads=12, seq_len=1024, batch_size=16),   # ~85M parameters
     "400m": dict(d_model=2048, n_layers=8, n_heads=16, seq_len=2048, batch_size=8),    # ~403M parameters
     "1b": dict(d_model=2048, n_layers=20, n_heads=16, seq_len=2048, batch_size=8),     # ~1.0B parameters
+    # with --moe (default 32 experts of d_model hidden units, top-2): ~0.57B parameters, ~70M active
+    "moe": dict(d_model=1024, n_layers=8, n_heads=16, seq_len=1024, batch_size=16),
 }
 VOCAB = 256
 #: Where reports go unless --out says otherwise (never the working directory).
@@ -83,13 +85,81 @@ class MLP(nn.Module):
         return self.out(F.gelu(self.fc(x), approximate="tanh"))
 
 
+class Experts(nn.Module):
+    """E GELU MLPs stored as 3D parameters ([E, out, in], the layout of Hugging Face's fused
+    experts), run on the tokens routed to each: tokens sorted by expert on the device and one
+    torch._grouped_mm per projection (no host synchronization). nvfp4.convert() turns this
+    module into nvfp4.nn.GroupedExperts: the same projections as grouped NVFP4 GEMMs."""
+
+    def __init__(self, d, n_experts, d_ff):
+        super().__init__()
+        self.num_experts = n_experts
+        self.up_proj = nn.Parameter(torch.empty(n_experts, d_ff, d))
+        self.down_proj = nn.Parameter(torch.empty(n_experts, d, d_ff))
+
+    def act_fn(self, h):
+        return F.gelu(h, approximate="tanh")
+
+    def forward(self, x, top_k_index, top_k_weights):
+        t, k = top_k_index.shape
+        ids, perm = torch.sort(top_k_index.reshape(-1), stable=True)
+        counts = torch.zeros(self.num_experts, dtype=torch.int64, device=x.device)
+        counts.scatter_add_(0, ids, torch.ones_like(ids))
+        offs = counts.cumsum(0).to(torch.int32)
+        xs = x[perm // k]
+        h = torch._grouped_mm(xs, self.up_proj.to(xs.dtype).transpose(-2, -1), offs=offs)
+        h = torch._grouped_mm(self.act_fn(h), self.down_proj.to(xs.dtype).transpose(-2, -1), offs=offs)
+        h = h * top_k_weights.reshape(-1)[perm].unsqueeze(-1)
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(perm.shape[0], device=perm.device)
+        return h[inv].view(t, k, -1).sum(1).to(x.dtype)
+
+
+class _AuxLoss(torch.autograd.Function):
+    """Adds d(coef * aux)/d(aux) to the backward pass without changing the forward value (the
+    load-balancing loss reaches the router without a second output of the model)."""
+
+    @staticmethod
+    def forward(ctx, y, aux, coef):
+        ctx.coef = coef
+        ctx.shape = aux.shape
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy, torch.full(ctx.shape, ctx.coef, device=dy.device, dtype=torch.float32), None
+
+
+class MoEMLP(nn.Module):
+    """Top-k routing (softmax router, kept in high precision) over Experts, with the Switch
+    Transformer load-balancing loss (coefficient 0.01)."""
+
+    def __init__(self, d, n_experts, top_k, d_ff):
+        super().__init__()
+        self.top_k = top_k
+        self.router = nn.Linear(d, n_experts, bias=False)
+        self.experts = Experts(d, n_experts, d_ff)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        x2 = x.reshape(-1, d)
+        probs = torch.softmax(self.router(x2).float(), dim=-1)
+        w, idx = torch.topk(probs, self.top_k, dim=-1)
+        w = w / w.sum(-1, keepdim=True)
+        y = self.experts(x2, idx, w)
+        e = probs.shape[-1]
+        frac = torch.zeros(e, device=x.device).scatter_add_(0, idx.reshape(-1), torch.ones_like(w.reshape(-1)))
+        aux = e * (frac / idx.numel() * probs.mean(0)).sum()
+        return _AuxLoss.apply(y, aux, 0.01).reshape(b, t, d)
+
+
 class Block(nn.Module):
-    def __init__(self, d, n_heads):
+    def __init__(self, d, n_heads, moe=None):
         super().__init__()
         self.ln1 = nn.LayerNorm(d)
         self.attn = Attention(d, n_heads)
         self.ln2 = nn.LayerNorm(d)
-        self.mlp = MLP(d)
+        self.mlp = MLP(d) if moe is None else MoEMLP(d, *moe)
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -97,18 +167,18 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, d_model, n_layers, n_heads, seq_len, vocab=VOCAB):
+    def __init__(self, d_model, n_layers, n_heads, seq_len, vocab=VOCAB, moe=None):
         super().__init__()
         self.tok = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(seq_len, d_model)
-        self.blocks = nn.ModuleList([Block(d_model, n_heads) for _ in range(n_layers)])
+        self.blocks = nn.ModuleList([Block(d_model, n_heads, moe) for _ in range(n_layers)])
         self.ln_f = nn.LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab, bias=False)
         for name, p in self.named_parameters():
-            if p.dim() == 2:
+            if p.dim() >= 2:
                 # residual-branch outputs scaled down with depth (GPT-2's initialization)
-                std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(("proj.weight", "out.weight")) else 0.02
-                nn.init.normal_(p, std=std)
+                out = name.endswith(("proj.weight", "out.weight", "experts.down_proj"))
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * n_layers) if out else 0.02)
 
     def forward(self, idx):
         t = idx.shape[1]
@@ -120,7 +190,8 @@ class GPT(nn.Module):
 
 def build_model(args, device) -> GPT:
     torch.manual_seed(args.seed)
-    model = GPT(args.d_model, args.n_layers, args.n_heads, args.seq_len)
+    moe = (args.moe, args.moe_top_k, args.moe_ffn) if getattr(args, "moe", 0) else None
+    model = GPT(args.d_model, args.n_layers, args.n_heads, args.seq_len, moe=moe)
     return model.to(device=device, dtype=args.master_dtype)
 
 
@@ -146,9 +217,9 @@ def convert_model(model, args, recipe):
         return []
     n = args.n_layers
     keep = [i for i in range(n) if i < args.skip_quant_first_layers or i >= n - args.skip_quant_last_layers]
-    exclude = list(nn4.DEFAULT_EXCLUDE) + [f"blocks.{i}.*" for i in keep]
+    exclude = list(nn4.DEFAULT_EXCLUDE) + list(nn4.ROUTER_NAMES) + [f"blocks.{i}.*" for i in keep]
     nn4.convert(model, recipe, include="blocks.*", exclude=exclude)
-    return [n for n, m in model.named_modules() if isinstance(m, (nn4.Linear, FP8Linear))]
+    return [n for n, m in model.named_modules() if isinstance(m, (nn4.Linear, FP8Linear, nn4.GroupedExperts))]
 
 
 # ------------------------------------------------------------------------------ data
@@ -352,6 +423,11 @@ def parse_args(argv=None):
                     "then the global micro-batch)")
     ap.add_argument("--fp4-all-gather", action="store_true", help="with --fsdp: gather the NVFP4 layers' weights "
                     "in NVFP4 (nvfp4.distributed)")
+    ap.add_argument("--moe", type=int, default=None, metavar="E",
+                    help="mixture of experts: E experts per MLP (default 32 with --size moe, 8 with --smoke; "
+                         "0: dense MLPs); the experts run as grouped NVFP4 GEMMs")
+    ap.add_argument("--moe-top-k", type=int, default=2, help="experts per token (default 2)")
+    ap.add_argument("--moe-ffn", type=int, default=None, help="hidden units per expert (default d_model)")
     a = ap.parse_args(argv)
 
     size = SIZES[a.size or ("smoke" if a.smoke else "full")]
@@ -370,6 +446,14 @@ def parse_args(argv=None):
     a.lr = a.lr or 6e-4
     a.eval_batches = a.eval_batches or 20
     a.eval_interval = a.eval_interval or max(1, a.steps // 10)
+    if a.moe is None:
+        a.moe = 32 if a.size == "moe" else 0
+    elif a.moe and a.smoke and a.size is None:
+        a.moe = min(a.moe, 8)
+    if a.moe:
+        a.moe_ffn = a.moe_ffn or a.d_model
+        if not 1 <= a.moe_top_k <= a.moe:
+            ap.error("--moe-top-k must lie in [1, --moe]")
     default_skip = 0 if a.smoke else 1
     a.skip_quant_first_layers = default_skip if a.skip_quant_first_layers is None else a.skip_quant_first_layers
     a.skip_quant_last_layers = default_skip if a.skip_quant_last_layers is None else a.skip_quant_last_layers
@@ -397,6 +481,8 @@ def parse_args(argv=None):
             a.name += f"-{'fwd' if a.cooldown_forward_only else ''}cooldown{a.cooldown_frac:g}"
         if a.fsdp:
             a.name += f"-fsdp{os.environ.get('WORLD_SIZE', '1')}" + ("-fp4ag" if a.fp4_all_gather else "")
+        if a.moe:
+            a.name += f"-moe{a.moe}x{a.moe_top_k}"
     return a
 
 
@@ -531,7 +617,8 @@ def main(argv=None):
         "recipe": dataclasses.asdict(recipe),
         "converted_layers": converted,
         "model": {"d_model": args.d_model, "n_layers": args.n_layers, "n_heads": args.n_heads,
-                  "seq_len": args.seq_len, "params": n_params, "vocab": VOCAB},
+                  "seq_len": args.seq_len, "params": n_params, "vocab": VOCAB,
+                  "moe": {"experts": args.moe, "top_k": args.moe_top_k, "ffn": args.moe_ffn} if args.moe else None},
         "config": {k: (str(v) if isinstance(v, torch.dtype) else v) for k, v in vars(args).items()},
         "data": meta,
         "steps": steps_done,

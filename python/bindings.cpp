@@ -154,6 +154,8 @@ nvfp4_gemm_args_t raw_gemm_args(const nvfp4_quantized_t& a, const nvfp4_quantize
 
 }  // namespace
 
+void bind_grouped(nb::module_& m);  // the grouped section, at the end of this file
+
 NB_MODULE(_C, m) {
   m.doc() = "nvfp4 low-level bindings over the C API (use the nvfp4 package instead)";
 
@@ -516,4 +518,141 @@ NB_MODULE(_C, m) {
         nb::arg("b_scales").noconvert(), nb::arg("scale_layout"), nb::arg("c").noconvert().none(),
         nb::arg("bias").noconvert().none(), nb::arg("beta"), nb::arg("out").noconvert(), nb::arg("backend"),
         nb::arg("workspace").noconvert().none(), nb::arg("stream"), nb::arg("want_ws"));
+
+  bind_grouped(m);
+}
+
+// ---- grouped (MoE) tensors, raw-pointer entry points of the op layer ------------------------
+// Shapes are those of nvfp4.h's grouped section, built here from T, E and the features; the
+// C API validates them and the op layer's allocations stand behind the addresses.
+namespace {
+
+nvfp4_tensor_t raw3(uintptr_t ptr, nvfp4_dtype_t dt, int64_t a, int64_t b, int64_t c, int dev_type, int dev_id) {
+  nvfp4_tensor_t t = raw2(ptr, dt, a, b, dev_type, dev_id);
+  t.ndim = 3;
+  t.shape[2] = c;
+  t.strides[0] = b * c;
+  t.strides[1] = c;
+  t.strides[2] = 1;
+  return t;
+}
+
+int64_t up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// A grouped rowwise direction of [T, K] in E groups.
+nvfp4_grouped_quantized_t grouped_row(uintptr_t d, uintptr_t s, uintptr_t a, int64_t t, int64_t k, int64_t e, int dt,
+                                      int di) {
+  nvfp4_grouped_quantized_t q{};
+  q.data = raw2(d, NVFP4_DTYPE_UINT8, t, k / 2, dt, di);
+  q.scales = raw2(s, NVFP4_DTYPE_E4M3, up(t + 127 * e, 128), up(k / 16, 4), dt, di);
+  q.amax = raw1(a, NVFP4_DTYPE_FLOAT32, e, dt, di);
+  return q;
+}
+
+// A grouped columnwise direction of [T, F] in E groups.
+nvfp4_grouped_quantized_t grouped_col(uintptr_t d, uintptr_t s, uintptr_t a, int64_t t, int64_t f, int64_t e, int dt,
+                                      int di) {
+  nvfp4_grouped_quantized_t q{};
+  q.data = raw1(d, NVFP4_DTYPE_UINT8, f * (t + 31 * e) / 2, dt, di);
+  q.scales = raw1(s, NVFP4_DTYPE_E4M3, up(f, 128) * ((t + 63 * e) / 16), dt, di);
+  q.amax = raw1(a, NVFP4_DTYPE_FLOAT32, e, dt, di);
+  return q;
+}
+
+// A batched direction: E tensors [rows, cols].
+nvfp4_grouped_quantized_t batched(uintptr_t d, uintptr_t s, uintptr_t a, int64_t e, int64_t rows, int64_t cols,
+                                  int dt, int di) {
+  nvfp4_grouped_quantized_t q{};
+  q.data = raw3(d, NVFP4_DTYPE_UINT8, e, rows, cols / 2, dt, di);
+  q.scales = raw3(s, NVFP4_DTYPE_E4M3, e, up(rows, 128), up(cols / 16, 4), dt, di);
+  q.amax = raw1(a, NVFP4_DTYPE_FLOAT32, e, dt, di);
+  return q;
+}
+
+nvfp4_quant_config_t raw_cfg(int block, int rounding, uint32_t rht, uint32_t sign_mask, uint64_t seed,
+                             uint64_t offset, uintptr_t offset_device) {
+  nvfp4_quant_config_t cfg;
+  nvfp4_quant_config_default(&cfg);
+  cfg.block = static_cast<nvfp4_block_t>(block);
+  cfg.rounding = static_cast<nvfp4_rounding_t>(rounding);
+  cfg.rht = rht;
+  cfg.rht_sign_mask = sign_mask;
+  cfg.seed = seed;
+  cfg.offset = offset;
+  cfg.offset_device = reinterpret_cast<const uint64_t*>(offset_device);
+  return cfg;
+}
+
+}  // namespace
+
+void bind_grouped(nb::module_& m) {
+  // grouped_quantize_raw(x, dtype, T, K, offs, E, offs_error, (row data, scales, amax) or 0s,
+  //                      (col ...) or 0s, rounding, rht, sign_mask, seed, offset, offset_device,
+  //                      device_type, device_id, stream). A direction is requested iff its
+  //                      amax address is not 0; offs_error 0: not wanted.
+  m.def("grouped_quantize_raw",
+        [](uintptr_t x, int dtype, int64_t T, int64_t K, uintptr_t offs, int64_t E, uintptr_t offs_error,
+           uintptr_t rd, uintptr_t rs, uintptr_t ra, uintptr_t cd, uintptr_t cs, uintptr_t ca, int rounding,
+           uint32_t rht, uint32_t sign_mask, uint64_t seed, uint64_t offset, uintptr_t offset_device, int dev_type,
+           int dev_id, uintptr_t stream) {
+          nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), T, K, dev_type, dev_id);
+          nvfp4_quant_config_t cfg = raw_cfg(0, rounding, rht, sign_mask, seed, offset, offset_device);
+          nvfp4_groups_t g{reinterpret_cast<const int32_t*>(offs), E, T, reinterpret_cast<int32_t*>(offs_error)};
+          nvfp4_grouped_quantized_t row = grouped_row(rd, rs, ra, T, K, E, dev_type, dev_id);
+          nvfp4_grouped_quantized_t col = grouped_col(cd, cs, ca, T, K, E, dev_type, dev_id);
+          nb::gil_scoped_release nogil;
+          check(nvfp4_grouped_quantize(&in, &g, &cfg, ra ? &row : nullptr, ca ? &col : nullptr, stream_of(stream)));
+        });
+
+  // batched_quantize_raw(x, dtype, E, N, K, (row ...) or 0s, (col ...) or 0s, block, rounding, rht,
+  //                      sign_mask, seed, offset, offset_device, device_type, device_id, stream).
+  m.def("batched_quantize_raw",
+        [](uintptr_t x, int dtype, int64_t E, int64_t N, int64_t K, uintptr_t rd, uintptr_t rs, uintptr_t ra,
+           uintptr_t cd, uintptr_t cs, uintptr_t ca, int block, int rounding, uint32_t rht, uint32_t sign_mask,
+           uint64_t seed, uint64_t offset, uintptr_t offset_device, int dev_type, int dev_id, uintptr_t stream) {
+          nvfp4_tensor_t in = raw3(x, dtype_arg(dtype, "x"), E, N, K, dev_type, dev_id);
+          nvfp4_quant_config_t cfg = raw_cfg(block, rounding, rht, sign_mask, seed, offset, offset_device);
+          nvfp4_grouped_quantized_t row = batched(rd, rs, ra, E, N, K, dev_type, dev_id);
+          nvfp4_grouped_quantized_t col = batched(cd, cs, ca, E, K, up(N, 16), dev_type, dev_id);
+          nb::gil_scoped_release nogil;
+          check(nvfp4_batched_quantize(&in, &cfg, ra ? &row : nullptr, ca ? &col : nullptr, stream_of(stream)));
+        });
+
+  // grouped_gemm_raw(kind, a (data, scales, amax), b (...), offs, E, T, N, K, offs_error, d, d_dtype,
+  //                  backend, workspace, workspace_bytes, device_type, device_id, stream).
+  //   kind 0 (ragged M): a grouped rowwise [T, K], b batched [E, N, K], d [T, N];
+  //   kind 1 (ragged K): a grouped columnwise of [T, N], b of [T, K], d [E, N, K].
+  // With workspace_bytes == -1 it only returns the workspace size.
+  m.def("grouped_gemm_raw",
+        [](int kind, uintptr_t ad, uintptr_t as, uintptr_t aa, uintptr_t bd, uintptr_t bs, uintptr_t ba,
+           uintptr_t offs, int64_t E, int64_t T, int64_t N, int64_t K, uintptr_t offs_error, uintptr_t d, int d_dtype,
+           int backend, uintptr_t ws, int64_t ws_bytes, int dev_type, int dev_id, uintptr_t stream) {
+          nvfp4_grouped_quantized_t a{}, b{};
+          nvfp4_tensor_t dt{};
+          if (kind == NVFP4_GROUPED_RAGGED_M) {
+            a = grouped_row(ad, as, aa, T, K, E, dev_type, dev_id);
+            b = batched(bd, bs, ba, E, N, K, dev_type, dev_id);
+            dt = raw2(d, dtype_arg(d_dtype, "out"), T, N, dev_type, dev_id);
+          } else {
+            a = grouped_col(ad, as, aa, T, N, E, dev_type, dev_id);
+            b = grouped_col(bd, bs, ba, T, K, E, dev_type, dev_id);
+            dt = raw3(d, dtype_arg(d_dtype, "out"), E, N, K, dev_type, dev_id);
+          }
+          nvfp4_grouped_gemm_args_t args{};
+          args.kind = enum_arg<nvfp4_grouped_kind_t>(kind, 2, "kind", "0 = ragged M, 1 = ragged K");
+          args.a = &a;
+          args.b = &b;
+          args.groups = {reinterpret_cast<const int32_t*>(offs), E, T, reinterpret_cast<int32_t*>(offs_error)};
+          args.d = &dt;
+          args.backend = backend_arg(backend);
+          if (ws_bytes < 0) {
+            size_t bytes = 0;
+            check(nvfp4_grouped_gemm_workspace_size(&args, &bytes));
+            return static_cast<int64_t>(bytes);
+          }
+          nb::gil_scoped_release nogil;
+          check(nvfp4_grouped_gemm(&args, reinterpret_cast<void*>(ws), static_cast<size_t>(ws_bytes),
+                                   stream_of(stream)));
+          return int64_t{0};
+        });
 }

@@ -20,7 +20,10 @@ NVFP4_API nvfp4_status_t nvfp4_runner_info(int index, nvfp4_runner_info_t* info)
   if (info == nullptr) return fail(NVFP4_ERROR_INVALID_ARGUMENT, "info: null");
   info->name = r->name;
   info->backend = r->backend;
-  info->format = r->format == Format::kNvfp4 ? "nvfp4" : r->format == Format::kMxfp4 ? "mxfp4" : "?";
+  info->format = r->format == Format::kNvfp4          ? "nvfp4"
+                 : r->format == Format::kMxfp4        ? "mxfp4"
+                 : r->format == Format::kNvfp4Grouped ? "nvfp4-grouped"
+                                                      : "?";
   info->family = r->family;
   info->cc_min = r->cc_min;
   info->cc_max = r->cc_max;

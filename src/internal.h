@@ -70,7 +70,10 @@ struct SwizzleJob {
 //           amax: alpha = S_dec(amax_a) * S_dec(amax_b).
 //   kMxfp4: E2M1 with one E8M0 scale per 32 values (scales [rows, K/32]), no per-tensor
 //           scale: alpha = 1, amax_a / amax_b are null.
-enum class Format : uint8_t { kNvfp4 = 0, kMxfp4 = 1 };
+//   kNvfp4Grouped: the grouped (MoE) GEMM of nvfp4_grouped_gemm; the job's `grouped` holds it
+//           (grouped.h) and m, n, k are T, N, K for messages.
+enum class Format : uint8_t { kNvfp4 = 0, kMxfp4 = 1, kNvfp4Grouped = 2 };
+struct GroupedGemmJob;
 struct GemmJob {
   Format format = Format::kNvfp4;
   const uint8_t* a = nullptr;   // [M, K/2]
@@ -88,6 +91,7 @@ struct GemmJob {
   nvfp4_dtype_t bias_dtype = NVFP4_DTYPE_FLOAT32;
   void* d = nullptr;            // [M, N] in d_dtype
   nvfp4_dtype_t d_dtype = NVFP4_DTYPE_FLOAT32;
+  const GroupedGemmJob* grouped = nullptr;  // kNvfp4Grouped only
 };
 
 // ---- CPU reference backend (cpu/) ----

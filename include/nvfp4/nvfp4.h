@@ -431,3 +431,117 @@ NVFP4_API nvfp4_status_t nvfp4_mx_gemm(const nvfp4_mx_gemm_args_t* args, void* w
 #endif
 
 #endif /* NVFP4_NVFP4_MX_SECTION */
+
+/* ==========================================================================================
+ * Grouped (mixture-of-experts) tensors and GEMMs. See docs/design.md, "Grouped (MoE) tensors".
+ *
+ * A grouped tensor is a token-sorted x [T, K] split into E groups (experts) by cumulative end
+ * offsets offs int32 [E] (torch._grouped_mm's convention): group g is rows [offs[g-1], offs[g])
+ * (offs[-1] = 0), offs non-decreasing, offs[E-1] <= T; rows at or past offs[E-1] belong to no
+ * group. offs lives in the input's memory space and is never read on the host for CUDA tensors:
+ * every size is an upper bound from T, E and the features. Each group is its own tensor for the
+ * recipe: its own amax (float32 [E]) and per-tensor scale, its own block scales.
+ * With m_g = offs[g] - offs[g-1] and Kp = roundup(K, 128), Cp = roundup(K/16, 4):
+ *  - rowwise (blocks of 16 along K):
+ *      data   uint8 [T, K/2]: row r of x in row r (rows of no group: code 0);
+ *      scales E4M3 [roundup(T + 127 E, 128), Cp]: group g's swizzled block [roundup(m_g, 128), Cp]
+ *             starts at scale row sum_{h<g} roundup(m_h, 128); every other byte 0.
+ *  - columnwise (blocks of 16 along the tokens, the operand of the weight gradient): group g's
+ *    x_g^T [K, Mp_g] with Mp_g = roundup(m_g, 32) (zero tokens appended before any Hadamard
+ *    transform), quantized along the tokens and stored group after group:
+ *      data   uint8 [K * (T + 31 E) / 2]: group g's [K, Mp_g/2] at byte K * P_g / 2,
+ *             P_g = sum_{h<g} Mp_h; bytes past the last group 0;
+ *      scales E4M3 [Kp * ((T + 63 E) / 16)]: group g's swizzled block [Kp, roundup(Mp_g/16, 4)]
+ *             at byte Kp * Q_g, Q_g = sum_{h<g} roundup(Mp_h/16, 4); every other byte 0.
+ *  - amax float32 [E] per direction; an empty group's is 0.
+ * Stochastic rounding: group g is quantized as nvfp4_quantize quantizes x_g with counter offset
+ * offset + g * 2^32 (mod 2^64; plus *offset_device when given), element indices counted within
+ * the group's own orientation: groups never share random bits unless the offset advances 2^32
+ * times. Scales are always swizzled (cfg.scale_layout must be NVFP4_SCALES_SWIZZLED); blocks 1D.
+ *
+ * A batched tensor (expert weights, not ragged) is x [E, N, K]: E independent tensors, each
+ * quantized exactly as nvfp4_quantize quantizes x[g] (1D or 2D tiles) with counter offset
+ * offset + g * 2^32, the outputs stacked: rowwise data [E, N, K/2], scales [E, roundup(N,128), Cp];
+ * columnwise (x[g]^T, N padded to Np = roundup(N, 16)) data [E, K, Np/2], scales
+ * [E, Kp, roundup(Np/16, 4)]; amax [E].
+ *
+ * Bad offs. On the CPU, offs is checked on the host: decreasing, negative or past T is
+ * NVFP4_ERROR_INVALID_ARGUMENT naming "offs". On CUDA nothing is checked on the host (that would
+ * need a synchronization); instead every kernel reads offs through the same clamp, end_g =
+ * min(max(offs[g], end_{g-1}, 0), T), so no byte outside the buffers is read or written and the
+ * result is that of the clamped offs, and, when groups.offs_error is given, the call writes there
+ * (in stream order) 0 if offs was valid, else the NVFP4_OFFS_* bits of what was wrong.
+ * ======================================================================================== */
+#ifndef NVFP4_NVFP4_GROUPED_SECTION
+#define NVFP4_NVFP4_GROUPED_SECTION
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NVFP4_OFFS_DECREASING 1 /* some offs[g] < offs[g-1] */
+#define NVFP4_OFFS_PAST_END 2   /* some offs[g] > T */
+#define NVFP4_OFFS_NEGATIVE 4   /* some offs[g] < 0 */
+
+/* The group structure of a ragged dimension of T rows. */
+typedef struct {
+  const int32_t* offs;  /* [count] cumulative ends, in the tensors' memory space, 4-byte aligned */
+  int64_t count;        /* E >= 1 */
+  int64_t tokens;       /* T, the ragged extent */
+  int32_t* offs_error;  /* optional int32 [1] in the same memory space: 0 or NVFP4_OFFS_* bits */
+} nvfp4_groups_t;
+
+/* One direction of a grouped or batched tensor (shapes above). */
+typedef struct {
+  nvfp4_tensor_t data;   /* uint8 */
+  nvfp4_tensor_t scales; /* E4M3 or uint8, swizzled */
+  nvfp4_tensor_t amax;   /* float32 [E] */
+} nvfp4_grouped_quantized_t;
+
+/* Quantizes input [T, K] (float32/float16/bfloat16, contiguous, K % 16 == 0, leading dims
+ * flattened into T) group by group; groups->tokens must equal T. rowwise and columnwise may each
+ * be NULL, not both. cfg: 1D blocks, swizzled scales; rounding and the Hadamard transform as in
+ * nvfp4_quantize. On CUDA: no host synchronization, offs read on the device only. */
+NVFP4_API nvfp4_status_t nvfp4_grouped_quantize(const nvfp4_tensor_t* input, const nvfp4_groups_t* groups,
+                                                const nvfp4_quant_config_t* cfg,
+                                                nvfp4_grouped_quantized_t* rowwise,
+                                                nvfp4_grouped_quantized_t* columnwise, nvfp4_stream_t stream);
+
+/* Quantizes input [E, N, K] (3 dims, K % 16 == 0) as E tensors (layout above); swizzled scales;
+ * 1D or 2D blocks. */
+NVFP4_API nvfp4_status_t nvfp4_batched_quantize(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg,
+                                                nvfp4_grouped_quantized_t* rowwise,
+                                                nvfp4_grouped_quantized_t* columnwise, nvfp4_stream_t stream);
+
+typedef enum {
+  /* Ragged M: D [T, N], rows of group g = alpha_g * A_g @ B_g^T; rows of no group are 0.
+   * a: a grouped rowwise tensor [T, K]; b: a batched direction [E, N, K] (a weight's rowwise
+   * quantization for the forward GEMM, its columnwise one, [E, K', N'], for the input gradient). */
+  NVFP4_GROUPED_RAGGED_M = 0,
+  /* Ragged K (the weight gradient): D [E, N, K], D[g] = alpha_g * A_g @ B_g^T over group g's
+   * Mp_g padded tokens; a: the grouped columnwise direction of a [T, N] tensor (dY), b: that of a
+   * [T, K] tensor (X); an empty group's D[g] is 0. */
+  NVFP4_GROUPED_RAGGED_K = 1
+} nvfp4_grouped_kind_t;
+
+/* alpha_g = S_dec(a.amax[g]) * S_dec(b.amax[g]), read on the device. No bias, no beta: an
+ * expert bias is added by the caller. Every runner computes each group's result exactly as
+ * nvfp4_gemm computes it for that group's operands (the CPU reference bit for bit). */
+typedef struct {
+  nvfp4_grouped_kind_t kind;
+  const nvfp4_grouped_quantized_t* a;
+  const nvfp4_grouped_quantized_t* b;
+  nvfp4_groups_t groups;       /* offs of the ragged dimension (its tokens: T) */
+  nvfp4_tensor_t* d;           /* RAGGED_M: [T, N]; RAGGED_K: [E, N, K]; float32 / float16 / bfloat16 */
+  nvfp4_backend_t backend;
+} nvfp4_grouped_gemm_args_t;
+
+NVFP4_API nvfp4_status_t nvfp4_grouped_gemm_workspace_size(const nvfp4_grouped_gemm_args_t* args, size_t* bytes);
+NVFP4_API nvfp4_status_t nvfp4_grouped_gemm(const nvfp4_grouped_gemm_args_t* args, void* workspace,
+                                            size_t workspace_bytes, nvfp4_stream_t stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NVFP4_NVFP4_GROUPED_SECTION */

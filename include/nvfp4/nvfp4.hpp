@@ -891,3 +891,162 @@ class Gemm : public nvfp4::detail::GemmBuilder<Gemm, nvfp4_mx_quantized_t, nvfp4
 }  // namespace nvfp4
 
 #endif  // NVFP4_NVFP4_HPP_MX_SECTION
+
+// =====================================================================================
+// Grouped (mixture-of-experts) tensors: nvfp4.h's grouped section
+// =====================================================================================
+#ifndef NVFP4_NVFP4_HPP_GROUPED_SECTION
+#define NVFP4_NVFP4_HPP_GROUPED_SECTION
+
+namespace nvfp4 {
+namespace grouped {
+
+/// Shapes of one grouped or batched direction (what to allocate): data uint8, scales E4M3
+/// (swizzled, a block per group), amax float32 [groups]. A dimension of 0 in *_shape[1..2]
+/// means the tensor has fewer dimensions (1-D buffers of the columnwise direction).
+struct Layout {
+  std::int64_t groups = 0;
+  std::int64_t data_shape[3] = {0, 0, 0};
+  int data_dims = 0;
+  std::int64_t scale_shape[3] = {0, 0, 0};
+  int scale_dims = 0;
+
+  std::size_t data_bytes() const noexcept { return bytes(data_shape, data_dims); }
+  std::size_t scale_bytes() const noexcept { return bytes(scale_shape, scale_dims); }
+  std::size_t amax_bytes() const noexcept { return static_cast<std::size_t>(groups) * sizeof(float); }
+
+ private:
+  static std::size_t bytes(const std::int64_t* s, int n) noexcept {
+    std::int64_t b = 1;
+    for (int i = 0; i < n; ++i) b *= s[i];
+    return static_cast<std::size_t>(b);
+  }
+};
+
+namespace detail {
+inline void check_sizes(std::int64_t t, std::int64_t f, std::int64_t e, const char* what) {
+  if (t < 0 || f < 0 || e < 1) nvfp4::detail::invalid(std::string(what) + ": negative size or no group");
+  if (f % kBlockSize) nvfp4::detail::invalid(std::string(what) + ": features must be a multiple of 16");
+}
+}  // namespace detail
+
+/// Rowwise direction of x [tokens, features] in `groups` groups: data [T, F/2], scales
+/// [roundup(T + 127 E, 128), roundup(F/16, 4)].
+inline Layout rowwise_layout(std::int64_t tokens, std::int64_t features, std::int64_t groups) {
+  detail::check_sizes(tokens, features, groups, "grouped::rowwise_layout");
+  Layout l;
+  l.groups = groups;
+  l.data_dims = l.scale_dims = 2;
+  l.data_shape[0] = tokens;
+  l.data_shape[1] = features / 2;
+  l.scale_shape[0] = nvfp4::detail::checked_round_up(
+      tokens + nvfp4::detail::checked_mul(127, groups, "grouped::rowwise_layout"), 128, "grouped::rowwise_layout");
+  l.scale_shape[1] = nvfp4::detail::checked_round_up(features / kBlockSize, 4, "grouped::rowwise_layout");
+  nvfp4::detail::checked_mul(l.scale_shape[0], l.scale_shape[1], "grouped::rowwise_layout");
+  return l;
+}
+
+/// Columnwise direction of x [tokens, features] (each group's tokens padded to 32): data
+/// [F (T + 31 E) / 2], scales [roundup(F, 128) ((T + 63 E) / 16)], both 1-D.
+inline Layout columnwise_layout(std::int64_t tokens, std::int64_t features, std::int64_t groups) {
+  detail::check_sizes(tokens, features, groups, "grouped::columnwise_layout");
+  const char* w = "grouped::columnwise_layout";
+  Layout l;
+  l.groups = groups;
+  l.data_dims = l.scale_dims = 1;
+  l.data_shape[0] = nvfp4::detail::checked_mul(features, tokens + nvfp4::detail::checked_mul(31, groups, w), w) / 2;
+  l.scale_shape[0] = nvfp4::detail::checked_mul(nvfp4::detail::checked_round_up(features, 128, w),
+                                                (tokens + nvfp4::detail::checked_mul(63, groups, w)) / 16, w);
+  return l;
+}
+
+/// One direction of E tensors [rows, cols] stacked (batched_quantize of weights [E, N, K]:
+/// rowwise is batched_layout(E, N, K), columnwise batched_layout(E, K, roundup(N, 16))).
+inline Layout batched_layout(std::int64_t experts, std::int64_t rows, std::int64_t cols) {
+  detail::check_sizes(rows, cols, experts, "grouped::batched_layout");
+  const char* w = "grouped::batched_layout";
+  Layout l;
+  l.groups = experts;
+  l.data_dims = l.scale_dims = 3;
+  l.data_shape[0] = l.scale_shape[0] = experts;
+  l.data_shape[1] = rows;
+  l.data_shape[2] = cols / 2;
+  l.scale_shape[1] = nvfp4::detail::checked_round_up(rows, 128, w);
+  l.scale_shape[2] = nvfp4::detail::checked_round_up(cols / kBlockSize, 4, w);
+  nvfp4::detail::checked_mul(nvfp4::detail::checked_mul(experts, l.scale_shape[1], w), l.scale_shape[2], w);
+  return l;
+}
+
+/// nvfp4_grouped_quantized_t over three caller buffers laid out as `layout` says.
+class View {
+ public:
+  View() noexcept { std::memset(&q_, 0, sizeof q_); }
+  View(const Layout& l, void* data, void* scales, float* amax, Device device = Device::cpu()) : View() {
+    q_.data = TensorView(data, NVFP4_DTYPE_UINT8, Span<const std::int64_t>(l.data_shape, l.data_dims), device).c();
+    q_.scales =
+        TensorView(scales, NVFP4_DTYPE_E4M3, Span<const std::int64_t>(l.scale_shape, l.scale_dims), device).c();
+    q_.amax = TensorView(amax, NVFP4_DTYPE_FLOAT32, {l.groups}, device).c();
+  }
+  const nvfp4_grouped_quantized_t* get() const noexcept { return &q_; }
+  nvfp4_grouped_quantized_t* get() noexcept { return &q_; }
+
+ private:
+  nvfp4_grouped_quantized_t q_;
+};
+
+/// The group structure: offs int32 [groups] cumulative ends (in the tensors' memory space),
+/// the ragged extent T, and an optional int32 [1] error word (0 or NVFP4_OFFS_* bits).
+inline nvfp4_groups_t groups(const std::int32_t* offs, std::int64_t count, std::int64_t tokens,
+                             std::int32_t* offs_error = nullptr) noexcept {
+  return nvfp4_groups_t{offs, count, tokens, offs_error};
+}
+
+/// nvfp4_grouped_quantize: input [T, K] (views from rowwise_layout / columnwise_layout of
+/// (T, K, groups.count)); either direction may be null, not both.
+inline void quantize(const TensorView& input, const nvfp4_groups_t& g, const QuantConfig& cfg, View* rowwise,
+                     View* columnwise, nvfp4_stream_t stream = nullptr) {
+  check(nvfp4_grouped_quantize(input.get(), &g, cfg.get(), rowwise ? rowwise->get() : nullptr,
+                               columnwise ? columnwise->get() : nullptr, stream),
+        "nvfp4_grouped_quantize");
+}
+
+/// nvfp4_batched_quantize: input [E, N, K] (views from batched_layout).
+inline void batched_quantize(const TensorView& input, const QuantConfig& cfg, View* rowwise, View* columnwise,
+                             nvfp4_stream_t stream = nullptr) {
+  check(nvfp4_batched_quantize(input.get(), cfg.get(), rowwise ? rowwise->get() : nullptr,
+                               columnwise ? columnwise->get() : nullptr, stream),
+        "nvfp4_batched_quantize");
+}
+
+/// The grouped GEMM (nvfp4_grouped_gemm): ragged M, d [T, N] = per group a_g @ b_g^T with a
+/// grouped rowwise [T, K] and b batched [E, N, K]; ragged K, d [E, N, K] with a and b the
+/// grouped columnwise directions of dY [T, N] and X [T, K].
+class Gemm {
+ public:
+  Gemm(nvfp4_grouped_kind_t kind, const View& a, const View& b, const nvfp4_groups_t& g, TensorView& d,
+       nvfp4_backend_t backend = NVFP4_BACKEND_AUTO) {
+    std::memset(&args_, 0, sizeof args_);
+    args_.kind = kind;
+    args_.a = a.get();
+    args_.b = b.get();
+    args_.groups = g;
+    args_.d = d.get();
+    args_.backend = backend;
+  }
+  std::size_t workspace_bytes() const {
+    std::size_t n = 0;
+    check(nvfp4_grouped_gemm_workspace_size(&args_, &n), "nvfp4_grouped_gemm_workspace_size");
+    return n;
+  }
+  void run(void* workspace, std::size_t workspace_bytes, nvfp4_stream_t stream = nullptr) const {
+    check(nvfp4_grouped_gemm(&args_, workspace, workspace_bytes, stream), "nvfp4_grouped_gemm");
+  }
+
+ private:
+  nvfp4_grouped_gemm_args_t args_;
+};
+
+}  // namespace grouped
+}  // namespace nvfp4
+
+#endif  // NVFP4_NVFP4_HPP_GROUPED_SECTION

@@ -17,6 +17,7 @@ from ._quantize import quantize, swizzle_scales, unswizzle_scales
 from ._gemm import gemm
 from ._mx import MXFP4Tensor, gemm_mxfp4, quantize_mxfp4
 from ._options import dequantize_options, percentile_amax, quantize_options
+from ._grouped import BatchedNVFP4Tensor, GroupedNVFP4Tensor, batched_quantize, grouped_gemm, grouped_quantize
 from .backends import device_info, is_supported, supported_backends
 from . import nn
 from .nn import convert, freeze_fp4, unconvert
@@ -28,4 +29,5 @@ __all__ = [
     "device_info", "is_supported", "supported_backends", "nn", "convert", "freeze_fp4", "unconvert",
     "DEFAULT_RHT_SIGNS", "rht_matrix", "__version__", "MXFP4Tensor", "quantize_mxfp4", "gemm_mxfp4",
     "quantize_options", "dequantize_options", "percentile_amax",
+    "GroupedNVFP4Tensor", "BatchedNVFP4Tensor", "grouped_quantize", "batched_quantize", "grouped_gemm",
 ]

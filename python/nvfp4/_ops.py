@@ -75,6 +75,9 @@ quantize_raw = _C.quantize_raw
 gemm_raw = _C.gemm_raw
 fp8_cast_raw = _C.fp8_cast_raw
 fp8_delayed_update_raw = _C.fp8_delayed_update_raw
+grouped_quantize_raw = _C.grouped_quantize_raw
+batched_quantize_raw = _C.batched_quantize_raw
+grouped_gemm_raw = _C.grouped_gemm_raw
 
 # The GEMM environment (nvfp4_gemm_env_key: the variables the library reads on each GEMM
 # call that can change the kernel, and so the workspace) is part of every workspace-size
@@ -641,3 +644,217 @@ def mx_gemm_into(a_data: torch.Tensor, a_scales: torch.Tensor, b_data: torch.Ten
     ws = torch.empty((ws_bytes,), dtype=torch.uint8, device=d.device) if ws_bytes else None
     _C.mx_gemm(*args, ws, stream_of(d.device), False)
     return d
+
+
+# ------------------------------------------------------------------------------ grouped (MoE) tensors
+# Token-sorted activations [T, K] split into E groups (experts) by offs, int32 [E] cumulative
+# ends on the tensors' device (torch._grouped_mm's convention), and expert weights [E, N, K].
+# Layouts: nvfp4.h's grouped section. Sizes come from T, E and the features only: offs is never
+# read on the host for CUDA tensors. Every grouped op also returns `offs_error`, int32 [1]: 0, or
+# the NVFP4_OFFS_* bits of what was wrong with offs (CUDA writes it in stream order; on the CPU a
+# bad offs raises instead), for callers that check lazily (nvfp4.grouped_check_offs).
+
+GROUP_TOKEN_ALIGN = 32  # a group's tokens are padded to this in its columnwise direction
+RAGGED_M, RAGGED_K = 0, 1
+
+
+def grouped_row_shapes(t, k, e):
+    """Shapes of a grouped rowwise direction of [t, k] in e groups: data, scales, amax."""
+    return (t, k // 2), (_up(t + 127 * e, 128), _up(k // 16, 4)), (e,)
+
+
+def grouped_col_shapes(t, f, e):
+    """Shapes of a grouped columnwise direction of [t, f] in e groups (1-D buffers, group-major
+    blocks [f, roundup(m_g, 32)/2])."""
+    return (f * (t + 31 * e) // 2,), (_up(f, 128) * ((t + 63 * e) // 16),), (e,)
+
+
+def batched_shapes(e, rows, cols):
+    """Shapes of a batched direction: e tensors [rows, cols], stacked."""
+    return (e, rows, cols // 2), (e, _up(rows, 128), _up(cols // 16, 4)), (e,)
+
+
+def _alloc3(shapes, device):
+    d, s, a = shapes
+    return (torch.empty(d, dtype=torch.uint8, device=device), torch.empty(s, dtype=torch.float8_e4m3fn, device=device),
+            torch.empty(a, dtype=torch.float32, device=device))
+
+
+def _addr3(ts) -> Tuple[int, int, int]:
+    return tuple(t.data_ptr() for t in ts)
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """t contiguous and, on CUDA, 16-byte aligned (the C API's rule for device tensors; a view
+    at an odd offset is copied)."""
+    t = t.contiguous()
+    return t.clone() if (t.is_cuda and t.data_ptr() % 16) else t
+
+
+def _check_offs(offs: torch.Tensor, x: torch.Tensor, groups: Optional[int] = None) -> None:
+    """offs must be int32 [E], contiguous, on x's device (its contents are checked by the
+    library: on the host for CPU tensors, on the device for CUDA ones)."""
+    if not isinstance(offs, torch.Tensor):
+        raise TypeError(f"offs: must be a torch.Tensor, got {type(offs).__name__}")
+    if offs.dtype != torch.int32:
+        raise ValueError(f"offs: dtype must be torch.int32 (cumulative group ends), got {offs.dtype}")
+    if offs.dim() != 1 or offs.numel() < 1:
+        raise ValueError(f"offs: must be a 1-D tensor of at least one group end, got shape {tuple(offs.shape)}")
+    if offs.device != x.device:
+        raise ValueError(f"offs: on {offs.device}, but the tensors are on {x.device} (offs stays on the device)")
+    if not offs.is_contiguous():
+        raise ValueError("offs: must be contiguous")
+    if groups is not None and offs.numel() != groups:
+        raise ValueError(f"offs: {offs.numel()} group ends for {groups} groups")
+
+
+lib.define("grouped_quantize(Tensor x, Tensor offs, int rounding, int rht, int sign_mask, int seed, int offset, "
+           "Tensor? offset_device, bool rowwise, bool columnwise) -> Tensor[]")
+lib.define("batched_quantize(Tensor x, int block, int rounding, int rht, int sign_mask, int seed, int offset, "
+           "Tensor? offset_device, bool rowwise, bool columnwise) -> Tensor[]")
+lib.define("grouped_gemm(int kind, Tensor a_data, Tensor a_scales, Tensor a_amax, Tensor b_data, Tensor b_scales, "
+           "Tensor b_amax, Tensor offs, int tokens, int n, int k, int backend, ScalarType out_dtype) -> Tensor[]")
+
+
+def _grouped_outputs(t, k, e, rowwise, columnwise, device):
+    row = _alloc3(grouped_row_shapes(t, k, e), device) if rowwise else _empty3(device)
+    col = _alloc3(grouped_col_shapes(t, k, e), device) if columnwise else _empty3(device)
+    return row, col, torch.empty((1,), dtype=torch.int32, device=device)
+
+
+def _grouped_quantize_impl(x, offs, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
+    _need_2d("x", x)
+    _check_offs(offs, x)
+    x = _aligned(x)
+    seed, offset = seed & _U64, offset & _U64
+    t, k = x.shape
+    e = offs.shape[0]
+    row, col, err = _grouped_outputs(t, k, e, rowwise, columnwise, x.device)
+    dt, di, st = _device(x)
+    grouped_quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], t, k, offs.data_ptr(), e, err.data_ptr(),
+                            *(_addr3(row) if rowwise else (0, 0, 0)), *(_addr3(col) if columnwise else (0, 0, 0)),
+                            rounding, rht, sign_mask, seed, offset,
+                            0 if offset_device is None else offset_device.data_ptr(), dt, di, st)
+    return [*row, *col, err]
+
+
+def _grouped_quantize_fake(x, offs, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
+    t, k = x.shape
+    row, col, err = _grouped_outputs(t, k, offs.shape[0], rowwise, columnwise, x.device)
+    return [*row, *col, err]
+
+
+def _batched_outputs(e, n, k, rowwise, columnwise, device):
+    row = _alloc3(batched_shapes(e, n, k), device) if rowwise else _empty3(device)
+    col = _alloc3(batched_shapes(e, k, _up(n, 16)), device) if columnwise else _empty3(device)
+    return row, col
+
+
+def _batched_quantize_impl(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
+    if x.dim() != 3:
+        raise ValueError(f"x: batched quantization takes [E, N, K], got shape {tuple(x.shape)}")
+    x = _aligned(x)
+    seed, offset = seed & _U64, offset & _U64
+    e, n, k = x.shape
+    row, col = _batched_outputs(e, n, k, rowwise, columnwise, x.device)
+    dt, di, st = _device(x)
+    batched_quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], e, n, k, *(_addr3(row) if rowwise else (0, 0, 0)),
+                            *(_addr3(col) if columnwise else (0, 0, 0)), block, rounding, rht, sign_mask, seed,
+                            offset, 0 if offset_device is None else offset_device.data_ptr(), dt, di, st)
+    return [*row, *col]
+
+
+def _batched_quantize_fake(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
+    e, n, k = x.shape
+    row, col = _batched_outputs(e, n, k, rowwise, columnwise, x.device)
+    return [*row, *col]
+
+
+_GWS: dict = {}
+
+
+def grouped_gemm_workspace_bytes(kind, e, t, n, k, backend, out_dtype, dev) -> int:
+    """The workspace nvfp4_grouped_gemm asks for (a function of the shapes, the backend, the
+    device and the GEMM environment, never of offs), asked once per key."""
+    key = (kind, e, t, n, k, backend, out_dtype, dev[0], dev[1], gemm_env_key())
+    v = _GWS.get(key)
+    if v is None:
+        dt, di, _ = dev
+        a = [(i + 1) << 40 for i in range(9)]  # distinct aligned dummies: sizes only, nothing is touched
+        v = grouped_gemm_raw(kind, a[0], a[1], a[2], a[3], a[4], a[5], a[6], e, t, n, k, 0, a[7],
+                                DTYPE_CODE[out_dtype], backend, 0, -1, dt, di, 0)
+        if len(_GWS) > 4096:
+            _GWS.clear()
+        _GWS[key] = v
+    return v
+
+
+def _grouped_gemm_run(kind, a, b, offs, t, n, k, backend, d, err, dev, ws_base=None, ws_bytes=0):
+    """d = the grouped product of (data, scales, amax) address triples a and b; allocates the
+    workspace unless given one (returned, to keep alive until the stream used it)."""
+    e = offs.shape[0]
+    ws = None
+    if ws_base is None:
+        ws_bytes = grouped_gemm_workspace_bytes(kind, e, t, n, k, backend, d.dtype, dev)
+        ws = torch.empty((ws_bytes,), dtype=torch.uint8, device=d.device) if ws_bytes else None
+        ws_base = ws.data_ptr() if ws_bytes else 0
+    dt, di, st = dev
+    grouped_gemm_raw(kind, *a, *b, offs.data_ptr(), e, t, n, k, err.data_ptr(), d.data_ptr(), DTYPE_CODE[d.dtype],
+                        backend, ws_base, ws_bytes, dt, di, st)
+    return ws
+
+
+def _grouped_gemm_out_shape(kind, e, tokens, n, k):
+    return (tokens, n) if kind == RAGGED_M else (e, n, k)
+
+
+def _grouped_gemm_impl(kind, a_data, a_scales, a_amax, b_data, b_scales, b_amax, offs, tokens, n, k, backend,
+                       out_dtype):
+    if kind not in (RAGGED_M, RAGGED_K):
+        raise ValueError(f"kind: 0 (ragged M) or 1 (ragged K), got {kind}")
+    _check_offs(offs, a_data)
+    e = offs.shape[0]
+    d = torch.empty(_grouped_gemm_out_shape(kind, e, tokens, n, k), dtype=out_dtype, device=a_data.device)
+    err = torch.empty((1,), dtype=torch.int32, device=a_data.device)
+    ts = (a_data, a_scales, a_amax, b_data, b_scales, b_amax)
+    for name, ten in zip(("a_data", "a_scales", "a_amax", "b_data", "b_scales", "b_amax"), ts):
+        if ten.device != a_data.device:
+            raise ValueError(f"{name}: on {ten.device}, but a_data is on {a_data.device}")
+        if not ten.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous")
+    _grouped_gemm_run(kind, _addr3(ts[:3]), _addr3(ts[3:]), offs, tokens, n, k, backend, d, err, _device(a_data))
+    return [d, err]
+
+
+def _grouped_gemm_fake(kind, a_data, a_scales, a_amax, b_data, b_scales, b_amax, offs, tokens, n, k, backend,
+                       out_dtype):
+    d = a_data.new_empty(_grouped_gemm_out_shape(kind, offs.shape[0], tokens, n, k), dtype=out_dtype)
+    return [d, a_data.new_empty((1,), dtype=torch.int32)]
+
+
+for _k in ("CPU", "CUDA"):
+    lib.impl("grouped_quantize", lambda *a: _grouped_quantize_impl(*a), _k)
+    lib.impl("batched_quantize", lambda *a: _batched_quantize_impl(*a), _k)
+    lib.impl("grouped_gemm", lambda *a: _grouped_gemm_impl(*a), _k)
+torch.library.register_fake("nvfp4::grouped_quantize", _grouped_quantize_fake, lib=lib)
+torch.library.register_fake("nvfp4::batched_quantize", _batched_quantize_fake, lib=lib)
+torch.library.register_fake("nvfp4::grouped_gemm", _grouped_gemm_fake, lib=lib)
+
+
+def grouped_quantize(x, offs, rounding=0, rht=0, sign_mask=0, seed=0, offset=0, offset_device=None, rowwise=True,
+                     columnwise=False) -> List[torch.Tensor]:
+    """[row data, scales, amax, col data, scales, amax, offs_error] of x [T, K] in groups."""
+    return torch.ops.nvfp4.grouped_quantize(x, offs, rounding, rht, sign_mask, seed, offset, offset_device, rowwise,
+                                            columnwise)
+
+
+def batched_quantize(x, block=0, rounding=0, rht=0, sign_mask=0, seed=0, offset=0, offset_device=None, rowwise=True,
+                     columnwise=False) -> List[torch.Tensor]:
+    """[row data, scales, amax, col data, scales, amax] of x [E, N, K] as E tensors."""
+    return torch.ops.nvfp4.batched_quantize(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise,
+                                            columnwise)
+
+
+def grouped_gemm(kind, a, b, offs, tokens, n, k, backend, out_dtype) -> List[torch.Tensor]:
+    """[d, offs_error] of a grouped GEMM of (data, scales, amax) triples a and b."""
+    return torch.ops.nvfp4.grouped_gemm(kind, *a, *b, offs, tokens, n, k, backend, out_dtype)

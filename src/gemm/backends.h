@@ -102,6 +102,33 @@ nvfp4_status_t cudnn_check_graphs(int cc, bool mx, int* checked);
 #endif
 
 
+// Grouped (MoE) GEMMs: the CPU reference (api_grouped.cpp) and the Hopper runner
+// (sm90/sm90_grouped.cu); the job's `grouped` holds the grouped problem (grouped.h).
+nvfp4_status_t grouped_reference_run(const GemmJob& job, int cc, void* workspace, size_t workspace_bytes,
+                                     nvfp4_stream_t stream);
+#if defined(NVFP4_HAS_SM100_GEMM)
+// Native Blackwell grouped runners (sm100/sm100_grouped.cu, sm120/sm120_grouped.cu): the
+// block-scaled ptr-array grouped GEMM on the FP4 operands; *_self_check: host-only checks.
+bool sm100_grouped_applicable(const GroupedGemmJob& job);
+nvfp4_status_t sm100_grouped_workspace(const GemmJob& job, int cc, size_t* bytes);
+nvfp4_status_t sm100_grouped_run(const GemmJob& job, int cc, void* workspace, size_t workspace_bytes,
+                                 nvfp4_stream_t stream);
+nvfp4_status_t sm100_grouped_self_check(int* checked);
+#endif
+#if defined(NVFP4_HAS_SM120_GEMM)
+bool sm120_grouped_applicable(const GroupedGemmJob& job);
+nvfp4_status_t sm120_grouped_workspace(const GemmJob& job, int cc, size_t* bytes);
+nvfp4_status_t sm120_grouped_run(const GemmJob& job, int cc, void* workspace, size_t workspace_bytes,
+                                 nvfp4_stream_t stream);
+nvfp4_status_t sm120_grouped_self_check(int* checked);
+#endif
+#if defined(NVFP4_HAS_SM90_GEMM)
+bool sm90_grouped_applicable(const GroupedGemmJob& job);
+nvfp4_status_t sm90_grouped_workspace(const GemmJob& job, int cc, size_t* bytes);
+nvfp4_status_t sm90_grouped_run(const GemmJob& job, int cc, void* workspace, size_t workspace_bytes,
+                                nvfp4_stream_t stream);
+#endif
+
 // ---- the runner table ----
 
 // Kernel objects, one per CMake OBJECT library, each compiled for its own list of CUDA

@@ -6,6 +6,8 @@
 //     range of odd and real shapes; can_implement accepts the shapes the runner documents,
 //     for every output dtype it has (MXFP4: BF16, the others refused), with and without C
 //     and bias; each kernel's shared memory fits its target.
+//   cutlass sm100 / sm110 / sm120 grouped: the grouped kernels' per-group scale layout equals
+//     the swizzle, can_implement takes the documented per-group problems, shared memory fits.
 //   cudnn: the fused and the separate-epilogue graphs of the runner's path validate in the
 //     frontend (needs a loadable libcudnn.so.9; no GPU).
 #include <string>
@@ -104,6 +106,13 @@ nvfp4_status_t runner_self_check(const Runner& r, int* checked) {
   *checked = 0;
   if (!r.built) return NVFP4_SUCCESS;
   // The Blackwell CUTLASS rows are the ones that launch their architecture's kernel object.
+#if defined(NVFP4_HAS_SM100_GEMM)
+  const std::string name = r.name;
+  if (name == "cutlass-sm100-grouped" || name == "cutlass-sm110-grouped") return sm100_grouped_self_check(checked);
+#endif
+#if defined(NVFP4_HAS_SM120_GEMM)
+  if (std::string(r.name) == "cutlass-sm120-grouped") return sm120_grouped_self_check(checked);
+#endif
 #if defined(NVFP4_HAS_SM100_GEMM)
   if (r.objects & kObjSm100) return check_blockscaled(r, sm100_gemms(), checked);
 #endif

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "gemm/backends.h"
+#include "grouped.h"
 
 #if defined(NVFP4_WITH_CUDA)
 #include "cuda/device.h"
@@ -74,11 +75,14 @@ bool sm90_direct_accepts(const GemmJob& job, int) { return sm90_direct_applicabl
 nvfp4_status_t sm90_direct_run(const GemmJob& job, int, void*, size_t, nvfp4_stream_t stream) {
   return sm90_direct_gemm(job, stream);
 }
+bool sm90_grouped_accepts(const GemmJob& job, int) { return sm90_grouped_applicable(*job.grouped); }
+#define NVFP4_SM90_GROUPED true, &sm90_grouped_accepts, nullptr, &sm90_grouped_workspace, &sm90_grouped_run
 #define NVFP4_SM90_STREAM true, &sm90_stream_accepts, nullptr, &no_workspace, &sm90_stream_run
 #define NVFP4_SM90_RING true, &sm90_ring_accepts, nullptr, &no_workspace, &sm90_ring_run
 #define NVFP4_SM90_DIRECT true, &sm90_direct_accepts, nullptr, &no_workspace, &sm90_direct_run
 #define NVFP4_SM90_TWO_STEP true, nullptr, nullptr, &sm90_two_step_workspace, &sm90_two_step_run
 #else
+#define NVFP4_SM90_GROUPED false, nullptr, nullptr, nullptr, nullptr
 #define NVFP4_SM90_STREAM false, nullptr, nullptr, nullptr, nullptr
 #define NVFP4_SM90_RING false, nullptr, nullptr, nullptr, nullptr
 #define NVFP4_SM90_DIRECT false, nullptr, nullptr, nullptr, nullptr
@@ -124,6 +128,49 @@ bool cudnn_usable(int cc) { return cudnn_available(cc) != 0; }
 #else
 #define NVFP4_CUDNN false, nullptr, nullptr, nullptr, nullptr
 #endif
+
+// The grouped (MoE) rows after the reference one (format kNvfp4Grouped), built or not.
+#if defined(NVFP4_HAS_SM100_GEMM)
+bool sm100_grouped_accepts(const GemmJob& job, int) { return sm100_grouped_applicable(*job.grouped); }
+#define NVFP4_SM100_GROUPED true, &sm100_grouped_accepts, nullptr, &sm100_grouped_workspace, &sm100_grouped_run
+#else
+#define NVFP4_SM100_GROUPED false, nullptr, nullptr, nullptr, nullptr
+#endif
+#if defined(NVFP4_HAS_SM120_GEMM)
+bool sm120_grouped_accepts(const GemmJob& job, int) { return sm120_grouped_applicable(*job.grouped); }
+#define NVFP4_SM120_GROUPED true, &sm120_grouped_accepts, nullptr, &sm120_grouped_workspace, &sm120_grouped_run
+#else
+#define NVFP4_SM120_GROUPED false, nullptr, nullptr, nullptr, nullptr
+#endif
+constexpr const char kGroupedNativeShapes[] =
+    "up to 1024 groups, K % 32 == 0 (ragged M), output rows 16-byte aligned";
+#define NVFP4_GROUPED_ROWS                                                                                        \
+  {"cutlass-sm90-grouped", NVFP4_BACKEND_CUTLASS, Format::kNvfp4Grouped, "sm_90", 90, 90, kCuda | kObjSm90,       \
+   "sm90_grouped_setup_kernel;sm90_grouped_decode_kernel;sm90_grouped_zero_kernel;"                              \
+   "device_kernel.*GemmUniversal.*Sm90",                                                                          \
+   "up to 1024 groups; output rows 16-byte aligned (N, or K for ragged K, times the output size)",              \
+   "exact emulation: FP4 -> BF16 decode of every group in one pass + CUTLASS sm90 ptr-array grouped BF16 GEMM "   \
+   "(TMA, wgmma), per-group problem shapes and alpha on the device",                                             \
+   NVFP4_SM90_GROUPED},                                                                                           \
+  {"cutlass-sm100-grouped", NVFP4_BACKEND_CUTLASS, Format::kNvfp4Grouped, "sm_100", 100, 109, kCuda | kObjSm100,  \
+   "grouped_blockscaled_setup_kernel.*Sm100;grouped_blockscaled_zero_kernel<cutlass::arch::Sm100>;"              \
+   "device_kernel.*GemmUniversal.*Sm100",                                                                         \
+   kGroupedNativeShapes,                                                                                          \
+   "native: CUTLASS sm100 block-scaled ptr-array grouped GEMM on the FP4 operands, per-group problems, scales "   \
+   "and alpha on the device (built, not run on hardware)",                                                        \
+   NVFP4_SM100_GROUPED},                                                                                          \
+  {"cutlass-sm110-grouped", NVFP4_BACKEND_CUTLASS, Format::kNvfp4Grouped, "sm_110", 110, 119, kCuda | kObjSm100,  \
+   "grouped_blockscaled_setup_kernel.*Sm100;grouped_blockscaled_zero_kernel<cutlass::arch::Sm100>;"              \
+   "device_kernel.*GemmUniversal.*Sm100",                                                                         \
+   kGroupedNativeShapes, "native: the sm100 grouped GEMM compiled for sm_110 (built, not run on hardware)",        \
+   NVFP4_SM100_GROUPED},                                                                                          \
+  {"cutlass-sm120-grouped", NVFP4_BACKEND_CUTLASS, Format::kNvfp4Grouped, "sm_120", 120, 129, kCuda | kObjSm120,  \
+   "grouped_blockscaled_setup_kernel.*Sm120;grouped_blockscaled_zero_kernel<cutlass::arch::Sm120>;"              \
+   "device_kernel.*GemmUniversal.*Sm120",                                                                         \
+   kGroupedNativeShapes,                                                                                          \
+   "native: CUTLASS sm120 block-scaled ptr-array grouped GEMM (warp-level block-scaled MMA) on the FP4 operands "  \
+   "(built, not run on hardware)",                                                                                \
+   NVFP4_SM120_GROUPED},
 
 constexpr uint32_t kCuda = kObjCommon;  // every CUDA row: its operands come from these kernels
 
@@ -246,6 +293,13 @@ const Runner kRunners[] = {
      kCudnnNativeKernels, kCudnnNativeShapes,
      "MXFP4 native where cuDNN's block-scale graph supports the device (cuDNN >= 9.7; built, not run on hardware)",
      NVFP4_CUDNN},
+
+    // Grouped (MoE) GEMMs of nvfp4_grouped_gemm (the job's `grouped`, grouped.h): every group as
+    // nvfp4_gemm computes it on that group's operands.
+    {"reference-grouped", NVFP4_BACKEND_REFERENCE, Format::kNvfp4Grouped, "cpu", 0, 0, 0, "", "any shape",
+     "grouped CPU reference: the dense reference on each group's slices", true, nullptr, nullptr,
+     &reference_workspace, &grouped_reference_run},
+    NVFP4_GROUPED_ROWS
 };
 constexpr int kRunnerCount = static_cast<int>(sizeof(kRunners) / sizeof(kRunners[0]));
 constexpr int kMaxCc = 255;  // compute capabilities cached by runner_compiled_for
@@ -267,7 +321,9 @@ bool serves(const Runner& r, nvfp4_backend_t backend) {
   return r.backend == backend;
 }
 
-const char* format_name(Format f) { return f == Format::kMxfp4 ? "mxfp4" : "nvfp4"; }
+const char* format_name(Format f) {
+  return f == Format::kMxfp4 ? "mxfp4" : f == Format::kNvfp4Grouped ? "nvfp4-grouped" : "nvfp4";
+}
 
 // The shape rules of the rows that could have taken the job, for a refusal message.
 std::string runner_hints(const GemmJob& job, nvfp4_backend_t backend, int cc) {

@@ -142,6 +142,7 @@ def test_packaged_shapes_file():
     ("bench_quant.py", ["--device", "cpu", "--sizes", "64", "--iters", "1", "--no-baseline"]),
     ("bench_gemm.py", ["--device", "cpu", "--shapes", "8x32x32", "--quick"]),
     ("bench_cpu_gemm.py", ["--shapes", "33x40x64"]),
+    ("bench_grouped_gemm.py", ["--device", "cpu"]),
 ])
 def test_bench_scripts_run_on_cpu(tmp_path, script, args):
     js = tmp_path / "out.json"

@@ -141,7 +141,10 @@ def test_runner_table_is_whole():
     assert rows[0]["name"] == "reference" and rows[0]["built"]
     names = [r["name"] for r in rows]
     assert len(names) == len(set(names)), names
-    assert {r["format"] for r in rows} == {"nvfp4", "mxfp4"}
+    assert {r["format"] for r in rows} == {"nvfp4", "mxfp4", "nvfp4-grouped"}
+    grouped = [r for r in rows if r["format"] == "nvfp4-grouped"]
+    assert any(r["family"] == "cpu" and r["backend"] == "reference" and r["built"] for r in grouped)
+    assert {r["family"] for r in grouped if r["backend"] == "cutlass"} <= {"sm_90", "sm_100", "sm_110", "sm_120"}
     for fmt in ("nvfp4", "mxfp4"):
         mine = [r for r in rows if r["format"] == fmt]
         # every format has its CPU reference and, per CUDA backend, the same families
@@ -150,7 +153,7 @@ def test_runner_table_is_whole():
             fams = {r["family"] for r in mine if r["backend"] == backend}
             assert fams == {"sm_90", "sm_100", "sm_110", "sm_120"}, (fmt, backend, fams)
     for r in rows:
-        assert r["backend"] in BACKENDS and r["format"] in ("nvfp4", "mxfp4") and r["description"], r
+        assert r["backend"] in BACKENDS and r["format"] in ("nvfp4", "mxfp4", "nvfp4-grouped") and r["description"], r
         if r["family"] != "cpu":
             assert 90 <= r["cc_min"] <= r["cc_max"], r
             assert r["kernels"], f"{r['name']}: a CUDA runner names the kernels it launches"

@@ -26,12 +26,13 @@ from torch import nn
 
 from .frozen import FrozenLinear
 from .linear import Linear
+from .grouped import GroupedExperts, GroupedLinear, experts_shapes, is_fused_experts
 from .fp8 import FP8Linear
 from .recipe import Recipe, get_recipe
 
 __all__ = ["convert", "unconvert", "freeze_fp4", "plan_conversion", "ConversionPlan", "find_blocks",
            "converted_layers", "frozen_layers", "set_precision", "set_sr_step", "set_weight_reuse", "Cooldown",
-           "Conv1DLinear", "DEFAULT_EXCLUDE", "is_conv1d"]
+           "Conv1DLinear", "DEFAULT_EXCLUDE", "is_conv1d", "GROUPED", "ROUTER_NAMES"]
 
 #: Names left alone unless `exclude` is given explicitly: output and classification heads,
 #: whose outputs feed the loss directly (the recipe keeps them in high precision).
@@ -163,19 +164,36 @@ def find_blocks(model: nn.Module, blocks=None) -> List[Tuple[str, List[str]]]:
 
 
 # ------------------------------------------------------------------------------ the plan
+#: The action of a fused experts module (is_fused_experts) that convert() puts on the grouped path.
+GROUPED = "convert: grouped experts"
+#: Names of router / gate layers of MoE blocks: kept in high precision unless `exclude` is given.
+ROUTER_NAMES = ("gate", "*.gate", "router", "*.router", "*.shared_expert_gate")
+
+
+def _is_router(name: str, m: nn.Module) -> bool:
+    return "router" in type(m).__name__.lower() or _matches(name, m, ROUTER_NAMES)
+
+
 class ConversionPlan(list):
     """plan_conversion's result: [(qualified name, action)], action "convert" or the reason
     the module stays as it is. summary() (also str()) groups it for printing."""
 
     blocks: List[Tuple[str, List[str]]] = []
+    # fused experts modules: name -> "E experts, gate_up_proj NxK, down_proj NxK"; routers
+    _experts: dict = {}
+    _special: set = frozenset()
 
     def converted(self) -> List[str]:
         return [n for n, a in self if a == "convert"]
 
+    def grouped(self) -> List[str]:
+        """The fused experts modules convert() puts on the grouped NVFP4 path."""
+        return [n for n, a in self if a == GROUPED]
+
     def skipped(self) -> "OrderedDict[str, List[str]]":
         out: "OrderedDict[str, List[str]]" = OrderedDict()
         for n, a in self:
-            if a != "convert":
+            if a not in ("convert", GROUPED):
                 out.setdefault(a, []).append(n)
         return out
 
@@ -184,12 +202,16 @@ class ConversionPlan(list):
             return ", ".join(ns if len(ns) <= k else ns[:k - 1] + ["...", ns[-1]])
 
         conv = self.converted()
-        n_lin = sum(1 for _, a in self if a != "skipped: embedding")
+        n_lin = sum(1 for n, a in self if a != "skipped: embedding" and n not in self._special)
         lines = [f"nvfp4 {verb}: {len(conv)} of {n_lin} linear layers"]
+        if self._experts:
+            lines[0] += f"; {len(self.grouped())} of {len(self._experts)} expert groups"
         if self.blocks:
             lines[0] += "; blocks: " + ", ".join(f"{s} ({len(b)})" for s, b in self.blocks)
         if conv:
             lines.append(f"  {verb:<40s} {len(conv):4d}  {names(conv)}")
+        for n in self.grouped():
+            lines.append(f"  {GROUPED:<40s}       {n}: {self._experts[n]}")
         for reason, ns in self.skipped().items():
             lines.append(f"  {reason:<40s} {len(ns):4d}  {names(ns)}")
         return "\n".join(lines)
@@ -231,9 +253,35 @@ def plan_conversion(model: nn.Module, skip_first: int = 0, skip_last: int = 0, i
 
     plan = ConversionPlan()
     plan.blocks = stacks
+    plan._experts = {}
+    special = set()
     for name, m in model.named_modules():
         if isinstance(m, (nn.Embedding, nn.EmbeddingBag)):
             plan.append((name, "skipped: embedding"))
+            continue
+        if is_fused_experts(m):
+            shapes = experts_shapes(m)
+            plan._experts[name] = f"{shapes[0][1][0]} experts, " + ", ".join(
+                f"{p} {n}x{k}" for p, (_, n, k) in shapes)
+            special.add(name)
+            blk = _block(name, block_of)
+            if inc and not _matches(name, m, inc):
+                action = "skipped: not included"
+            elif exc and _matches(name, m, exc):
+                action = "skipped: excluded"
+            elif any(n % 16 or k % 16 for _, (_, n, k) in shapes):
+                action = "skipped: experts not multiples of 16"
+            elif blk is not None and block_of[blk][1] < skip_first_blocks:
+                action = "skipped: skip_first_blocks"
+            elif blk is not None and block_of[blk][1] >= block_of[blk][2] - skip_last_blocks:
+                action = "skipped: skip_last_blocks"
+            else:
+                action = GROUPED
+            plan.append((name, action))
+            continue
+        if not _linear_like(m) and _is_router(name, m) and any(p.dim() == 2 for p in m.parameters(recurse=False)):
+            plan.append((name, "skipped: router (high precision)"))
+            special.add(name)
             continue
         if not _linear_like(m):
             continue
@@ -248,6 +296,8 @@ def plan_conversion(model: nn.Module, skip_first: int = 0, skip_last: int = 0, i
             action = "skipped: not included"
         elif exc and _matches(name, m, exc):
             action = "skipped: excluded"
+        elif exclude is None and _is_router(name, m):
+            action = "skipped: router (high precision)"
         elif id(m._parameters.get("weight")) in tied:
             action = "skipped: weight tied to another module"
         elif any(f % 16 for f in _features(m)):
@@ -268,6 +318,7 @@ def plan_conversion(model: nn.Module, skip_first: int = 0, skip_last: int = 0, i
     for j in idx[len(idx) - min(skip_last, len(idx)):] if skip_last else []:
         if plan[j][1] == "convert":
             plan[j] = (plan[j][0], "skipped: skip_last")
+    plan._special = frozenset(special)
     return plan
 
 
@@ -376,7 +427,14 @@ def convert(model: nn.Module, recipe: Union[str, Recipe] = "nvfp4", skip_first: 
                            skip_first_blocks=skip_first_blocks, skip_last_blocks=skip_last_blocks, blocks=blocks)
     modules = dict(model.named_modules())
     i = 0
-    for name, action in plan:
+    for j, (name, action) in enumerate(plan):
+        if action == GROUPED:
+            if fp8:
+                plan[j] = (name, "skipped: experts stay in high precision under FP8 recipes")
+                continue
+            GroupedExperts.convert_module(modules[name], recipe, layer_index=i)
+            i += 2  # two projections, two seed streams
+            continue
         if action != "convert":
             continue
         m = modules[name]
@@ -452,6 +510,8 @@ def unconvert(model: nn.Module) -> nn.Module:
     for m in list(model.modules()):
         if isinstance(m, (Linear, FP8Linear)):
             m.to_linear()
+        elif isinstance(m, GroupedExperts):
+            m.to_experts()
     return model
 
 
@@ -498,6 +558,11 @@ def set_precision(model: nn.Module, precision: Union[str, Recipe]) -> int:
         elif isinstance(m, FrozenLinear):
             m.precision = "bf16" if target == "bf16_fwd" else target
             n += 1
+        elif isinstance(m, (GroupedLinear, GroupedExperts)):
+            m.precision = target
+            if recipe is not None:
+                m.recipe = recipe
+            n += 1
     return n
 
 
@@ -507,9 +572,13 @@ def set_sr_step(model: nn.Module, step: int) -> None:
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**63:
         raise ValueError(f"step: must be an int in [0, 2**63) (the counter is an int64 buffer), got {step!r}")
     for m in model.modules():
-        if isinstance(m, (Linear, FrozenLinear)):
+        if isinstance(m, (Linear, FrozenLinear, GroupedLinear)):
             with torch.no_grad():
                 m.sr_step.fill_(step)
+        elif isinstance(m, GroupedExperts):
+            with torch.no_grad():
+                m.sr_step_up.fill_(step)
+                m.sr_step_down.fill_(step)
 
 
 def set_weight_reuse(model: nn.Module, mode) -> int:

@@ -1,0 +1,149 @@
+"""GroupedLinear's two passes (nvfp4.nn.GroupedLinear): torch ops in the namespace ``nvfp4``,
+one per pass like nvfp4.nn.Linear's (nn._passes), on the grouped entry points of the op
+layer (nvfp4._ops: grouped / batched quantization and the grouped GEMM)."""
+from __future__ import annotations
+
+import torch
+
+from .. import _ops
+from .._ops import (DTYPE_CODE, _addr3, _aligned, _alloc3, _check_offs, _device, _empty3, _grouped_gemm_run,
+                    _need_2d, _up, batched_shapes, grouped_col_shapes, grouped_row_shapes, lib)
+from ._passes import LinearConfig
+
+__all__ = ["grouped_linear_fwd", "grouped_linear_bwd"]
+
+# ------------------------------------------------------------------------------ GroupedLinear's two passes
+# nvfp4.nn.GroupedLinear: one op per pass, as linear_fwd / linear_bwd for the dense layer, with
+# the same LinearConfig list. x [T, K] token-sorted, w [E, N, K], offs [E].
+#   forward:  X grouped (rowwise for fprop; columnwise, with the RHT, for wgrad), W batched
+#             (rowwise for fprop, columnwise for dgrad; 2D tiles per the recipe), Y = ragged-M GEMM;
+#   backward: dY grouped both ways, dX = ragged-M GEMM with Wᵀ, dW = ragged-K GEMM of dYᵀ, Xᵀ;
+#             then the step counter advances (after the quantization read it).
+lib.define("grouped_linear_fwd(Tensor x, Tensor w, Tensor offs, Tensor counter, int[] cfg, bool save_xt, "
+           "bool save_wt) -> Tensor[]")
+lib.define("grouped_linear_bwd(Tensor dy, Tensor offs, Tensor xt_data, Tensor xt_scales, Tensor xt_amax, "
+           "Tensor wt_data, Tensor wt_scales, Tensor wt_amax, Tensor(a!) counter, int[] cfg, int k, bool need_dx, "
+           "bool need_dw, ScalarType dw_dtype) -> (Tensor, Tensor, Tensor)")
+
+
+def _gl_fwd_outputs(x, w, offs, cfg, save_xt, save_wt):
+    t, k = x.shape
+    e, n, _ = w.shape
+    dev = x.device
+    y = torch.empty((t, n) if cfg[LinearConfig.FPROP] else (0,), dtype=x.dtype, device=dev)
+    xt = _alloc3(grouped_col_shapes(t, k, e), dev) if save_xt else _empty3(dev)
+    wt = _alloc3(batched_shapes(e, k, _up(n, 16)), dev) if save_wt else _empty3(dev)
+    return y, xt, wt, torch.empty((1,), dtype=torch.int32, device=dev)
+
+
+def _gl_fwd_impl(x, w, offs, counter, cfg, save_xt, save_wt):
+    C = LinearConfig
+    _need_2d("x", x)
+    if w.dim() != 3 or w.shape[2] != x.shape[1]:
+        raise ValueError(f"w: expected [E, N, {x.shape[1]}], got {tuple(w.shape)}")
+    _check_offs(offs, x, w.shape[0])
+    if counter.device != x.device:
+        raise ValueError(f"counter: the layer's step counter is on {counter.device} but x is on {x.device}")
+    x = _aligned(x)
+    w = _aligned(w)
+    t, k = x.shape
+    e, n, _ = w.shape
+    fprop = bool(cfg[C.FPROP])
+    dev = x.device
+    dv = _device(x)
+    dt, di, st = dv
+    y, xt, wt, err = _gl_fwd_outputs(x, w, offs, cfg, save_xt, save_wt)
+    xrow = _alloc3(grouped_row_shapes(t, k, e), dev) if fprop else None
+    cnt = counter.data_ptr()
+    sign_mask = cfg[C.SIGN_MASK]
+    xq = lambda row, col, rounding, rht: _ops.grouped_quantize_raw(  # noqa: E731
+        x.data_ptr(), DTYPE_CODE[x.dtype], t, k, offs.data_ptr(), e, err.data_ptr(), *row, *col, rounding, rht,
+        sign_mask, cfg[C.SEED_X], 0, cnt, dt, di, st)
+    z = (0, 0, 0)
+    rht = 2 if (save_xt and cfg[C.XT_RHT]) else 0
+    if fprop and save_xt and cfg[C.XT_ROUND] != cfg[C.X_ROUND]:
+        xq(_addr3(xrow), z, cfg[C.X_ROUND], 0)
+        xq(z, _addr3(xt), cfg[C.XT_ROUND], rht)
+    elif fprop or save_xt:
+        xq(_addr3(xrow) if fprop else z, _addr3(xt) if save_xt else z,
+           cfg[C.X_ROUND] if fprop else cfg[C.XT_ROUND], rht)
+    wrow = _alloc3(batched_shapes(e, n, k), dev) if fprop else None
+    if fprop or save_wt:
+        _ops.batched_quantize_raw(w.data_ptr(), DTYPE_CODE[w.dtype], e, n, k, *(_addr3(wrow) if fprop else z),
+                                *(_addr3(wt) if save_wt else z), cfg[C.W_BLOCK], 0, 0, sign_mask, 0, 0, 0, dt, di, st)
+    if fprop:
+        _grouped_gemm_run(RAGGED_M, _addr3(xrow), _addr3(wrow), offs, t, n, k, cfg[C.BACKEND], y, err, dv)
+    return [y, *xt, *wt, err]
+
+
+def _gl_fwd_fake(x, w, offs, counter, cfg, save_xt, save_wt):
+    y, xt, wt, err = _gl_fwd_outputs(x, w, offs, cfg, save_xt, save_wt)
+    return [y, *xt, *wt, err]
+
+
+def _gl_bwd_outputs(dy, offs, k, need_dx, need_dw, dw_dtype):
+    t, n = dy.shape
+    e = offs.shape[0]
+    dev = dy.device
+    dx = torch.empty((t, k) if need_dx else (0,), dtype=dy.dtype, device=dev)
+    dw = torch.empty((e, n, k) if need_dw else (0,), dtype=dw_dtype, device=dev)
+    return dx, dw, torch.empty((1,), dtype=torch.int32, device=dev)
+
+
+def _gl_bwd_impl(dy, offs, xt_data, xt_scales, xt_amax, wt_data, wt_scales, wt_amax, counter, cfg, k, need_dx,
+                 need_dw, dw_dtype):
+    C = LinearConfig
+    _need_2d("dy", dy)
+    _check_offs(offs, dy)
+    dy = _aligned(dy)
+    t, n = dy.shape
+    e = offs.shape[0]
+    dev = dy.device
+    dv = _device(dy)
+    dt, di, st = dv
+    dx, dw, err = _gl_bwd_outputs(dy, offs, k, need_dx, need_dw, dw_dtype)
+    dyrow = _alloc3(grouped_row_shapes(t, n, e), dev) if need_dx else None
+    dycol = _alloc3(grouped_col_shapes(t, n, e), dev) if need_dw else None
+    cnt = counter.data_ptr()
+    sign_mask = cfg[C.SIGN_MASK]
+    z = (0, 0, 0)
+    q = lambda row, col, rounding, rht: _ops.grouped_quantize_raw(  # noqa: E731
+        dy.data_ptr(), DTYPE_CODE[dy.dtype], t, n, offs.data_ptr(), e, err.data_ptr(), *row, *col, rounding, rht,
+        sign_mask, cfg[C.SEED_DY], 0, cnt, dt, di, st)
+    rht = 2 if (need_dw and cfg[C.DYT_RHT]) else 0
+    if need_dx and need_dw and cfg[C.DY_ROUND] != cfg[C.DYT_ROUND]:
+        q(_addr3(dyrow), z, cfg[C.DY_ROUND], 0)
+        q(z, _addr3(dycol), cfg[C.DYT_ROUND], rht)
+    elif need_dx or need_dw:
+        q(_addr3(dyrow) if need_dx else z, _addr3(dycol) if need_dw else z,
+          cfg[C.DY_ROUND] if need_dx else cfg[C.DYT_ROUND], rht)
+    if need_dx:  # dX = alpha_g dŶ_g (Ŵ_gᵀ)ᵀ, Wᵀ quantized along N
+        _grouped_gemm_run(RAGGED_M, _addr3(dyrow), _addr3((wt_data, wt_scales, wt_amax)), offs, t, k, n,
+                          cfg[C.BACKEND], dx, err, dv)
+    if need_dw:  # dW_g = alpha_g (dŶ_gᵀ)(X̂_gᵀ)ᵀ over the group's padded tokens
+        _grouped_gemm_run(RAGGED_K, _addr3(dycol), _addr3((xt_data, xt_scales, xt_amax)), offs, t, n, k,
+                          cfg[C.BACKEND], dw, err, dv)
+    counter.add_(1)
+    return dx, dw, err
+
+
+def _gl_bwd_fake(dy, offs, xt_data, xt_scales, xt_amax, wt_data, wt_scales, wt_amax, counter, cfg, k, need_dx,
+                 need_dw, dw_dtype):
+    return _gl_bwd_outputs(dy, offs, k, need_dx, need_dw, dw_dtype)
+
+
+for _k in ("CPU", "CUDA"):
+    lib.impl("grouped_linear_fwd", lambda *a: _gl_fwd_impl(*a), _k)
+    lib.impl("grouped_linear_bwd", lambda *a: _gl_bwd_impl(*a), _k)
+torch.library.register_fake("nvfp4::grouped_linear_fwd", _gl_fwd_fake, lib=lib)
+torch.library.register_fake("nvfp4::grouped_linear_bwd", _gl_bwd_fake, lib=lib)
+
+
+def grouped_linear_fwd(x, w, offs, counter, cfg, save_xt, save_wt):
+    """[y, xt (3 tensors), wt (3 tensors), offs_error]; see the section's notes."""
+    return torch.ops.nvfp4.grouped_linear_fwd(x, w, offs, counter, cfg, save_xt, save_wt)
+
+
+def grouped_linear_bwd(dy, offs, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
+    """[dx, dw, offs_error]; advances counter by one."""
+    return torch.ops.nvfp4.grouped_linear_bwd(dy, offs, *xt, *wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
