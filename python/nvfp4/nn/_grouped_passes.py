@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .. import _ops
-from .._ops import (DTYPE_CODE, _addr3, _aligned, _alloc3, _check_offs, _device, _empty3, _grouped_gemm_run,
+from .._ops import (DTYPE_CODE, RAGGED_K, RAGGED_M, _addr3, _aligned, _alloc3, _check_offs, _device, _empty3, _grouped_gemm_run,
                     _need_2d, _up, batched_shapes, grouped_col_shapes, grouped_row_shapes, lib)
 from ._passes import LinearConfig
 

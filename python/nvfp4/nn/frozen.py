@@ -48,10 +48,9 @@ distance from the written one relative to the change that was written.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import warnings
-from typing import Dict, List, Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
