@@ -365,7 +365,7 @@ def test_cuda_operand_beside_a_cpu_one_refused_by_name():
     ta, tb = (a.data, a.scales, a.amax), (b.data, b.scales, b.amax)
     with raises(ValueError, "b_data", "on cpu, but a_data is on cuda"):
         ops.gemm(ta, tb)
-    with raises(ValueError, "b_amax", "on cpu, but a_data is on cuda"):
+    with raises(ValueError, "b_amax", "on cpu, but b_data is on cuda"):
         ops.gemm(ta, (a.data, a.scales, b.amax))
     with raises(ValueError, "b", "on cpu, but a is on cuda"):
         nvfp4.gemm(a, b)

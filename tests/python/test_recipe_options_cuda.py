@@ -127,7 +127,7 @@ def test_option_layers_cuda_match_cpu(recipe):
     dy = torch.randn(37, 96)
     outs = []
     for lay, dev in ((layer, "cpu"), (gl, DEV)):
-        xi = x.to(dev).requires_grad_(True)
+        xi = x.detach().to(dev).requires_grad_(True)  # a leaf on each device
         y = lay(xi)
         y.backward(dy.to(dev))
         outs.append((y.detach().cpu(), xi.grad.cpu(), lay.weight.grad.cpu()))
