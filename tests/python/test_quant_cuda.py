@@ -347,7 +347,14 @@ class _Tensor(ctypes.Structure):
 class _Config(ctypes.Structure):
     _fields_ = [("block", ctypes.c_int), ("rounding", ctypes.c_int), ("scale_layout", ctypes.c_int),
                 ("rht", ctypes.c_uint32), ("rht_sign_mask", ctypes.c_uint32), ("seed", ctypes.c_uint64),
-                ("offset", ctypes.c_uint64), ("offset_device", ctypes.c_void_p)]
+                ("offset", ctypes.c_uint64), ("offset_device", ctypes.c_void_p),
+                # 0.3: the recipe options (defaults: no scale selection, bound 448, one amax per tensor)
+                ("scale_select", ctypes.c_int), ("e4m3_bound", ctypes.c_uint32), ("amax_mode", ctypes.c_int),
+                ("amax_in", ctypes.c_void_p)]
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.e4m3_bound = 448
 
 
 class _Quantized(ctypes.Structure):
