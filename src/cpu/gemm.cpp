@@ -216,7 +216,10 @@ nvfp4_status_t cpu_gemm(const GemmJob& job) {
   Kernel kernel = nullptr;
   Shape s{};
   pick_kernel(&kernel, &s);
-  const int threads = worker_count();
+  // Starting threads costs tens of microseconds: a problem this small is done sooner on
+  // the calling thread alone (the sums are the same on any number of threads).
+  const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  const int threads = macs < 4.0 * 1024 * 1024 ? 1 : worker_count();
   const Panels a = decode_panels(job, job.a, job.sfa, M, s.mr, threads);
   const Panels b = decode_panels(job, job.b, job.sfb, N, s.nr, threads);
   // The same fp32 alpha every backend applies (MXFP4 has no per-tensor scale).
