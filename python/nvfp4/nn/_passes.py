@@ -77,6 +77,12 @@ def _cfg(cfg) -> None:
 
 def _packed(name: str, t, nbytes: int, device, device_of: str) -> None:
     """A packed buffer (uint8, 1D) of at least nbytes on `device`."""
+    try:  # the common case (a layer's own saved buffers) in one expression
+        if (t.dtype is _U8 and t.dim() == 1 and t.numel() >= nbytes and t.device == device
+                and t.is_contiguous()):
+            return
+    except AttributeError:
+        pass  # not a tensor: the checks below say so
     check.tensor(name, t, (torch.uint8,), None, device, device_of)
     if t.dim() != 1 or t.numel() < nbytes:
         raise ValueError(f"{name}: expected a packed uint8 buffer of at least {nbytes} bytes, got "

@@ -189,6 +189,11 @@ class Recipe:
             except TypeError:
                 raise ValueError(f"rht_signs: must be 16 values of +1/-1, got {self.rht_signs!r}") from None
         self.validate()
+        # Read on every forward of every layer: computed once (the recipe is frozen, and
+        # dataclasses.replace comes through here again).
+        object.__setattr__(self, "_fused", self.backward_override is None and self.dgrad_w is None and all(
+            getattr(self, f).format == "nvfp4" and not getattr(self, f).double_quant and not getattr(self, f).has_options
+            for f in OPERANDS))
 
     @property
     def quantized(self) -> bool:
@@ -200,9 +205,7 @@ class Recipe:
         """True if the fused NVFP4 ops run this recipe (every operand NVFP4, no double
         quantization); otherwise nvfp4.nn.Linear runs it through the per-operand path
         (nvfp4.nn.emulated: quantize, decode exactly, GEMM with FP32 accumulation)."""
-        return self.backward_override is None and self.dgrad_w is None and all(
-            getattr(self, f).format == "nvfp4" and not getattr(self, f).double_quant and not getattr(self, f).has_options
-            for f in OPERANDS)
+        return self._fused
 
     def validate(self) -> "Recipe":
         for f in ("fprop", "dgrad", "wgrad"):
