@@ -1,4 +1,4 @@
-// Device helpers of the MXFP4 kernels (mx_quantize.cu, mx_dequantize.cu): the per-block MX
+// Device helpers of the MXFP4 kernels (mx_quantize.cu; dequantize.cu decodes both formats): the per-block MX
 // step. Input element types and the 16-byte loads of a block are the NVFP4 kernels'
 // (common.cuh), over 32-element blocks. The format rules themselves come from src/core
 // (mx.h, e8m0.h); the round-to-nearest E2M1 encoding uses the exact eight-at-a-time form
