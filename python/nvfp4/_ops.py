@@ -419,15 +419,16 @@ def quantize(x: torch.Tensor, block: int = 0, rounding: int = 0, rht: int = 0, s
 
 def quantize_checked(x: torch.Tensor, block: int, rounding: int, rht: int, sign_mask: int, seed: int, offset: int,
                      rowwise: bool, columnwise: bool) -> tuple:
-    """nvfp4.quantize's road to the op: (row, col), each a (data, scales, amax) triple or None.
-    x is a contiguous 2D float tensor on cpu or cuda and the options are valid ints/bools
-    (the caller checked them, seed and offset as int64). Eager calls (`eager()`, x a plain
-    tensor that needs no grad) run the implementation directly and allocate only the
-    orientations asked for; the rest go through the op."""
+    """nvfp4.quantize's road to the op: (row, col, eager), row and col each a (data, scales,
+    amax) triple or None. x is a contiguous 2D float tensor on cpu or cuda and the options
+    are valid ints/bools (the caller checked them, seed and offset as int64). Eager calls
+    (`eager()`, x a plain tensor that needs no grad) run the implementation directly and
+    allocate only the orientations asked for (eager=True: the buffers are this call's own
+    fresh allocations); the rest go through the op."""
     if x.__class__ is torch.Tensor and not (x.requires_grad and grad_enabled()) and eager():
-        return _quantize_run(x, block, rounding, rht, sign_mask, seed, offset, None, rowwise, columnwise)
+        return (*_quantize_run(x, block, rounding, rht, sign_mask, seed, offset, None, rowwise, columnwise), True)
     q = torch.ops.nvfp4.quantize(x, block, rounding, rht, sign_mask, seed, offset, None, rowwise, columnwise)
-    return (tuple(q[:3]) if rowwise else None), (tuple(q[3:]) if columnwise else None)
+    return (tuple(q[:3]) if rowwise else None), (tuple(q[3:]) if columnwise else None), False
 
 
 # ------------------------------------------------------------------------------ gemm

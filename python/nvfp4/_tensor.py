@@ -225,7 +225,8 @@ class NVFP4Tensor(_TwoOrientations):
             check.amax_not_negative(f"{name}.amax", d.amax)
 
     # -- the rowwise buffers as an eager GEMM reads them, checked once and then proven
-    # The first eager GEMM of this tensor checks its rowwise buffers against the shape the
+    # nvfp4.quantize records the buffers it has just allocated and filled (eager road); for
+    # any other tensor the first eager GEMM checks its rowwise buffers against the shape the
     # tensor was built with (every field, as the op layer does) and records what it saw:
     # their addresses and version counters, and their storages, held so that no other
     # allocation can take those addresses while the record lives. A later GEMM proves the
@@ -265,9 +266,16 @@ class NVFP4Tensor(_TwoOrientations):
             return None
         if not (data.is_cuda or data.is_cpu):
             return None
+        return self._record(rows, cols // 2, data.device)
+
+    def _record(self, rows: int, kh: int, device: torch.device) -> tuple:
+        """Record the rowwise buffers as [rows, kh] codes on `device`: after the check above,
+        or where nvfp4.quantize has just allocated and filled them on the eager road."""
+        d = self.rowwise
+        data, scales, amax = d.data, d.scales, d.amax
         held = (data.untyped_storage(), scales.untyped_storage(), amax.untyped_storage())
         seen = (data.data_ptr(), scales.data_ptr(), amax.data_ptr(), data._version, scales._version, amax._version,
-                rows, cols // 2, data.device, held)
+                rows, kh, device, held)
         object.__setattr__(self, "_seen", seen)
         return seen
 

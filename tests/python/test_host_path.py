@@ -173,18 +173,26 @@ def test_compiled_gemm_of_built_tensors_equals_eager():
 
 
 # ------------------------------------------------------------------------------ the proven record
-def _fresh():
+def _fresh(record=None):
+    """Two operands: recorded by nvfp4.quantize (record="quantize"), by a first GEMM
+    ("gemm") or not at all (None; copies carry fields only)."""
     torch.manual_seed(4)
     a = nvfp4.quantize(torch.randn(8, 32), columnwise=True)
     b = nvfp4.quantize(torch.randn(16, 32))
+    assert a._seen is not None and b._seen is not None  # quantize's own buffers, on the eager road
+    if record == "quantize":
+        return a, b
+    a, b = copy.copy(a), copy.copy(b)
+    assert a._seen is None and b._seen is None
+    if record == "gemm":
+        nvfp4.gemm(a, b)
+        assert a._seen is not None and b._seen is not None
     return a, b
 
 
 def _recorded():
-    a, b = _fresh()
-    y = nvfp4.gemm(a, b, out_dtype=torch.float32)  # records both operands
-    assert a._seen is not None and b._seen is not None
-    return a, b, y
+    a, b = _fresh("gemm")
+    return a, b, nvfp4.gemm(a, b, out_dtype=torch.float32)
 
 
 def _outcome(fn):
@@ -204,12 +212,13 @@ TAMPER_IN_PLACE = {  # each advances the tampered tensor's version counter
 }
 
 
+@pytest.mark.parametrize("recorded_by", ["quantize", "gemm"])
 @pytest.mark.parametrize("case", TAMPER_IN_PLACE)
-def test_in_place_change_after_a_gemm_is_checked_again(case):
-    """A buffer changed in place after the first GEMM gets exactly the answer it would have
-    got before any GEMM recorded it: the record never answers for a changed buffer."""
-    a, b, _ = _recorded()
-    a0, b0 = _fresh()  # never multiplied: no record
+def test_in_place_change_after_a_record_is_checked_again(case, recorded_by):
+    """A buffer changed in place after its record was made gets exactly the answer it would
+    have got without a record: the record never answers for a changed buffer."""
+    a, b = _fresh(recorded_by)
+    a0, b0 = _fresh()
     TAMPER_IN_PLACE[case](a)
     TAMPER_IN_PLACE[case](a0)
     got, want = (_outcome(lambda q=q: nvfp4.gemm(q, bq, out_dtype=torch.float32)) for q, bq in ((a, b), (a0, b0)))
@@ -260,20 +269,32 @@ def test_record_holds_the_memory_it_describes():
     assert held[0].data_ptr() == a._seen[0]  # the old codes' memory is still allocated
 
 
+def test_records_only_on_the_eager_road():
+    x = torch.randn(8, 32)
+    with Watch():
+        q = nvfp4.quantize(x)
+    assert q._seen is None  # what a mode returns is not this call's own allocation
+    assert nvfp4.quantize(x)._seen is not None
+    assert nvfp4.quantize(x, rowwise=False, columnwise=True)._seen is None  # nothing rowwise to record
+    assert nvfp4.quantize(x, scale_layout="linear")._seen is None
+
+
 def test_transposed_view_is_kept_without_a_cycle():
     gc.collect()
     gc.disable()
     try:
-        a, b = _fresh()
+        a, b = _fresh("gemm")
         t = a.T
         assert a.T is t and t.T is a and t.transposed and not a.transposed
-        ra = weakref.ref(a)
+        nvfp4.gemm(t, t)  # records t too
+        ra, rd, rs = weakref.ref(a), weakref.ref(a.rowwise.data), weakref.ref(a._seen[-1][0])
         del a
         assert ra() is None, "a and a.T form a reference cycle"
         assert t.T is not None and t.T.T is t  # rebuilt on demand
         rt = weakref.ref(t)
         del t
         assert rt() is None
+        assert rd() is None and rs() is None, "a record keeps its buffers alive"
     finally:
         gc.enable()
 
