@@ -270,12 +270,16 @@ class NVFP4Tensor(_TwoOrientations):
 
     def _record(self, rows: int, kh: int, device: torch.device) -> tuple:
         """Record the rowwise buffers as [rows, kh] codes on `device`: after the check above,
-        or where nvfp4.quantize has just allocated and filled them on the eager road."""
+        or where nvfp4.quantize has just allocated and filled them on the eager road.
+        Returns the record; inference tensors (torch.inference_mode) keep no version counter,
+        so theirs serves this call only and is not kept."""
         d = self.rowwise
         data, scales, amax = d.data, d.scales, d.amax
+        ptrs = (data.data_ptr(), scales.data_ptr(), amax.data_ptr())
+        if data.is_inference() or scales.is_inference() or amax.is_inference():
+            return (*ptrs, None, None, None, rows, kh, device, None)
         held = (data.untyped_storage(), scales.untyped_storage(), amax.untyped_storage())
-        seen = (data.data_ptr(), scales.data_ptr(), amax.data_ptr(), data._version, scales._version, amax._version,
-                rows, kh, device, held)
+        seen = (*ptrs, data._version, scales._version, amax._version, rows, kh, device, held)
         object.__setattr__(self, "_seen", seen)
         return seen
 

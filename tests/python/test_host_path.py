@@ -279,6 +279,23 @@ def test_records_only_on_the_eager_road():
     assert nvfp4.quantize(x, scale_layout="linear")._seen is None
 
 
+def test_inference_tensors_are_checked_on_every_call():
+    """Inference tensors keep no version counter: no record, a full check on each GEMM."""
+    torch.manual_seed(6)
+    x, w = torch.randn(8, 32), torch.randn(16, 32)
+    qw = nvfp4.quantize(w)
+    want = nvfp4.gemm(nvfp4.quantize(x), qw)
+    with torch.inference_mode():
+        q = nvfp4.quantize(x)
+        assert q._seen is None and q.data.is_inference()
+        assert torch.equal(nvfp4.gemm(q, qw), want) and torch.equal(nvfp4.gemm(q, qw), want)
+        assert q._seen is None
+        q.rowwise.data.resize_(4, 16)  # in place, counted nowhere: the next check sees it
+        with pytest.raises(ValueError, match=r"^a.rowwise.data: expected uint8 \[8, 16\], got uint8 \[4, 16\]"):
+            nvfp4.gemm(q, qw)
+    assert torch.equal(nvfp4.gemm(nvfp4.quantize(x), qw), want)
+
+
 def test_transposed_view_is_kept_without_a_cycle():
     gc.collect()
     gc.disable()
