@@ -107,6 +107,9 @@ job_ncu() {  # Nsight Compute on the quantization and decode kernels (bench/ncu_
     "$OUT/ncu.txt" | head -150
 }
 job_host() {  # with a baseline build (base), the same benchmark on it right after, same machine
+  step host path tests
+  PYTHONPATH=$NEW timeout 300 python3 -m pytest tests/python/test_host_path.py -q -p no:cacheprovider -rfE 2>&1 \
+    | tee "$OUT/host_tests.log" | tail -8
   step bench host overhead
   PYTHONPATH=$NEW python3 bench/bench_host.py --json "$OUT/bench_host.json" 2>&1 | tee "$OUT/bench_host.log" | tail -30
   if [[ -d /tmp/base/nvfp4 ]]; then

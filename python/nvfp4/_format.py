@@ -50,6 +50,8 @@ def _num(v, none: str) -> str:
 
 def check_choice(name: str, value, choices) -> str:
     """One of the string options in `choices`."""
+    if value.__class__ is str and value in choices:
+        return value  # the common case, before any message is built (this runs on every call)
     options = ", ".join(repr(c) for c in choices)
     if not isinstance(value, str):
         raise TypeError(f"{name}: must be a str, one of {options}; got {_what(value)}")
@@ -60,6 +62,8 @@ def check_choice(name: str, value, choices) -> str:
 
 def check_dtype(name: str, value, allowed) -> torch.dtype:
     """A torch.dtype among `allowed` (an unsupported dtype is a TypeError too)."""
+    if value.__class__ is torch.dtype and value in allowed:
+        return value
     names = ", ".join(str(d).replace("torch.", "") for d in allowed)
     if not isinstance(value, torch.dtype):
         raise TypeError(f"{name}: must be a torch.dtype ({names}), got {_what(value)}")

@@ -6,10 +6,10 @@ from typing import Optional
 import torch
 
 from . import _ops
-from ._format import SCALE_LAYOUTS, check_gemm_extras
+from ._format import GEMM_OUT_DTYPES, SCALE_LAYOUTS, check_gemm_extras
 from ._mx import MXFP4Tensor, gemm_mxfp4
 from ._tensor import NVFP4Tensor, check_gemm_operands
-from .backends import BACKENDS
+from .backends import BACKENDS, check_backend
 
 __all__ = ["gemm"]
 
@@ -31,6 +31,12 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
     read as C when beta != 0. The operands must carry the same Hadamard transform along K
     (both without, or both with the same signs), or the product would be meaningless.
     """
+    if (out is None and a.__class__ is NVFP4Tensor and b.__class__ is NVFP4Tensor and beta.__class__ is float
+            and beta == 0.0 and out_dtype.__class__ is torch.dtype and out_dtype in GEMM_OUT_DTYPES
+            and backend.__class__ is str and _ops.eager()):
+        d = _eager(a, b, backend, out_dtype, bias)
+        if d is not None:
+            return d
     if isinstance(a, MXFP4Tensor) and isinstance(b, MXFP4Tensor):
         return gemm_mxfp4(a, b, backend=backend, out_dtype=out_dtype, bias=bias, out=out, beta=beta)
     out_dtype, beta, m, n, _, lead = check_gemm_operands(a, b, NVFP4Tensor, backend, out_dtype, beta,
@@ -61,3 +67,42 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
     _ops.gemm_into((a.data, a.scales.view(torch.uint8), a.amax), (b.data, b.scales.view(torch.uint8), b.amax),
                    SCALE_LAYOUTS[a.scale_layout], d2, c=c2, bias=bias, beta=beta, backend=BACKENDS[backend])
     return d
+
+
+_BACKEND_OK: set = set()  # (backend, device) pairs check_backend accepted: support, once there, stays
+
+
+def _eager(a: NVFP4Tensor, b: NVFP4Tensor, backend: str, out_dtype: torch.dtype, bias) -> Optional[torch.Tensor]:
+    """The common call from eager code, or None for gemm's general road (which then raises
+    whatever is wrong, in its order). Every check of that road holds here: the operands'
+    rowwise buffers are the ones checked against their shapes (NVFP4Tensor._gemm_operand,
+    proven by address and version counter), the options are valid, the operands agree on
+    device, K and transform, and no tensor needs autograd (the op would attach its fallback)."""
+    sa, sb = a._gemm_operand(), b._gemm_operand()
+    if sa is None or sb is None:
+        return None
+    device = sa[8]
+    if sb[8] != device or sa[7] != sb[7]:
+        return None
+    ra, rb = a.rowwise, b.rowwise
+    if ra.rht != rb.rht or (ra.rht and a.rht_sign_mask != b.rht_sign_mask):
+        return None
+    if backend != "auto" and (backend, device) not in _BACKEND_OK:
+        if backend not in BACKENDS:
+            return None
+        try:
+            check_backend(backend, device)
+        except (ValueError, RuntimeError):
+            return None
+        _BACKEND_OK.add((backend, device))
+    m, n = sa[6], sb[6]
+    if bias is not None:
+        if bias.__class__ is not torch.Tensor:
+            return None
+        bias = check_gemm_extras(device, m, n, None, bias, 0.0, ())
+    if _ops.grad_enabled() and (ra.amax.requires_grad or rb.amax.requires_grad or ra.scales.requires_grad
+                                or rb.scales.requires_grad or (bias is not None and bias.requires_grad)):
+        return None
+    d = _ops.gemm_addresses(sa[:3], sb[:3], m, n, sa[7] * 2, device, BACKENDS[backend], out_dtype, bias)
+    shape = a.shape
+    return d if a.transposed or len(shape) == 2 else d.view(shape[:-1] + (n,))

@@ -23,6 +23,13 @@ shape against the logical shape and scale layout, contiguity, one device. On the
 device (and for torch.compile's fake tensors) the ops return outputs of the right shape
 and dtype and run nothing.
 
+The public nvfp4.quantize and nvfp4.gemm call an op's implementation themselves, without
+the dispatcher, when nothing but that implementation would see the call (`eager()`: not
+compiling or tracing, no torch-function or dispatch mode, no functorch transform, no
+profiler; plain tensors that need no autograd): the dispatcher's round trip for an op
+implemented in Python costs more than the rest of the call. Every other call goes through
+the op, so compiled graphs, fake tensors, modes and profiles see what they saw before.
+
 A quantized orientation [rows, cols] that the Linear keeps is one uint8 buffer, "packed":
 data (rows*cols/2 bytes), then the swizzled scales, then the float32 amax, each section
 starting on a 256-byte boundary (`packed_layout`). One allocation instead of three.
@@ -40,7 +47,8 @@ from ._format import stream_of, swizzled_shape
 __all__ = ["DTYPE_CODE", "TOKEN_ALIGN", "packed_layout", "packed_nbytes", "unpack", "addresses", "dequantize",
            "swizzle", "quantize", "gemm", "mx_gemm", "gemm_workspace_bytes", "gemm_env_key", "clear_workspace_cache",
            "quantize_raw", "gemm_raw", "fp8_cast_raw", "fp8_delayed_update_raw", "quantize_into", "dequantize_into",
-           "swizzle_into", "gemm_into", "mx_quantize_into", "mx_dequantize_into", "mx_gemm_into"]
+           "swizzle_into", "gemm_into", "mx_quantize_into", "mx_dequantize_into", "mx_gemm_into", "eager",
+           "quantize_checked", "gemm_addresses", "DEFAULT_RHT_SIGN_MASK"]
 
 # Rows of the token axis are padded to this before a columnwise quantization: the token axis
 # is the K of the wgrad GEMM, and native FP4 GEMMs need K % 32 == 0 (so does an MXFP4 block).
@@ -60,6 +68,9 @@ _ALIGN = 256
 version = _C.version
 build_cuda_archs = _C.build_cuda_archs
 default_rht_sign_mask = _C.default_rht_sign_mask
+#: The library's default RHT signs as a mask: a constant of the build, read once (a plain int
+#: is also what torch.compile can trace; a call into the extension is not).
+DEFAULT_RHT_SIGN_MASK = _C.default_rht_sign_mask()
 cuda_device_count = _C.cuda_device_count
 cuda_device_cc = _C.cuda_device_cc
 backend_supported = _C.backend_supported
@@ -131,15 +142,37 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent fro
 
 def _device(t: torch.Tensor) -> Tuple[int, int, int]:
     """(device type code, index, stream) of a tensor, as the raw entry points take them."""
-    d = t.device
-    if d.type == "cuda":
+    # is_cuda / get_device / is_cpu: plain reads (t.device.type builds two objects, ~0.2 us)
+    if t.is_cuda:
+        i = t.get_device()
         # the raw handle of the current stream, without building a torch.cuda.Stream (~4 us)
         if _raw_stream is not None:
-            return 1, d.index, _raw_stream(d.index)
-        return 1, d.index, torch.cuda.current_stream(d).cuda_stream
-    if d.type == "cpu":
+            return 1, i, _raw_stream(i)
+        return 1, i, torch.cuda.current_stream(t.device).cuda_stream
+    if t.is_cpu:
         return 0, 0, 0
-    raise ValueError(f"nvfp4 ops run on cpu or cuda tensors, got a tensor on {d}")
+    raise ValueError(f"nvfp4 ops run on cpu or cuda tensors, got a tensor on {t.device}")
+
+
+# What could see or redirect an op call besides its implementation (each ~0.03 us).
+_compiling = torch.compiler.is_compiling
+_tf_mode = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_profiling = torch.autograd._profiler_enabled
+_jit_tracing = torch._C._get_tracing_state
+_functorch = torch._C._functorch.peek_interpreter_stack
+grad_enabled = torch.is_grad_enabled
+
+
+def eager() -> bool:
+    """Whether an op called now would reach its implementation and nothing else: not under
+    torch.compile/export (dynamo reads this False and traces the op), not jit-tracing, no
+    torch-function or dispatch mode (fake tensors, make_fx, user modes), no functorch
+    transform (vmap, grad), no profiler recording ops. The caller also makes sure that its
+    tensors are plain torch.Tensor on cpu/cuda and that none needs autograd (the op would
+    attach autograd's fallback to its outputs)."""
+    return not (_compiling() or _tf_mode() or _dispatch_modes() or _profiling() or _functorch() is not None
+                or _jit_tracing() is not None)
 
 
 def _need_2d(name: str, t: torch.Tensor) -> None:
@@ -205,7 +238,7 @@ def _run_gemm(a: Tuple[int, int, int], b: Tuple[int, int, int], m, n, k, d: torc
         ws_bytes = gemm_workspace_bytes(m, n, k, backend, d.dtype, None if bias is None else bias.dtype, False,
                                         d.device, dev)
         if ws_bytes:
-            ws = torch.empty((ws_bytes,), dtype=torch.uint8, device=d.device)
+            ws = torch.empty(ws_bytes, dtype=torch.uint8, device=d.device)
             ws_base = ws.data_ptr()
         else:
             ws_base = 0
@@ -307,9 +340,10 @@ lib.define("quantize(Tensor x, int block, int rounding, int rht, int sign_mask, 
 
 
 def _alloc_orientation(rows, cols, device):
-    return (torch.empty((rows, cols // 2), dtype=torch.uint8, device=device),
-            torch.empty(swizzled_shape(rows, cols // 16), dtype=torch.float8_e4m3fn, device=device),
-            torch.empty((1,), dtype=torch.float32, device=device))
+    # sizes as separate arguments: torch.empty parses them ~0.3 us faster than a tuple
+    return (torch.empty(rows, cols // 2, dtype=torch.uint8, device=device),
+            torch.empty(*swizzled_shape(rows, cols // 16), dtype=torch.float8_e4m3fn, device=device),
+            torch.empty(1, dtype=torch.float32, device=device))
 
 
 def _empty3(device):
@@ -330,22 +364,29 @@ def check_counter(name: str, t, device, device_of: str) -> None:
             raise ValueError(f"{name}: expected one int64 element, got {check.describe(t)}")
 
 
+def _quantize_run(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
+    """(row, col) of a checked, contiguous 2D x: the orientations asked for, None for the others."""
+    seed, offset = seed & _U64, offset & _U64  # the schema's int is int64: the same bits as the uint64
+    rows, cols = x.shape
+    dev = x.device
+    row = _alloc_orientation(rows, cols, dev) if rowwise else None
+    col = _alloc_orientation(cols, _up(rows, 16), dev) if columnwise else None
+    dt, di, st = _device(x)
+    quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], rows, cols,
+                 *((row[0].data_ptr(), row[1].data_ptr(), row[2].data_ptr()) if rowwise else (0, 0, 0)),
+                 *((col[0].data_ptr(), col[1].data_ptr(), col[2].data_ptr()) if columnwise else (0, 0, 0)),
+                 block, rounding, _LAYOUT_SWIZZLED, rht, sign_mask, seed, offset,
+                 0 if offset_device is None else offset_device.data_ptr(), dt, di, st)
+    return row, col
+
+
 def _quantize_impl(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
     _need_2d("x", x)
     check.tensor("x", x, check.FLOATS, contiguous=False)
     check_counter("offset_device", offset_device, x.device, "x")
-    x = x.contiguous()
-    seed, offset = seed & _U64, offset & _U64  # the schema's int is int64: the same bits as the uint64
-    rows, cols = x.shape
-    row = _alloc_orientation(rows, cols, x.device) if rowwise else _empty3(x.device)
-    col = _alloc_orientation(cols, _up(rows, 16), x.device) if columnwise else _empty3(x.device)
-    dt, di, st = _device(x)
-    quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], rows, cols,
-                 *((t.data_ptr() for t in row) if rowwise else (0, 0, 0)),
-                 *((t.data_ptr() for t in col) if columnwise else (0, 0, 0)),
-                 block, rounding, _LAYOUT_SWIZZLED, rht, sign_mask, seed, offset,
-                 0 if offset_device is None else offset_device.data_ptr(), dt, di, st)
-    return [*row, *col]
+    row, col = _quantize_run(x.contiguous(), block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise,
+                             columnwise)
+    return [*(row or _empty3(x.device)), *(col or _empty3(x.device))]
 
 
 def _quantize_fake(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise, columnwise):
@@ -374,6 +415,20 @@ def quantize(x: torch.Tensor, block: int = 0, rounding: int = 0, rht: int = 0, s
     rounding 0=nearest 1=stochastic, rht bit mask 1=rowwise 2=columnwise)."""
     return torch.ops.nvfp4.quantize(x, block, rounding, rht, sign_mask, seed, offset, offset_device, rowwise,
                                     columnwise)
+
+
+def quantize_checked(x: torch.Tensor, block: int, rounding: int, rht: int, sign_mask: int, seed: int, offset: int,
+                     rowwise: bool, columnwise: bool) -> tuple:
+    """nvfp4.quantize's road to the op: (row, col, eager), row and col each a (data, scales,
+    amax) triple or None. x is a contiguous 2D float tensor on cpu or cuda and the options
+    are valid ints/bools (the caller checked them, seed and offset as int64). Eager calls
+    (`eager()`, x a plain tensor that needs no grad) run the implementation directly and
+    allocate only the orientations asked for (eager=True: the buffers are this call's own
+    fresh allocations); the rest go through the op."""
+    if x.__class__ is torch.Tensor and not (x.requires_grad and grad_enabled()) and eager():
+        return (*_quantize_run(x, block, rounding, rht, sign_mask, seed, offset, None, rowwise, columnwise), True)
+    q = torch.ops.nvfp4.quantize(x, block, rounding, rht, sign_mask, seed, offset, None, rowwise, columnwise)
+    return (tuple(q[:3]) if rowwise else None), (tuple(q[3:]) if columnwise else None), False
 
 
 # ------------------------------------------------------------------------------ gemm
@@ -427,6 +482,18 @@ def _gemm_impl(a_data, a_scales, a_amax, b_data, b_scales, b_amax, backend, out_
         return d
     _run_gemm((a_data.data_ptr(), a_scales.data_ptr(), a_amax.data_ptr()),
               (b_data.data_ptr(), b_scales.data_ptr(), b_amax.data_ptr()), m, n, k, d, bias, backend, _device(d))
+    return d
+
+
+def gemm_addresses(a: Tuple[int, int, int], b: Tuple[int, int, int], m: int, n: int, k: int, device: torch.device,
+                   backend: int, out_dtype: torch.dtype, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """The gemm op's implementation after its checks: alpha * (Â @ B̂ᵀ) (+ bias), [m, n], of two
+    swizzled operands given as (data, scales, amax) addresses on `device`. For callers that
+    proved those addresses (nvfp4.gemm on NVFP4Tensors whose buffers it checked, in eager
+    code: nvfp4._tensor); bias is None or a checked contiguous [n] tensor on `device`."""
+    d = torch.empty(m, n, dtype=out_dtype, device=device)
+    if m and n:
+        _run_gemm(a, b, m, n, k, d, bias, backend, _device(d))
     return d
 
 

@@ -16,6 +16,7 @@ from ._tensor import NVFP4Tensor, _Direction
 __all__ = ["quantize", "swizzle_scales", "unswizzle_scales", "as_torch"]
 
 _IN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_E4M3 = torch.float8_e4m3fn
 _RHT_NAMES = {"none": 0, "rowwise": RHT_ROWWISE, "columnwise": RHT_COLUMNWISE, "both": RHT_ROWWISE | RHT_COLUMNWISE}
 
 
@@ -69,17 +70,18 @@ def checked_input(x, block: int, what: str = ""):
     x = as_torch(x, "x")
     if x.dtype not in _IN_DTYPES:
         raise TypeError(f"x: dtype must be float32, float16 or bfloat16, got {x.dtype}")
-    if x.device.type not in ("cpu", "cuda"):
+    if not (x.is_cuda or x.is_cpu):
         raise ValueError(f"x: device must be cpu or cuda, got {x.device}")
-    if x.dim() < 1:
+    shape = x.shape
+    if not shape:
         raise ValueError("x: must have at least one dimension")
-    if x.shape[-1] % block != 0:
-        raise ValueError(f"x: last dimension must be a multiple of {block}{what}, got {x.shape[-1]}")
+    if shape[-1] % block != 0:
+        raise ValueError(f"x: last dimension must be a multiple of {block}{what}, got {shape[-1]}")
     if not x.is_contiguous():
         raise ValueError("x: must be contiguous (call .contiguous() first)")
-    if x.numel() and x.data_ptr() % x.element_size():
+    if x.data_ptr() % x.element_size() and x.numel():
         x = x.clone()  # a misaligned view (possible through as_strided on a byte buffer)
-    return x, math.prod(x.shape[:-1]), x.shape[-1]
+    return x, math.prod(shape[:-1]), shape[-1]
 
 
 def _rht_mask(rht) -> int:
@@ -140,7 +142,7 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
     columnwise = check_bool("columnwise", columnwise)
     if not (rowwise or columnwise):
         raise ValueError("rowwise/columnwise: at least one must be True")
-    sign_mask = _ops.default_rht_sign_mask() if rht_signs is None else signs_to_mask(rht_signs, "rht_signs")
+    sign_mask = _ops.DEFAULT_RHT_SIGN_MASK if rht_signs is None else signs_to_mask(rht_signs, "rht_signs")
     if seed is not None:
         seed = check_int("seed", seed, 0, 2**64)
     offset = check_int("offset", offset, 0, 2**64)
@@ -148,15 +150,15 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
     x, rows, cols = checked_input(x, 16)
     if seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item()) if rounding == "sr" else 0
-    x2 = x.reshape(rows, cols)
+    x2 = x if len(x.shape) == 2 else x.reshape(rows, cols)
     row = col = None
+    eager = False
     if scale_layout == "swizzled":
         # The layout the GEMMs read goes through the torch op (nvfp4._ops), so that
-        # torch.compile can trace a call of this function and eager calls pay one dispatch.
-        q = _ops.quantize(x2, BLOCKS[block], ROUNDINGS[rounding], rht_mask, sign_mask, _signed64(seed),
-                          _signed64(offset), None, rowwise, columnwise)
-        row = tuple(q[:3]) if rowwise else None
-        col = tuple(q[3:]) if columnwise else None
+        # torch.compile can trace a call of this function; eager calls run its
+        # implementation without the dispatcher's round trip (nvfp4._ops.eager).
+        row, col, eager = _ops.quantize_checked(x2, BLOCKS[block], ROUNDINGS[rounding], rht_mask, sign_mask,
+                                                _signed64(seed), _signed64(offset), rowwise, columnwise)
     else:
         if rowwise:
             row = _alloc_direction(rows, cols, scale_layout, x.device)
@@ -168,10 +170,14 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
     def direction(t, bit):
         if t is None:
             return None
-        return _Direction(t[0], t[1].view(torch.float8_e4m3fn), t[2], bool(rht_mask & bit))
+        scales = t[1] if t[1].dtype is _E4M3 else t[1].view(_E4M3)  # the op's are E4M3 already
+        return _Direction(t[0], scales, t[2], bool(rht_mask & bit))
 
-    return NVFP4Tensor(tuple(x.shape), x.dtype, block, rounding, scale_layout,
-                       direction(row, RHT_ROWWISE), direction(col, RHT_COLUMNWISE), sign_mask, _checked=True)
+    q = NVFP4Tensor(tuple(x.shape), x.dtype, block, rounding, scale_layout,
+                    direction(row, RHT_ROWWISE), direction(col, RHT_COLUMNWISE), sign_mask, _checked=True)
+    if eager and rowwise:
+        q._record(rows, cols // 2, x.device)  # this call's own buffers: a GEMM needs no first check
+    return q
 
 
 def _bytes(t, name: str) -> torch.Tensor:

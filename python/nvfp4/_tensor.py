@@ -1,7 +1,8 @@
 """NVFP4Tensor: packed E2M1 codes, E4M3 block scales and the per-tensor amax."""
 from __future__ import annotations
 
-from dataclasses import InitVar, dataclass, replace
+import weakref
+from dataclasses import InitVar, dataclass, fields, replace
 from typing import Optional
 
 import torch
@@ -15,6 +16,8 @@ from .backends import BACKENDS, check_backend
 __all__ = ["NVFP4Tensor", "dequantize"]
 
 _OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_compiling = torch.compiler.is_compiling
+_Tensor = torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,11 @@ def check_gemm_operands(a, b, cls, backend, out_dtype, beta, also: str = "") -> 
     if a.device != b.device:
         raise ValueError(f"b: on {b.device}, but a is on {a.device}")
     check_backend(backend, a.device)
+    for name, t in (("a", a), ("b", b)):
+        # the codes against the shape the tensor was built with: a buffer changed in place
+        # since (resize_, t_, ...) would otherwise pass for another matrix
+        rows, cols = t._orientations(*t._view_2d(), getattr(t, "block_size", 16))[0][2:]
+        check.tensor(f"{name}.rowwise.data", t.data, (torch.uint8,), (rows, cols // 2), contiguous=False)
     ka, kb = a.data.shape[1] * 2, b.data.shape[1] * 2
     if ka != kb:
         raise ValueError(f"b: K mismatch: a has K={ka}, b has K={kb}")
@@ -108,9 +116,29 @@ class _TwoOrientations:
 
     @property
     def T(self):
-        # the same (already checked) orientations, swapped: nothing to check again
+        # The same (already checked) orientations, swapped: nothing to check again. Built
+        # once per tensor in eager code and kept (both are immutable, so the pair cannot
+        # disagree): `x.T` in a loop costs an attribute read, and the transposed view keeps
+        # what its GEMMs proved about its buffers (NVFP4Tensor._gemm_operand). The view
+        # refers back weakly, so the pair is no reference cycle.
+        if _compiling():
+            return self._transposed()
+        t = self.__dict__.get("_t")
+        if t.__class__ is weakref.ref:
+            t = t()
+        if t is None:
+            t = self._transposed()
+            object.__setattr__(self, "_t", t)
+            object.__setattr__(t, "_t", weakref.ref(self))
+        return t
+
+    def _transposed(self):
         return replace(self, rowwise=self.columnwise, columnwise=self.rowwise, transposed=not self.transposed,
                        _checked=True)
+
+    def __getstate__(self) -> dict:
+        # the fields only: the transposed view and what GEMMs proved belong to this object
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     # -- the checks a quantized tensor passes when it is built (constructor, dataclasses.replace)
     def _check_common(self, block: int, direction_type) -> tuple:
@@ -195,6 +223,65 @@ class NVFP4Tensor(_TwoOrientations):
             check.nvfp4_orientation(name, d.data, d.scales, d.amax, rows, cols, layout, amax_rows=True)
             check_bool(f"{name}.rht", d.rht)
             check.amax_not_negative(f"{name}.amax", d.amax)
+
+    # -- the rowwise buffers as an eager GEMM reads them, checked once and then proven
+    # nvfp4.quantize records the buffers it has just allocated and filled (eager road); for
+    # any other tensor the first eager GEMM checks its rowwise buffers against the shape the
+    # tensor was built with (every field, as the op layer does) and records what it saw:
+    # their addresses and version counters, and their storages, held so that no other
+    # allocation can take those addresses while the record lives. A later GEMM proves the
+    # buffers unchanged by reading the addresses it needs anyway and the version counters
+    # (which every in-place change of a tensor's data or metadata advances: resize_,
+    # set_, as_strided_, t_, copy_, ...), and uses the recorded sizes; on any difference it
+    # checks again. So the record cannot go stale: it holds while the memory it describes
+    # is the memory the tensor refers to. (Like the op layer's checks, it cannot see the
+    # storage itself being resized: `x.untyped_storage().resize_()` is outside torch's
+    # own guarantees.)
+    _seen = None  # (data, scales, amax addresses, their versions, rows, K/2, device, storages)
+
+    def _gemm_operand(self) -> Optional[tuple]:
+        """The record above, proven for this call, or None when the rowwise buffers are not
+        plain, checked, swizzled cpu/cuda tensors (the caller then takes the op's road, whose
+        checks name what is wrong)."""
+        seen = self._seen
+        if seen is not None:
+            d = self.rowwise
+            data, scales, amax = d.data, d.scales, d.amax
+            if (data.data_ptr() == seen[0] and scales.data_ptr() == seen[1] and amax.data_ptr() == seen[2]
+                    and data._version == seen[3] and scales._version == seen[4] and amax._version == seen[5]):
+                return seen
+        return self._check_gemm_operand()
+
+    def _check_gemm_operand(self) -> Optional[tuple]:
+        d = self.rowwise
+        if d is None or self.scale_layout != "swizzled":
+            return None
+        data, scales, amax = d.data, d.scales, d.amax
+        if data.__class__ is not _Tensor or scales.__class__ is not _Tensor or amax.__class__ is not _Tensor:
+            return None
+        rows, cols = self._orientations(*self._view_2d(), 16)[0][2:]  # the rowwise slot's [rows, cols]
+        try:
+            check.nvfp4_orientation("rowwise", data, scales, amax, rows, cols, 1)
+        except (TypeError, ValueError):
+            return None
+        if not (data.is_cuda or data.is_cpu):
+            return None
+        return self._record(rows, cols // 2, data.device)
+
+    def _record(self, rows: int, kh: int, device: torch.device) -> tuple:
+        """Record the rowwise buffers as [rows, kh] codes on `device`: after the check above,
+        or where nvfp4.quantize has just allocated and filled them on the eager road.
+        Returns the record; inference tensors (torch.inference_mode) keep no version counter,
+        so theirs serves this call only and is not kept."""
+        d = self.rowwise
+        data, scales, amax = d.data, d.scales, d.amax
+        ptrs = (data.data_ptr(), scales.data_ptr(), amax.data_ptr())
+        if data.is_inference() or scales.is_inference() or amax.is_inference():
+            return (*ptrs, None, None, None, rows, kh, device, None)
+        held = (data.untyped_storage(), scales.untyped_storage(), amax.untyped_storage())
+        seen = (*ptrs, data._version, scales._version, amax._version, rows, kh, device, held)
+        object.__setattr__(self, "_seen", seen)
+        return seen
 
     @property
     def amax(self):

@@ -1,0 +1,373 @@
+"""The eager road of nvfp4.quantize and nvfp4.gemm: in plain eager code they run the op's
+implementation without the dispatcher, and a GEMM proves its operands' buffers unchanged
+instead of checking them again. Both must be invisible: the same bits as the op's road,
+the op's road whenever anything could watch it (modes, the profiler, autograd, tracing),
+and no record that outlives a change of the buffers it describes."""
+import copy
+import dataclasses
+import gc
+import io
+import weakref
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import nvfp4
+from nvfp4 import _ops
+
+from conftest import assert_bytes_equal, assert_equal
+
+R = dataclasses.replace
+HAVE_CUDA = torch.cuda.is_available() and nvfp4.is_supported("auto", "cuda")
+DEVICES = ["cpu"] + (["cuda"] if HAVE_CUDA else [])
+
+
+class Watch(TorchDispatchMode):
+    """Passes every op through and notes the nvfp4 ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._schema.name.startswith("nvfp4::"):
+            self.ops.append(func._schema.name)
+        return func(*args, **(kwargs or {}))
+
+
+class WatchFunctions(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def op_calls(monkeypatch):
+    """How often the op's implementations ran (the dispatcher's road; the eager road runs
+    the same code below them without these)."""
+    calls = {"quantize": 0, "gemm": 0}
+    for op, name in (("quantize", "_quantize_impl"), ("gemm", "_gemm_impl")):
+        def spy(*a, _real=getattr(_ops, name), _op=op):
+            calls[_op] += 1
+            return _real(*a)
+        monkeypatch.setattr(_ops, name, spy)
+    return calls
+
+
+CASES = [  # (x shape, w shape, quantize options of x, of w, gemm options)
+    ((1, 16), (1, 16), {}, {}, {}),
+    ((7, 48), (13, 48), {"rounding": "sr", "seed": 5, "offset": 3}, {"block": "2d"}, {"out_dtype": torch.float32}),
+    ((2, 5, 64), (24, 64), {"columnwise": True}, {"block": "2d", "columnwise": True}, {"bias": True}),
+    ((33, 32), (40, 32), {"rht": "rowwise"}, {"rht": "rowwise"}, {"out_dtype": torch.float16}),
+    ((130, 96), (7, 96), {"rht": "both", "columnwise": True, "rounding": "sr", "seed": 2**64 - 1},
+     {"rht": "rowwise"}, {}),
+]
+
+
+def _run(x, w, qx_opts, qw_opts, g_opts, gen):
+    qx = nvfp4.quantize(x, **qx_opts)
+    qw = nvfp4.quantize(w, **qw_opts)
+    opts = dict(g_opts)
+    if opts.pop("bias", False):
+        opts["bias"] = torch.randn(w.shape[0], generator=gen).to(x.device)
+    ys = [nvfp4.gemm(qx, qw, **opts), nvfp4.gemm(qx, qw, **opts)]  # the second through the proven record
+    if qx.columnwise is not None:
+        ys.append(nvfp4.gemm(qx.T, qx.T, out_dtype=torch.float32))
+        ys.append(nvfp4.gemm(qx.T, qx.T, out_dtype=torch.float32))
+    return qx, qw, ys
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_eager_road_computes_the_op_roads_bits(device, case, op_calls, gen):
+    xs, ws, qx_opts, qw_opts, g_opts = CASES[case]
+    x = torch.randn(xs, generator=gen).to(device)
+    w = (torch.randn(ws, generator=gen) * 0.1).to(torch.bfloat16).to(device)
+    x[0, 0] = 0.0
+    seed = gen.initial_seed()
+    eager = _run(x, w, qx_opts, qw_opts, g_opts, torch.Generator().manual_seed(seed))
+    assert op_calls == {"quantize": 0, "gemm": 0}, "plain eager calls took the dispatcher's road"
+    with Watch() as watch:
+        op = _run(x, w, qx_opts, qw_opts, g_opts, torch.Generator().manual_seed(seed))
+    assert op_calls["quantize"] == 2 and op_calls["gemm"] == len(op[2]), op_calls
+    assert watch.ops.count("nvfp4::gemm") == len(op[2])
+    for qe, qo in zip(eager[:2], op[:2]):
+        assert qe.shape == qo.shape and qe.transposed == qo.transposed
+        for name in ("rowwise", "columnwise"):
+            de, do = getattr(qe, name), getattr(qo, name)
+            assert (de is None) == (do is None)
+            if de is not None:
+                assert de.rht == do.rht
+                for f in ("data", "scales", "amax"):
+                    assert getattr(de, f).dtype == getattr(do, f).dtype
+                    assert_bytes_equal(getattr(de, f), getattr(do, f), f"{name}.{f}")
+    for i, (ye, yo) in enumerate(zip(eager[2], op[2])):
+        assert ye.shape == yo.shape and ye.device == yo.device
+        assert_equal(ye, yo, f"gemm {i}")
+
+
+def test_op_road_whenever_something_watches(op_calls):
+    torch.manual_seed(1)
+    x, w = torch.randn(8, 64), torch.randn(24, 64)
+    qw = nvfp4.quantize(w)
+    want = nvfp4.gemm(nvfp4.quantize(x), qw)
+    assert op_calls == {"quantize": 0, "gemm": 0}
+
+    for what, ctx in (("a dispatch mode", Watch), ("a function mode", WatchFunctions),
+                      ("the profiler", torch.profiler.profile)):
+        before = dict(op_calls)
+        with ctx() as watcher:
+            got = nvfp4.gemm(nvfp4.quantize(x), qw)
+        assert op_calls == {"quantize": before["quantize"] + 1, "gemm": before["gemm"] + 1}, what
+        assert torch.equal(got, want), what
+    # the profiler shows the ops by name, as before
+    assert {"nvfp4::quantize", "nvfp4::gemm"} <= {e.name for e in watcher.events()}
+
+    # autograd: an input that requires grad gets the op's autograd fallback on its outputs
+    xg = x.clone().requires_grad_()
+    q = nvfp4.quantize(xg)
+    assert q.amax.requires_grad and q.scales.requires_grad
+    assert nvfp4.gemm(q, qw).requires_grad
+    with torch.no_grad():  # ...and none without grad mode
+        calls = dict(op_calls)
+        q = nvfp4.quantize(xg)
+        assert not q.amax.requires_grad and torch.equal(nvfp4.gemm(q, qw), want)
+        assert op_calls == calls
+    bias = torch.zeros(24, requires_grad=True)
+    assert nvfp4.gemm(nvfp4.quantize(x), qw, bias=bias).requires_grad
+
+
+def test_op_road_under_tracing():
+    """torch.jit.trace records the ops (it records only what the dispatcher sees)."""
+    torch.manual_seed(2)
+    qw = nvfp4.quantize(torch.randn(16, 32))
+
+    def f(x):
+        return nvfp4.gemm(nvfp4.quantize(x), qw, out_dtype=torch.float32)
+
+    x = torch.randn(4, 32)
+    with pytest.warns(torch.jit.TracerWarning):
+        traced = torch.jit.trace(f, x, check_trace=False)
+    kinds = [n.kind() for n in traced.graph.nodes()]
+    assert "nvfp4::quantize" in kinds and "nvfp4::gemm" in kinds
+    assert torch.equal(traced(x), f(x))
+
+
+def test_compiled_gemm_of_built_tensors_equals_eager():
+    """torch.compile(fullgraph=True) of nvfp4.gemm on NVFP4Tensors (and their .T) traces the
+    op, whether or not an eager call has already recorded the operands."""
+    torch.manual_seed(3)
+    qx = nvfp4.quantize(torch.randn(32, 64), columnwise=True)
+    qw = nvfp4.quantize(torch.randn(48, 64), block="2d")
+
+    def f(qx, qw):
+        return nvfp4.gemm(qx, qw, out_dtype=torch.float32) * 2, nvfp4.gemm(qx.T, qx.T, out_dtype=torch.float32)
+
+    torch._dynamo.reset()
+    got_first = torch.compile(f, fullgraph=True, backend="aot_eager")(qx, qw)
+    want = f(qx, qw)
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(qx, qw)
+    for g1, g2, w in zip(got_first, got, want):
+        assert torch.equal(g1, w) and torch.equal(g2, w)
+
+
+# ------------------------------------------------------------------------------ the proven record
+def _fresh(record=None):
+    """Two operands: recorded by nvfp4.quantize (record="quantize"), by a first GEMM
+    ("gemm") or not at all (None; copies carry fields only)."""
+    torch.manual_seed(4)
+    a = nvfp4.quantize(torch.randn(8, 32), columnwise=True)
+    b = nvfp4.quantize(torch.randn(16, 32))
+    assert a._seen is not None and b._seen is not None  # quantize's own buffers, on the eager road
+    if record == "quantize":
+        return a, b
+    a, b = copy.copy(a), copy.copy(b)
+    assert a._seen is None and b._seen is None
+    if record == "gemm":
+        nvfp4.gemm(a, b)
+        assert a._seen is not None and b._seen is not None
+    return a, b
+
+
+def _recorded():
+    a, b = _fresh("gemm")
+    return a, b, nvfp4.gemm(a, b, out_dtype=torch.float32)
+
+
+def _outcome(fn):
+    try:
+        return fn()
+    except (TypeError, ValueError, RuntimeError) as e:
+        return e
+
+
+TAMPER_IN_PLACE = {  # each advances the tampered tensor's version counter
+    "resize_ smaller": lambda a: a.rowwise.data.resize_(4, 16),
+    "t_": lambda a: a.rowwise.data.t_(),
+    "unsqueeze_": lambda a: a.rowwise.amax.unsqueeze_(0),
+    "as_strided_": lambda a: a.rowwise.scales.as_strided_((64, 4), (4, 1)),
+    "set_ to a short buffer": lambda a: a.rowwise.scales.set_(torch.zeros(4, 4, dtype=torch.float8_e4m3fn)),
+    "set_ to 3 elements": lambda a: a.rowwise.amax.set_(torch.ones(3)),
+}
+
+
+@pytest.mark.parametrize("recorded_by", ["quantize", "gemm"])
+@pytest.mark.parametrize("case", TAMPER_IN_PLACE)
+def test_in_place_change_after_a_record_is_checked_again(case, recorded_by):
+    """A buffer changed in place after its record was made gets exactly the answer it would
+    have got without a record: the record never answers for a changed buffer."""
+    a, b = _fresh(recorded_by)
+    a0, b0 = _fresh()
+    TAMPER_IN_PLACE[case](a)
+    TAMPER_IN_PLACE[case](a0)
+    got, want = (_outcome(lambda q=q: nvfp4.gemm(q, bq, out_dtype=torch.float32)) for q, bq in ((a, b), (a0, b0)))
+    assert isinstance(want, ValueError), f"{case}: the untouched road accepted a tampered buffer: {want!r}"
+    assert type(got) is type(want) and str(got) == str(want)
+
+
+def test_data_written_in_place_is_read_not_remembered():
+    a, b, y = _recorded()
+    a.rowwise.amax.mul_(2.0)  # alpha doubles
+    assert torch.equal(nvfp4.gemm(a, b, out_dtype=torch.float32), y * 2)
+    a.rowwise.data.zero_()
+    assert torch.equal(nvfp4.gemm(a, b, out_dtype=torch.float32), torch.zeros_like(y))
+
+
+def test_buffer_moved_without_a_version_change_is_followed():
+    """`.data =` moves a tensor to other memory without advancing its version counter: the
+    address differs from the record's, so the GEMM checks and reads the new buffer."""
+    a, b, y = _recorded()
+    other = nvfp4.quantize(torch.randn(8, 32) * 3)
+    a.rowwise.data.data = other.data.clone()
+    a.rowwise.scales.data = other.scales.clone()
+    a.rowwise.amax.data = other.amax.clone()
+    want = nvfp4.gemm(other, b, out_dtype=torch.float32)
+    assert not torch.equal(want, y)
+    assert torch.equal(nvfp4.gemm(a, b, out_dtype=torch.float32), want)
+    # moved to a buffer of another shape: refused by name
+    a.rowwise.data.data = torch.zeros(8, 8, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r"^a.rowwise.data: expected uint8 \[8, 16\], got uint8 \[8, 8\]"):
+        nvfp4.gemm(a, b)
+
+
+def test_frozen_fields_replaced_by_force_are_checked():
+    a, b, _ = _recorded()
+    c = nvfp4.quantize(torch.randn(8, 64))
+    object.__setattr__(a, "rowwise", c.rowwise)  # what a frozen dataclass is meant to forbid
+    with pytest.raises(ValueError, match=r"^a.rowwise.data: expected uint8 \[8, 16\], got uint8 \[8, 32\]"):
+        nvfp4.gemm(a, b)
+
+
+def test_record_holds_the_memory_it_describes():
+    """While a record lives, the storages it describes stay allocated, so no other buffer can
+    take their addresses and pass for the recorded one."""
+    a, b, _ = _recorded()
+    held = a._seen[-1]
+    assert [s.data_ptr() for s in held] == list(a._seen[:3])
+    a.rowwise.data.data = torch.zeros(8, 16, dtype=torch.uint8)
+    assert held[0].data_ptr() == a._seen[0]  # the old codes' memory is still allocated
+
+
+def test_records_only_on_the_eager_road():
+    x = torch.randn(8, 32)
+    with Watch():
+        q = nvfp4.quantize(x)
+    assert q._seen is None  # what a mode returns is not this call's own allocation
+    assert nvfp4.quantize(x)._seen is not None
+    assert nvfp4.quantize(x, rowwise=False, columnwise=True)._seen is None  # nothing rowwise to record
+    assert nvfp4.quantize(x, scale_layout="linear")._seen is None
+
+
+def test_inference_tensors_are_checked_on_every_call():
+    """Inference tensors keep no version counter: no record, a full check on each GEMM."""
+    torch.manual_seed(6)
+    x, w = torch.randn(8, 32), torch.randn(16, 32)
+    qw = nvfp4.quantize(w)
+    want = nvfp4.gemm(nvfp4.quantize(x), qw)
+    with torch.inference_mode():
+        q = nvfp4.quantize(x)
+        assert q._seen is None and q.data.is_inference()
+        assert torch.equal(nvfp4.gemm(q, qw), want) and torch.equal(nvfp4.gemm(q, qw), want)
+        assert q._seen is None
+        q.rowwise.data.resize_(4, 16)  # in place, counted nowhere: the next check sees it
+        with pytest.raises(ValueError, match=r"^a.rowwise.data: expected uint8 \[8, 16\], got uint8 \[4, 16\]"):
+            nvfp4.gemm(q, qw)
+    assert torch.equal(nvfp4.gemm(nvfp4.quantize(x), qw), want)
+
+
+def test_transposed_view_is_kept_without_a_cycle():
+    gc.collect()
+    gc.disable()
+    try:
+        a, b = _fresh("gemm")
+        t = a.T
+        assert a.T is t and t.T is a and t.transposed and not a.transposed
+        nvfp4.gemm(t, t)  # records t too
+        ra, rd, rs = weakref.ref(a), weakref.ref(a.rowwise.data), weakref.ref(a._seen[-1][0])
+        del a
+        assert ra() is None, "a and a.T form a reference cycle"
+        assert t.T is not None and t.T.T is t  # rebuilt on demand
+        rt = weakref.ref(t)
+        del t
+        assert rt() is None
+        assert rd() is None and rs() is None, "a record keeps its buffers alive"
+    finally:
+        gc.enable()
+
+
+def _saved(v):
+    buf = io.BytesIO()
+    torch.save(v, buf)  # (plain pickle cannot hold float8 tensors)
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "copy", "torch.save"])
+def test_copies_carry_fields_only(how):
+    a, b, y = _recorded()
+    t = a.T
+    nvfp4.gemm(t, t)
+    for q in (a, t):
+        c = {"deepcopy": copy.deepcopy, "copy": copy.copy, "torch.save": _saved}[how](q)
+        assert set(vars(c)) == {f.name for f in dataclasses.fields(c)}
+        assert torch.equal(c.dequantize(), q.dequantize())
+    c = copy.deepcopy(a)
+    assert torch.equal(nvfp4.gemm(c, b, out_dtype=torch.float32), y)
+
+
+def test_explicit_backends_keep_their_errors():
+    a, b, y = _recorded()
+    assert torch.equal(nvfp4.gemm(a, b, out_dtype=torch.float32, backend="reference"), y)
+    with pytest.raises(ValueError, match="^backend: 'cutlass' needs CUDA tensors"):
+        nvfp4.gemm(a, b, backend="cutlass")
+    with pytest.raises(ValueError, match="^backend: must be one of"):
+        nvfp4.gemm(a, b, backend="fast")
+    with pytest.raises(TypeError, match="^out_dtype:"):
+        nvfp4.gemm(a, b, out_dtype=torch.int8)
+    with pytest.raises(TypeError, match="^beta:"):
+        nvfp4.gemm(a, b, beta=False)
+    with pytest.raises(ValueError, match=r"^bias: expected shape \(16,\)"):
+        nvfp4.gemm(a, b, bias=torch.zeros(15))
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA GPU with an nvfp4 GEMM backend")
+def test_eager_road_in_a_cuda_graph():
+    """Quantize + GEMM captured on the eager road replay to the eagerly computed bits."""
+    torch.manual_seed(5)
+    x = torch.randn(16, 256, device="cuda")
+    qw = nvfp4.quantize(torch.randn(64, 256, device="cuda"), block="2d")
+    nvfp4.gemm(nvfp4.quantize(x), qw)  # records qw, warms up
+    want = nvfp4.gemm(nvfp4.quantize(x), qw)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        nvfp4.gemm(nvfp4.quantize(x), qw)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = nvfp4.gemm(nvfp4.quantize(x), qw)
+    y.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert_equal(y, want, "replayed")
