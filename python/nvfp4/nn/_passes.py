@@ -397,15 +397,17 @@ torch.library.register_fake("nvfp4::linear_bwd", _linear_bwd_fake, lib=lib)
 # come back to that same Python function (~4 us a call on a fast host, twice per Linear
 # forward + backward). Where nothing else could act on the call, the layer's passes call the
 # implementation directly: the same function with the same arguments, so the same bits. The
-# op is kept wherever something else could: under torch.compile (the graph must hold the op),
-# under a TorchDispatchMode (fake tensors, FlopCounterMode, selective checkpointing), a
-# TorchFunctionMode other than torch.set_default_device's, with the profiler on (its record
-# of the op), and for tensors that are not plain tensors or parameters on cpu/cuda (tensor
-# subclasses, meta tensors).
+# op is kept wherever something else could act on it: under torch.compile (the graph must
+# hold the op) and TorchScript tracing, under a TorchDispatchMode (fake tensors,
+# FlopCounterMode, selective checkpointing), a TorchFunctionMode other than
+# torch.set_default_device's, with the profiler on (its record of the op), and for tensors
+# that are not plain tensors or parameters on cpu/cuda (tensor subclasses such as the
+# FP4-gathered weight of nvfp4.distributed, which handles the op itself; meta tensors).
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _function_modes = torch._C._is_torch_function_mode_enabled
 _profiling = torch._C._autograd._profiler_enabled
+_tracing = torch._C._get_tracing_state
 
 
 def _only_device_modes() -> bool:
@@ -416,7 +418,7 @@ def _only_device_modes() -> bool:
 
 def _direct(*ts) -> bool:
     """True where calling an op's implementation directly is the same as calling the op."""
-    if torch.compiler.is_compiling() or _dispatch_modes() or _profiling():
+    if torch.compiler.is_compiling() or _dispatch_modes() or _profiling() or _tracing():
         return False
     for t in ts:
         if t is not None and (type(t) not in _PLAIN or not (t.is_cuda or t.is_cpu)):
@@ -512,4 +514,6 @@ def frozen_linear_fwd(x, w_data, w_scales, w_amax, bias, counter, cfg):
     """Y = alpha * Q(X) Ŵᵀ (+ bias) for a weight given as its rowwise NVFP4 triple (data
     uint8 [N, K/2], swizzled scales as bytes, amax float32 [1]); X [M, K] is quantized as the
     cfg says for fprop (LinearConfig.X_ROUND, SEED_X, the counter as SR offset)."""
+    if _direct(x, w_data, w_scales, w_amax, bias, counter):
+        return _frozen_fwd_impl(x, w_data, w_scales, w_amax, bias, counter, cfg)
     return torch.ops.nvfp4.frozen_linear_fwd(x, w_data, w_scales, w_amax, bias, counter, cfg)
