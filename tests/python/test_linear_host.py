@@ -272,7 +272,7 @@ def test_fwd_refuses_by_name(fwd):
     with pytest.raises(ValueError, match=r"^cfg: "):
         fwd(x, w, None, c, list(cfg)[:-1], True, True, ops.W_FRESH, None)
     with pytest.raises(ValueError, match=r"^x: "):
-        fwd(x.reshape(2, 4, 32), w, None, c, cfg, True, True, ops.W_FRESH, None)
+        fwd(x[0], w, None, c, cfg, True, True, ops.W_FRESH, None)
     with pytest.raises((TypeError, ValueError), match=r"^x: "):
         fwd(x.double(), w, None, c, cfg, True, True, ops.W_FRESH, None)
     # and a cache of the right size is used
@@ -303,9 +303,41 @@ def test_bwd_refuses_by_name(bwd):
     with pytest.raises(ValueError, match=r"^k: "):
         bwd(dy, xt, wt, c, cfg, 24, True, True, f32)
     with pytest.raises(ValueError, match=r"^dy: "):
-        bwd(dy.reshape(2, 4, 16), xt, wt, c, cfg, 32, True, True, f32)
+        bwd(dy[0], xt, wt, c, cfg, 32, True, True, f32)
     with pytest.raises(ValueError, match=r"^xt: "):  # saved for 8 tokens, given 40
         bwd(torch.randn(40, 16), xt, wt, c, cfg, 32, True, True, f32)
     # what is not needed is not looked at
     dx, dw = bwd(dy, xt[:0], wt, c, cfg, 32, True, False, f32)
     assert dx.shape == (8, 32) and dw.numel() == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ops_take_leading_dimensions(device):
+    """linear_fwd / linear_bwd take [..., features] as F.linear does: the same bits as the 2D
+    call, outputs shaped like the input."""
+    layer = nn4.Linear(32, 16, recipe=nn4.get_recipe("nvfp4", backend="reference" if device == "cpu" else "auto"))
+    cfg, c = layer._plan.cfg, layer.sr_step.to(device)
+    g = torch.Generator().manual_seed(3)
+    x, w, b = (torch.randn(2, 3, 32, generator=g), torch.randn(16, 32, generator=g), torch.randn(16, generator=g))
+    dy = torch.randn(2, 3, 16, generator=g)
+    x, w, b, dy = x.to(device), w.to(device), b.to(device), dy.to(device)
+    y3, xt3, wt3 = ops.linear_fwd(x, w, b, c, cfg, True, True)
+    y2, xt2, wt2 = ops.linear_fwd(x.reshape(6, 32), w, b, c, cfg, True, True)
+    assert y3.shape == (2, 3, 16)
+    assert_equal(y3.reshape(6, 16), y2, "y")
+    # the saved buffers: compare what they hold (alignment gaps are never written)
+    for name, a, b_, rows, cols in (("xt", xt3, xt2, 32, 16), ("wt", wt3, wt2, 32, 16)):
+        for i, (p, q) in enumerate(zip(ops.unpack(a, rows, cols), ops.unpack(b_, rows, cols))):
+            assert_equal(p, q, f"{name}[{i}]")
+    dx3, dw3 = ops.linear_bwd(dy, xt3, wt3, c, cfg, 32, True, True, torch.float32)
+    c -= 1  # the same counter value for the 2D call
+    dx2, dw2 = ops.linear_bwd(dy.reshape(6, 16), xt2, wt2, c, cfg, 32, True, True, torch.float32)
+    assert dx3.shape == (2, 3, 32)
+    assert_equal(dx3.reshape(6, 32), dx2, "dx")
+    assert_equal(dw3, dw2, "dw")
+    with _SeenOps():  # and the fake implementations give the same shapes
+        fx = torch.empty(2, 3, 32, device="meta")
+        fy, _, _ = torch.ops.nvfp4.linear_fwd(fx, w.to("meta"), None, c.to("meta"), cfg, True, True, 0, None)
+        fdx, fdw = torch.ops.nvfp4.linear_bwd(torch.empty(2, 3, 16, device="meta"), xt3.to("meta"), wt3.to("meta"),
+                                              c.to("meta"), cfg, 32, True, True, torch.float32)
+    assert fy.shape == (2, 3, 16) and fdx.shape == (2, 3, 32) and fdw.shape == (16, 32)

@@ -19,6 +19,8 @@ tensors) they return outputs of the right shape and dtype and run nothing.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import _checks as check
@@ -172,11 +174,11 @@ def _bwd_plan(m, n, k, dy_dtype, dw_dtype, need_dx, need_dw, backend, device, de
 
 # ------------------------------------------------------------------------------ linear_fwd
 def _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
-    """(m, k, n); every tensor checked against x (a weight cache's size: by the callers, which
-    know it from the plan or compute it)."""
+    """(m, k, n) for x [..., k] (m: the product of the leading dimensions); every tensor checked
+    against x (a weight cache's size: by the callers, which know it from the plan or compute it)."""
     xs, ws = x.shape, w.shape
     # the common case (a layer's own call) in one expression; the rest names what is wrong
-    if not (len(xs) == 2 and len(ws) == 2 and xs[1] == ws[1] and x.dtype in _FLOATS and w.dtype in _FLOATS
+    if not (len(xs) >= 2 and len(ws) == 2 and xs[-1] == ws[1] and x.dtype in _FLOATS and w.dtype in _FLOATS
             and counter.dtype is _I64 and counter.numel() == 1 and len(cfg) == LinearConfig.SIZE
             and (w_mode == W_FRESH or ((w_mode == W_STORE or w_mode == W_REUSE) and w_cache is not None
                                        and w_cache.dtype is _U8 and w_cache.dim() == 1 and w_cache.is_contiguous()
@@ -184,13 +186,20 @@ def _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
             and w.device == x.device and counter.device == x.device
             and (bias is None or (bias.dtype in _FLOATS and bias.shape == (ws[0],) and bias.device == x.device))):
         _fwd_check_slow(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
-    return xs[0], xs[1], ws[0]
+    return (xs[0] if len(xs) == 2 else math.prod(xs[:-1])), xs[-1], ws[0]
+
+
+def _need_rows(name: str, t) -> None:
+    # the linear passes take [..., features], like F.linear, with at least one leading dimension
+    if t.dim() < 2:
+        raise ValueError(f"{name}: the linear ops take tensors [..., features] of 2 or more dimensions, got shape "
+                         f"{tuple(t.shape)}")
 
 
 def _fwd_check_slow(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
-    _need_2d("x", x)
+    _need_rows("x", x)
     check.tensor("x", x, check.FLOATS, contiguous=False)
-    m, k = x.shape
+    k = x.shape[-1]
     dev = x.device
     if w.dim() != 2 or w.shape[1] != k:
         raise ValueError(f"w: expected a weight [out_features, {k}] for an input of {k} features, got "
@@ -224,7 +233,9 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
     if w_mode != W_FRESH and w_cache.numel() < p[10]:
         _packed("w_cache", w_cache, p[10], dev, "x")  # raises, naming the buffer
     x = x.contiguous()
-    y = torch.empty(*p[0], dtype=x_dt, device=dev)
+    # y [..., n] like x (the plan's shape is the 2D one)
+    y = torch.empty(*p[0], dtype=x_dt, device=dev) if (x.dim() == 2 or not fprop) else \
+        torch.empty(*x.shape[:-1], n, dtype=x_dt, device=dev)
     xt = torch.empty(p[1], dtype=_U8, device=dev)
     wt = torch.empty(p[2], dtype=_U8, device=dev)
     # one scratch buffer: X rowwise | W rowwise (when not cached) | GEMM workspace
@@ -277,9 +288,9 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
     return y, xt, wt
 
 
-def _fwd_sizes(m, k, n, cfg, save_xt, save_wt, w_mode):
+def _fwd_sizes(x, m, k, n, cfg, save_xt, save_wt, w_mode):
     """The shapes of linear_fwd's outputs: y, saved X^T bytes, saved W^T bytes."""
-    y_shape = (m, n) if cfg[LinearConfig.FPROP] else (0,)
+    y_shape = (*x.shape[:-1], n) if cfg[LinearConfig.FPROP] else (0,)
     xt_bytes = packed_nbytes(k, _up(m, 16)) if save_xt else 0
     # W^T for dgrad travels with the autograd context unless a weight cache holds it
     wt_bytes = packed_nbytes(k, _up(n, 16)) if (save_wt and w_mode == W_FRESH) else 0
@@ -290,16 +301,18 @@ def _linear_fwd_fake(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
     m, k, n = _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
     if w_mode != W_FRESH:
         _packed("w_cache", w_cache, w_cache_nbytes(n, k), x.device, "x")
-    y_shape, xt_bytes, wt_bytes = _fwd_sizes(m, k, n, cfg, save_xt, save_wt, w_mode)
+    y_shape, xt_bytes, wt_bytes = _fwd_sizes(x, m, k, n, cfg, save_xt, save_wt, w_mode)
     return (x.new_empty(y_shape), x.new_empty((xt_bytes,), dtype=torch.uint8),
             x.new_empty((wt_bytes,), dtype=torch.uint8))
 
 
 # ------------------------------------------------------------------------------ linear_bwd
 def _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
-    _need_2d("dy", dy)
+    """(m, n) for dy [..., n]."""
+    _need_rows("dy", dy)
     check.tensor("dy", dy, check.FLOATS, contiguous=False)
-    m, n = dy.shape
+    n = dy.shape[-1]
+    m = math.prod(dy.shape[:-1])
     dev = dy.device
     if k < 0 or k % 16:
         raise ValueError(f"k: the layer's in_features, a multiple of 16, got {k}")
@@ -315,18 +328,19 @@ def _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
 
 
 def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
-    """dy [m, n]; xt: packed X^T [k, roundup(m,16)] (need_dw); wt: packed W^T [k, roundup(n,16)]
-    (need_dx). Advances counter by one after the quantization of dY has read it."""
+    """dy [..., n] (m rows in all); xt: packed X^T [k, roundup(m,16)] (need_dw); wt: packed W^T
+    [k, roundup(n,16)] (need_dx). dx [..., k] like dy. Advances counter by one after the
+    quantization of dY has read it."""
     C = LinearConfig
     ds = dy.shape
     dev = dy.device
     dy_dt = dy.dtype
     # the arguments the plan's key is made of, checked in one expression first (the plan then
     # gives the sizes the saved buffers must have); anything else: the checks that name it
-    if not (len(ds) == 2 and dy_dt in _FLOATS and dw_dtype in DTYPE_CODE and k >= 0 and k % 16 == 0
+    if not (len(ds) >= 2 and dy_dt in _FLOATS and dw_dtype in DTYPE_CODE and k >= 0 and k % 16 == 0
             and len(cfg) == C.SIZE and counter.dtype is _I64 and counter.numel() == 1 and counter.device == dev):
         _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
-    m, n = ds
+    m, n = (ds[0] if len(ds) == 2 else math.prod(ds[:-1])), ds[-1]
     backend = cfg[C.BACKEND]
     dt, di, st = _device3(dy, dev)
     key = ("linear_bwd", m, n, k, dy_dt, dw_dtype, dt, di, need_dx, need_dw, backend, gemm_env_key())
@@ -338,7 +352,8 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
                                  and wt.is_contiguous()))):
         _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
     dy = dy.contiguous()
-    dx = torch.empty(*p[0], dtype=dy_dt, device=dev)
+    dx = torch.empty(*p[0], dtype=dy_dt, device=dev) if (len(ds) == 2 or not need_dx) else \
+        torch.empty(*ds[:-1], k, dtype=dy_dt, device=dev)
     dw = torch.empty(*p[1], dtype=dw_dtype, device=dev)
     ws = torch.empty(p[2], dtype=_U8, device=dev)
     base = ws.data_ptr()
@@ -382,7 +397,8 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
 
 def _linear_bwd_fake(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
     m, n = _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
-    return (dy.new_empty((m, k) if need_dx else (0,)), dy.new_empty((n, k) if need_dw else (0,), dtype=dw_dtype))
+    return (dy.new_empty((*dy.shape[:-1], k) if need_dx else (0,)),
+            dy.new_empty((n, k) if need_dw else (0,), dtype=dw_dtype))
 
 
 for _k in ("CPU", "CUDA"):

@@ -123,44 +123,46 @@ class _LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, counter, w_cache, plan: _Plan, w_mode: int):
         cdt = x.dtype
-        k = x.shape[-1]
+        xs = x.shape
+        k = xs[-1]
         n = weight.shape[0]
-        x2 = x if x.dim() == 2 else x.reshape(-1, k)
-        m = x2.shape[0]
+        m = x.numel() // k  # k > 0: empty inputs never get here
         need_dx, need_dw, need_b = ctx.needs_input_grad[:3]
         fp4_dgrad = plan.dgrad and need_dx
         fp4_wgrad = plan.wgrad and need_dw
         pad = (-m) % TOKEN_ALIGN if fp4_wgrad else 0
         b = None if bias is None else bias.to(cdt)
 
+        # The ops take [..., k] as it is; a 1D input, or rows to pad, as 2D
+        xin = x if (not pad and len(xs) > 1) else _pad_rows(x.reshape(-1, k), pad)
         xt = wt = None
         if plan.fprop or fp4_wgrad or fp4_dgrad:
-            y, xt, wt = _passes.linear_fwd(_pad_rows(x2, pad), weight, b if plan.fprop else None, counter, plan.cfg,
-                                           fp4_wgrad, fp4_dgrad, w_mode, w_cache)
+            y, xt, wt = _passes.linear_fwd(xin, weight, b if plan.fprop else None, counter, plan.cfg, fp4_wgrad,
+                                           fp4_dgrad, w_mode, w_cache)
             if w_mode != _passes.W_FRESH and fp4_dgrad:
                 # Wᵀ lives in the layer's cache, after W's rowwise quantization
                 wt = w_cache[_passes.packed_nbytes(n, k):]
         if plan.fprop:
-            if pad:
-                y = y[:m]
+            if xin is not x:
+                y = (y[:m] if pad else y).reshape(*xs[:-1], n)
         else:
-            y = F.linear(x2, weight.to(cdt), b)
+            y = F.linear(x, weight.to(cdt), b)
 
         if fp4_dgrad or not need_dx:
             if fp4_wgrad or not need_dw:
                 ctx.save_for_backward(xt, wt)  # the common case: only FP4 buffers
             else:
-                ctx.save_for_backward(xt, wt, x2)
+                ctx.save_for_backward(xt, wt, x)
         else:
-            ctx.save_for_backward(xt, wt, x2 if (need_dw and not fp4_wgrad) else None, weight)
+            ctx.save_for_backward(xt, wt, x if (need_dw and not fp4_wgrad) else None, weight)
         # The counter is mutated by the backward op; kept out of save_for_backward so that a
         # layer called twice in one forward (shared weights) does not trip the saved-tensor
         # version check when the first backward advances it.
         ctx.counter = counter
         ctx.plan = plan
-        ctx.meta = (x.shape, m, k, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw, bias is not None and need_b,
+        ctx.meta = (xs, m, k, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw, bias is not None and need_b,
                     weight.dtype, None if bias is None else bias.dtype)
-        return y if x2 is x else y.reshape(*x.shape[:-1], n)
+        return y
 
     @staticmethod
     def backward(ctx, dy):
@@ -168,29 +170,28 @@ class _LinearFn(torch.autograd.Function):
         x_shape, m, k, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw, need_db, w_dtype, b_dtype = ctx.meta
         saved = ctx.saved_tensors
         cdt = dy.dtype
-        dy2 = dy if dy.dim() == 2 else dy.reshape(-1, n)
         dx = dw = db = None
 
         if fp4_dgrad or fp4_wgrad:
-            dx, dw = _passes.linear_bwd(_pad_rows(dy2, pad), saved[0], saved[1], ctx.counter, plan.cfg, k, fp4_dgrad,
-                                        fp4_wgrad, w_dtype)
+            dyin = dy if (not pad and dy.dim() > 1) else _pad_rows(dy.reshape(-1, n), pad)
+            dx, dw = _passes.linear_bwd(dyin, saved[0], saved[1], ctx.counter, plan.cfg, k, fp4_dgrad, fp4_wgrad,
+                                        w_dtype)
             if not fp4_dgrad:
                 dx = None
-            elif pad:
-                dx = dx[:m]
+            elif dyin is not dy:
+                dx = (dx[:m] if pad else dx).reshape(x_shape)
             if not fp4_wgrad:
                 dw = None
         elif plan.uses_sr:
             ctx.counter.add_(1)  # no quantized backward GEMM advanced it, but the forward used it
-        if need_dx:
-            if not fp4_dgrad:
-                dx = dy2 @ saved[3].to(cdt)
-            if len(x_shape) != 2:
-                dx = dx.reshape(x_shape)
-        if need_dw and not fp4_wgrad:
-            dw = (dy2.t() @ saved[2].to(cdt)).to(w_dtype)
-        if need_db:
-            db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
+        if (need_dx and not fp4_dgrad) or (need_dw and not fp4_wgrad) or need_db:
+            dy2 = dy.reshape(-1, n)
+            if need_dx and not fp4_dgrad:
+                dx = (dy2 @ saved[3].to(cdt)).reshape(x_shape)
+            if need_dw and not fp4_wgrad:
+                dw = (dy2.t() @ saved[2].reshape(-1, k).to(cdt)).to(w_dtype)
+            if need_db:
+                db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
         return dx, dw, db, None, None, None, None
 
 
