@@ -341,3 +341,21 @@ def test_ops_take_leading_dimensions(device):
         fdx, fdw = torch.ops.nvfp4.linear_bwd(torch.empty(2, 3, 16, device="meta"), xt3.to("meta"), wt3.to("meta"),
                                               c.to("meta"), cfg, 32, True, True, torch.float32)
     assert fy.shape == (2, 3, 16) and fdx.shape == (2, 3, 32) and fdw.shape == (16, 32)
+
+
+def test_parametrized_weight_is_read():
+    """The forward reads parameters from the module's dict; a parametrized weight (not in the
+    dict: torch.nn.utils.parametrize computes it) is still the one used."""
+    import torch.nn.utils.parametrize as parametrize
+
+    class Double(nn.Module):
+        def forward(self, w):
+            return w * 2
+
+    layer, xs, dys = _make("no_sr", (32,), True, "cpu")
+    ref = copy.deepcopy(layer)
+    with torch.no_grad():
+        ref.weight.mul_(2)
+    parametrize.register_parametrization(layer, "weight", Double())
+    assert "weight" not in layer._parameters
+    assert_equal(layer(xs[0]), ref(xs[0]), "y")

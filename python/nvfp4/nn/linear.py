@@ -345,9 +345,14 @@ class Linear(nn.Linear):
 
     # -- compute
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Read on every call of every layer: each module attribute read once (through
-        # nn.Module.__getattr__ a parameter costs ~0.4 us; buffers are read from their dict).
-        weight, bias = self.weight, self.bias
+        # Run on every call of every layer. Parameters and buffers are read from their dicts
+        # (nn.Module.__getattr__ costs ~0.4 us a read); a parametrized weight or bias
+        # (torch.nn.utils.parametrize) is not in the dict and is read as an attribute.
+        params = self._parameters
+        weight = params.get("weight")
+        if weight is None:
+            weight = self.weight
+        bias = params["bias"] if "bias" in params else self.bias
         check_input(self, x, weight.device)
         r = self._recipe
         if self.precision == "bf16" or not r.quantized:
@@ -355,6 +360,9 @@ class Linear(nn.Linear):
         if x.is_cuda:
             if torch.is_autocast_enabled("cuda"):
                 x = x.to(torch.get_autocast_dtype("cuda"))
+        elif x.is_cpu:
+            if torch.is_autocast_enabled("cpu"):
+                x = x.to(torch.get_autocast_dtype("cpu"))
         elif not x.is_meta:
             dev = x.device.type
             if torch.is_autocast_enabled(dev):
