@@ -10,10 +10,14 @@ layer's raw entry points (nvfp4._ops: the one module that calls the library).
 - ``frozen_linear_fwd``: the forward of a layer whose weight exists only in NVFP4
   (nvfp4.nn.FrozenLinear).
 
-Each op checks the tensors it is given (nvfp4._checks) before it takes an address: the
-weight against the input's features, the saved packed buffers against the sizes the
-shapes imply, one device for all. On the meta device (and for torch.compile's fake
-tensors) they return outputs of the right shape and dtype and run nothing.
+The linear passes take activations and gradients [..., features], as F.linear does. Each
+op checks the tensors it is given (nvfp4._checks) before it takes an address: the weight
+against the input's features, the saved packed buffers against the sizes the shapes
+imply, one device for all. On the meta device (and for torch.compile's fake tensors) they
+return outputs of the right shape and dtype and run nothing. Eager calls through the
+functions below run the implementations without the dispatcher where nothing else could
+act on the call (`_direct`); sizes and offsets come from per-shape plans (docs/design.md,
+"The host path of a Linear").
 
 ``nvfp4.nn.ops`` is this module: the passes, and the op layer's basic ops re-exported.
 """
