@@ -359,3 +359,21 @@ def test_parametrized_weight_is_read():
     parametrize.register_parametrization(layer, "weight", Double())
     assert "weight" not in layer._parameters
     assert_equal(layer(xs[0]), ref(xs[0]), "y")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU with an nvfp4 GEMM backend")
+@pytest.mark.parametrize("reuse", [None, "store"])
+def test_no_host_synchronization_cuda(reuse):
+    """A forward + backward never waits for the GPU (after the first call, which may ask the
+    library for workspace sizes): CUDA's sync debug mode turns any synchronization into an
+    error."""
+    layer, xs, dys = _make("nvfp4", (2, 32), False, "cuda")
+    if reuse:
+        layer.set_weight_reuse(reuse)
+    _steps(layer, xs, dys, True)  # plans and workspace sizes
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        _steps(layer, xs, dys, True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
