@@ -134,7 +134,7 @@ def make(k=64, n=48, shape=(3, 13), bias=True, dtype=torch.float32, seed=0, devi
 
 # ------------------------------------------------------------------------------ bit-exact GEMMs (CPU)
 @pytest.mark.parametrize("recipe", ["nvfp4", "no_rht", "no_sr", "no_2d"])
-@pytest.mark.parametrize("shape,bias", [((3, 13), True), ((64,), False)])
+@pytest.mark.parametrize("shape,bias", [((3, 13), True), ((64,), False), ((2, 2, 16), False), ((), True)])
 def test_three_gemms_bit_exact_cpu(recipe, shape, bias):
     x, dy, lin = make(shape=shape, bias=bias)
     layer = nn4.Linear.from_linear(copy.deepcopy(lin), nn4.get_recipe(recipe, backend="reference"), layer_index=3)
