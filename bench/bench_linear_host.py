@@ -5,14 +5,14 @@ the dispatcher and of the library per forward + backward.
 
 The shape defaults to one block Linear of examples/train.py's 85M model at 32 tokens (768 ->
 768, no bias, FP32 master weight, BF16 autocast on the GPU; 64 -> 64 and one thread on the
-CPU, where nn.Linear's GEMMs run for real), where every kernel is a few microseconds: N back-to-back calls timed with the host clock, no synchronization inside a run
-(the median of several runs, rows interleaved), so the figure is what the Python, dispatch and
-launch path costs. A training step converts 48 such Linears in the 85M model: 10 us per Linear
-is ~0.5 ms a step.
+CPU, where nn.Linear's GEMMs run for real), where every kernel is a few microseconds: N
+back-to-back calls timed with the host clock, no synchronization inside a run (the median of
+several runs, rows interleaved), so the figure is what the Python, dispatch and launch path
+costs. The 85M model has 48 converted Linears: 10 us per Linear is ~0.5 ms a step.
 
 Rows: nn.Linear; nvfp4 Linear (eager: the passes run their implementations directly); the same
-with every pass through the dispatcher (what the eager path cost before, and what a compiled
-graph's op calls cost); with --compile, both layers under torch.compile.
+with every pass through the dispatcher (as a compiled graph calls them); with --compile, both
+layers under torch.compile.
 
 On a machine without a GPU the library's entry points are replaced by no-ops unless --kernels
 is given (the CPU reference kernels would dominate): the figures are then the Python and
@@ -168,7 +168,8 @@ def main(argv=None):
            "host_us": med, "host_us_min": best,
            "ratios": {"nvfp4 / nn.Linear": med["nvfp4 Linear"] / med["nn.Linear"],
                       "dispatched / nn.Linear": med["nvfp4 Linear, every pass dispatched"] / med["nn.Linear"],
-                      "nvfp4 direct - dispatched (us)": med["nvfp4 Linear"] - med["nvfp4 Linear, every pass dispatched"]},
+                      "nvfp4 direct - dispatched (us)":
+                      med["nvfp4 Linear"] - med["nvfp4 Linear, every pass dispatched"]},
            "per_call": {"nn.Linear": _counts(rows["nn.Linear"][0]), "nvfp4 Linear": _counts(rows["nvfp4 Linear"][0])}}
     if a.compile:
         res["ratios"]["compiled nvfp4 / nn.Linear"] = med["nvfp4 Linear, compiled"] / med["nn.Linear, compiled"]
