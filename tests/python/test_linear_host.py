@@ -377,3 +377,23 @@ def test_no_host_synchronization_cuda(reuse):
         _steps(layer, xs, dys, True)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_bench_linear_host_runs_on_cpu(tmp_path):
+    """bench/bench_linear_host.py: both layers timed in one run, and the calls one nvfp4 Linear
+    forward + backward makes (the library's entry points are no-ops without a GPU)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    js = tmp_path / "out.json"
+    r = subprocess.run([sys.executable, os.path.join(root, "bench", "bench_linear_host.py"), "--reps", "2",
+                        "--calls", "20", "--json", str(js)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(js.read_text())
+    assert all(res["host_us"][row] > 0 for row in ("nn.Linear", "nvfp4 Linear", "nvfp4 Linear, every pass dispatched"))
+    calls = res["per_call"]["nvfp4 Linear"]
+    assert calls["library calls"] == {"quantize_raw": 3, "gemm_raw": 3}, calls
+    assert calls["passes (plain eager)"] == {"direct": 2}, calls
+    assert calls["by name"]["nvfp4::linear_fwd"] == calls["by name"]["nvfp4::linear_bwd"] == 1, calls
