@@ -17,7 +17,8 @@
 #       FSDP_SEEDS seeds), recipes (the recipe comparison on the 85M model: RECIPES, SEEDS,
 #       STEPS, CORPUS, SIZE, RECIPES_BUDGET_MIN, RECIPES_RESUME)
 #       grouped (the grouped MoE path: its GPU tests, compute-sanitizer memcheck,
-#       bench_grouped_gemm.py, MoE train step)
+#       bench_grouped_gemm.py, MoE train step), linhost (one Linear's host time, eager and compiled,
+#       bench_linear_host.py; with base, the baseline build too)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -248,6 +249,21 @@ job_grouped() {  # GROUPED_BENCH_ARGS: extra arguments of bench_grouped_gemm.py
   stepbench moe_eager "$NEW" --size moe --batch-size ${MOE_BATCH:-8} --variants bf16,nvfp4 --modes eager --profile \
     --no-memory --steps 10 --warmup 3
 }
+job_linhost() {  # one Linear's host time (bench/bench_linear_host.py), eager and compiled, on this build and,
+  # with `base`, on the baseline build right after: the 85M model's 768x768 Linear at 32 tokens, and
+  # bench_host.py's 4096x4096 at 16 tokens (its padded-token path)
+  local name lib
+  for name in new base; do
+    lib=$([[ $name == new ]] && echo "$NEW" || echo "$BASE")
+    [[ $name == base && ! -d /tmp/base/nvfp4 ]] && continue
+    step "bench linear host, $name build"
+    PYTHONPATH=$lib timeout 300 python3 bench/bench_linear_host.py --compile --json "$OUT/linear_host_$name.json" \
+      2>&1 | grep -v -E "Warning|warn|USDT" | tee "$OUT/linear_host_$name.log" | tail -12
+    PYTHONPATH=$lib timeout 200 python3 bench/bench_linear_host.py --tokens 16 --features 4096 \
+      --json "$OUT/linear_host_4096_$name.json" 2>&1 | grep -v -E "Warning|warn|USDT" \
+      | tee "$OUT/linear_host_4096_$name.log" | tail -12
+  done
+}
 # the jobs, in the order given on the command line
 for a in "${ARGS[@]}"; do
   case $a in
@@ -258,6 +274,7 @@ for a in "${ARGS[@]}"; do
     step400) job_step 400 ;;
     step85c) job_step 85 c ;;
     step400c) job_step 400 c ;;
+    linhost) job_linhost ;;
     *) echo "unknown job: $a" ;;
   esac
 done

@@ -134,7 +134,7 @@ def make(k=64, n=48, shape=(3, 13), bias=True, dtype=torch.float32, seed=0, devi
 
 # ------------------------------------------------------------------------------ bit-exact GEMMs (CPU)
 @pytest.mark.parametrize("recipe", ["nvfp4", "no_rht", "no_sr", "no_2d"])
-@pytest.mark.parametrize("shape,bias", [((3, 13), True), ((64,), False)])
+@pytest.mark.parametrize("shape,bias", [((3, 13), True), ((64,), False), ((2, 2, 16), False), ((), True)])
 def test_three_gemms_bit_exact_cpu(recipe, shape, bias):
     x, dy, lin = make(shape=shape, bias=bias)
     layer = nn4.Linear.from_linear(copy.deepcopy(lin), nn4.get_recipe(recipe, backend="reference"), layer_index=3)
@@ -256,6 +256,7 @@ class _OpSpy:
             step = int(counter)
             out = real_fwd(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
             key = ("fwd", tuple(x.shape), cfg[C.SEED_X], tuple(cfg), save_xt, save_wt, w_mode)
+            x = x.reshape(-1, x.shape[-1])  # the ops take [..., k]; recorded as the 2D [m, k] they quantize
             (m, k), n = x.shape, w.shape[0]
             res = [out[0].detach().clone()]
             if save_xt:
@@ -267,7 +268,7 @@ class _OpSpy:
 
         def bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
             step = int(counter)
-            ins = [dy.detach().clone(), xt.detach().clone(), wt.detach().clone()]
+            ins = [dy.reshape(-1, dy.shape[-1]).detach().clone(), xt.detach().clone(), wt.detach().clone()]
             out = real_bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
             key = ("bwd", tuple(dy.shape), cfg[C.SEED_DY], tuple(cfg), k, need_dx, need_dw)
             self.calls[self.run].append((key, step, ins, [t.detach().clone() for t in out]))
@@ -814,6 +815,11 @@ def _autocast_compile_case(device, monkeypatch):
     for step, (e, c, changed) in enumerate(_eager_vs_inductor(mlp, x, lambda y: y.float().square().mean(), spy,
                                                                autocast_dtype=torch.bfloat16)):
         _assert_rounding_close(e, c, changed, f"GELU model, step {step}")
+
+
+def test_autocast_compile_3d_cpu(monkeypatch):
+    """The same on the CPU: 3D activations reach the ops as they are, eager and compiled."""
+    _autocast_compile_case("cpu", monkeypatch)
 
 
 @cuda_only

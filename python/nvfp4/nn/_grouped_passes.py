@@ -8,7 +8,7 @@ import torch
 from .. import _ops
 from .._ops import (DTYPE_CODE, RAGGED_K, RAGGED_M, _addr3, _aligned, _alloc3, _check_offs, _device, _empty3, _grouped_gemm_run,
                     _need_2d, _up, batched_shapes, grouped_col_shapes, grouped_row_shapes, lib)
-from ._passes import LinearConfig
+from ._passes import LinearConfig, _direct
 
 __all__ = ["grouped_linear_fwd", "grouped_linear_bwd"]
 
@@ -140,10 +140,16 @@ torch.library.register_fake("nvfp4::grouped_linear_bwd", _gl_bwd_fake, lib=lib)
 
 
 def grouped_linear_fwd(x, w, offs, counter, cfg, save_xt, save_wt):
-    """[y, xt (3 tensors), wt (3 tensors), offs_error]; see the section's notes."""
+    """[y, xt (3 tensors), wt (3 tensors), offs_error]; see the section's notes. Eager calls
+    run the implementation without the dispatcher where nothing else could act on the call
+    (nvfp4.nn._passes._direct)."""
+    if _direct(x, w, offs, counter):
+        return _gl_fwd_impl(x, w, offs, counter, cfg, save_xt, save_wt)
     return torch.ops.nvfp4.grouped_linear_fwd(x, w, offs, counter, cfg, save_xt, save_wt)
 
 
 def grouped_linear_bwd(dy, offs, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
     """[dx, dw, offs_error]; advances counter by one."""
+    if _direct(dy, offs, *xt, *wt, counter):
+        return _gl_bwd_impl(dy, offs, *xt, *wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
     return torch.ops.nvfp4.grouped_linear_bwd(dy, offs, *xt, *wt, counter, cfg, k, need_dx, need_dw, dw_dtype)

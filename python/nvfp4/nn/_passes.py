@@ -10,14 +10,20 @@ layer's raw entry points (nvfp4._ops: the one module that calls the library).
 - ``frozen_linear_fwd``: the forward of a layer whose weight exists only in NVFP4
   (nvfp4.nn.FrozenLinear).
 
-Each op checks the tensors it is given (nvfp4._checks) before it takes an address: the
-weight against the input's features, the saved packed buffers against the sizes the
-shapes imply, one device for all. On the meta device (and for torch.compile's fake
-tensors) they return outputs of the right shape and dtype and run nothing.
+The linear passes take activations and gradients [..., features], as F.linear does. Each
+op checks the tensors it is given (nvfp4._checks) before it takes an address: the weight
+against the input's features, the saved packed buffers against the sizes the shapes
+imply, one device for all. On the meta device (and for torch.compile's fake tensors) they
+return outputs of the right shape and dtype and run nothing. Eager calls through the
+functions below run the implementations without the dispatcher where nothing else could
+act on the call (`_direct`); sizes and offsets come from per-shape plans (docs/design.md,
+"The host path of a Linear").
 
 ``nvfp4.nn.ops`` is this module: the passes, and the op layer's basic ops re-exported.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -94,28 +100,110 @@ _I64, _U8, _F32, _E4M3 = torch.int64, torch.uint8, torch.float32, torch.float8_e
 _ONE = (1,)
 
 
+# ------------------------------------------------------------------------------ per-shape plans
+# What a pass derives from its shapes, dtypes, device, W mode and GEMM backend: the bytes of each
+# buffer, the offsets of the packed orientations inside them, the GEMM workspaces. A pass of a
+# training step repeats the same shapes on every call, so this is computed once per key and kept in
+# the op layer's one workspace cache: the key holds everything the values depend on, the GEMM
+# environment (gemm_env_key) included, so a kept plan cannot disagree with what it would compute
+# now, and clear_workspace_cache forgets plans with the sizes.
+def _offsets(base: int, rows: int, cols: int):
+    """(data, scales, amax) offsets of a packed orientation [rows, cols] that starts at base."""
+    so, ao, _ = packed_layout(rows, cols)
+    return base, base + so, base + ao
+
+
+def _at(base: int, off):
+    return base + off[0], base + off[1], base + off[2]
+
+
+_NONE3 = (0, 0, 0)
+
+
+def _new_plan(key, make, *args):
+    return _ops._workspace(key, lambda: make(*args))
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent from CPU-only builds
+
+
+def _device3(t, d):
+    """_ops._device(t) (device code, index, current stream) for t on device d, without
+    building d.type (a new string on each read)."""
+    if t.is_cuda and _raw_stream is not None:
+        return 1, d.index, _raw_stream(d.index)
+    if t.is_cpu:
+        return _CPU3
+    return _device(t)
+
+
+_CPU3 = (0, 0, 0)
+
+
+def _fwd_plan(m, k, n, x_dtype, bias_dt, fprop, backend, save_xt, save_wt, w_mode, device, dev):
+    xrow_bytes = packed_nbytes(m, k) if fprop else 0
+    wrow_bytes = packed_nbytes(n, k) if (fprop and w_mode == W_FRESH) else 0
+    gemm_ws = gemm_workspace_bytes(m, n, k, backend, x_dtype, bias_dt, False, device, dev) if fprop else 0
+    xt = _offsets(0, k, _up(m, 16)) if save_xt else None
+    if w_mode == W_FRESH:
+        wrow = _offsets(xrow_bytes, n, k) if fprop else None  # in the scratch buffer, after X
+        wcol = _offsets(0, k, _up(n, 16)) if save_wt else None  # at the start of the saved W^T
+    else:  # the weight cache: W rowwise, then W^T
+        wrow = _offsets(0, n, k)
+        wcol = _offsets(_w_cache_layout(n, k)[0], k, _up(n, 16))
+    return ((m, n) if fprop else (0,),                                       # 0: y shape
+            packed_nbytes(k, _up(m, 16)) if save_xt else 0,                 # 1: saved X^T bytes
+            packed_nbytes(k, _up(n, 16)) if (save_wt and w_mode == W_FRESH) else 0,  # 2: saved W^T bytes
+            xrow_bytes + wrow_bytes + gemm_ws,                              # 3: scratch bytes
+            _offsets(0, m, k) if fprop else None, wrow, xt, wcol,           # 4-7: offsets
+            xrow_bytes + wrow_bytes, gemm_ws,                               # 8, 9: GEMM workspace offset, bytes
+            w_cache_nbytes(n, k))                                           # 10: a weight cache's bytes
+
+
+def _bwd_plan(m, n, k, dy_dtype, dw_dtype, need_dx, need_dw, backend, device, dev):
+    mp = _up(m, 16)
+    ws_dx = gemm_workspace_bytes(m, k, n, backend, dy_dtype, None, False, device, dev) if need_dx else 0
+    ws_dw = gemm_workspace_bytes(n, k, mp, backend, dw_dtype, None, False, device, dev) if need_dw else 0
+    row_bytes = packed_nbytes(m, n) if need_dx else 0
+    col_bytes = packed_nbytes(n, mp) if need_dw else 0
+    return ((m, k) if need_dx else (0,), (n, k) if need_dw else (0,),       # 0, 1: dx, dw shapes
+            row_bytes + col_bytes + max(ws_dx, ws_dw),                      # 2: scratch bytes
+            _offsets(0, m, n) if need_dx else None,                         # 3: dY rowwise in the scratch
+            _offsets(row_bytes, n, mp) if need_dw else None,                # 4: dY^T in the scratch
+            row_bytes + col_bytes, ws_dx, ws_dw,                            # 5-7: GEMM workspace offset, bytes
+            _offsets(0, k, mp), _offsets(0, k, _up(n, 16)),                 # 8, 9: saved X^T, W^T offsets
+            packed_nbytes(k, mp) if need_dw else 0,                         # 10: X^T bytes needed
+            packed_nbytes(k, _up(n, 16)) if need_dx else 0)                 # 11: W^T bytes needed
+
+
+# ------------------------------------------------------------------------------ linear_fwd
 def _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
-    """(m, k, n, y shape, xt bytes, wt bytes); every tensor checked against x."""
+    """(m, k, n) for x [..., k] (m: the product of the leading dimensions); every tensor checked
+    against x (a weight cache's size: by the callers, which know it from the plan or compute it)."""
     xs, ws = x.shape, w.shape
     # the common case (a layer's own call) in one expression; the rest names what is wrong
-    if not (len(xs) == 2 and len(ws) == 2 and xs[1] == ws[1] and x.dtype in _FLOATS and w.dtype in _FLOATS
+    if not (len(xs) >= 2 and len(ws) == 2 and xs[-1] == ws[1] and x.dtype in _FLOATS and w.dtype in _FLOATS
             and counter.dtype is _I64 and counter.numel() == 1 and len(cfg) == LinearConfig.SIZE
-            and w_mode == W_FRESH and w.device == x.device and counter.device == x.device
+            and (w_mode == W_FRESH or ((w_mode == W_STORE or w_mode == W_REUSE) and w_cache is not None
+                                       and w_cache.dtype is _U8 and w_cache.dim() == 1 and w_cache.is_contiguous()
+                                       and w_cache.device == x.device))
+            and w.device == x.device and counter.device == x.device
             and (bias is None or (bias.dtype in _FLOATS and bias.shape == (ws[0],) and bias.device == x.device))):
         _fwd_check_slow(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
-    m, k = xs
-    n = ws[0]
-    y_shape = (m, n) if cfg[LinearConfig.FPROP] else (0,)
-    xt_bytes = packed_nbytes(k, _up(m, 16)) if save_xt else 0
-    # W^T for dgrad travels with the autograd context unless a weight cache holds it
-    wt_bytes = packed_nbytes(k, _up(n, 16)) if (save_wt and w_mode == W_FRESH) else 0
-    return m, k, n, y_shape, xt_bytes, wt_bytes
+    return (xs[0] if len(xs) == 2 else math.prod(xs[:-1])), xs[-1], ws[0]
+
+
+def _need_rows(name: str, t) -> None:
+    # the linear passes take [..., features], like F.linear, with at least one leading dimension
+    if t.dim() < 2:
+        raise ValueError(f"{name}: the linear ops take tensors [..., features] of 2 or more dimensions, got shape "
+                         f"{tuple(t.shape)}")
 
 
 def _fwd_check_slow(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
-    _need_2d("x", x)
+    _need_rows("x", x)
     check.tensor("x", x, check.FLOATS, contiguous=False)
-    m, k = x.shape
+    k = x.shape[-1]
     dev = x.device
     if w.dim() != 2 or w.shape[1] != k:
         raise ValueError(f"w: expected a weight [out_features, {k}] for an input of {k} features, got "
@@ -136,73 +224,99 @@ def _fwd_check_slow(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
 
 def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
     C = LinearConfig
-    m, k, n, y_shape, xt_bytes, wt_bytes = _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
-    x = x.contiguous()
-    fprop = bool(cfg[C.FPROP])
-    dev = x.device
-    dt, di, st = _device(x)
-    y = torch.empty(y_shape, dtype=x.dtype, device=dev)
-    xt = torch.empty((xt_bytes,), dtype=torch.uint8, device=dev)
-    wt = torch.empty((wt_bytes,), dtype=torch.uint8, device=dev)
+    m, k, n = _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
+    fprop = cfg[C.FPROP]
     backend = cfg[C.BACKEND]
+    dev = x.device
+    dt, di, st = _device3(x, dev)
+    x_dt = x.dtype
     bias_dt = None if bias is None else bias.dtype
-    gemm_ws = gemm_workspace_bytes(m, n, k, backend, x.dtype, bias_dt, False, dev, (dt, di, st)) if fprop else 0
+    key = ("linear_fwd", m, k, n, x_dt, bias_dt, dt, di, fprop, backend, save_xt, save_wt, w_mode, gemm_env_key())
+    p = _ops._WS.get(key) or _new_plan(key, _fwd_plan, m, k, n, x_dt, bias_dt, fprop, backend, save_xt, save_wt,
+                                       w_mode, dev, (dt, di, st))
+    if w_mode != W_FRESH and w_cache.numel() < p[10]:
+        _packed("w_cache", w_cache, p[10], dev, "x")  # raises, naming the buffer
+    x = x.contiguous()
+    # y [..., n] like x (the plan's shape is the 2D one)
+    y = torch.empty(*p[0], dtype=x_dt, device=dev) if (x.dim() == 2 or not fprop) else \
+        torch.empty(*x.shape[:-1], n, dtype=x_dt, device=dev)
+    xt = torch.empty(p[1], dtype=_U8, device=dev)
+    wt = torch.empty(p[2], dtype=_U8, device=dev)
     # one scratch buffer: X rowwise | W rowwise (when not cached) | GEMM workspace
-    xrow_bytes = packed_nbytes(m, k) if fprop else 0
-    wrow_bytes = packed_nbytes(n, k) if (fprop and w_mode == W_FRESH) else 0
-    ws = torch.empty((xrow_bytes + wrow_bytes + gemm_ws,), dtype=torch.uint8, device=dev)
+    ws = torch.empty(p[3], dtype=_U8, device=dev)
     base = ws.data_ptr()
-    xrow = addresses(base, m, k) if fprop else (0, 0, 0)
+    xp, xcode = x.data_ptr(), DTYPE_CODE[x_dt]
     cnt = counter.data_ptr()
     sign_mask = cfg[C.SIGN_MASK]
+    seed = cfg[C.SEED_X]
 
     # X: rowwise for fprop, columnwise (optionally Hadamard-transformed) for wgrad; one pass
     # when both use the same rounding.
-    xt_addr = addresses(xt.data_ptr(), k, _up(m, 16)) if save_xt else (0, 0, 0)
-    rht = 2 if (save_xt and cfg[C.XT_RHT]) else 0
+    o = p[4]
+    xrow = (base, base + o[1], base + o[2]) if fprop else _NONE3
+    if save_xt:
+        a, o = xt.data_ptr(), p[6]
+        xt_addr = (a, a + o[1], a + o[2])
+        rht = 2 if cfg[C.XT_RHT] else 0
+    else:
+        xt_addr, rht = _NONE3, 0
     if fprop and save_xt and cfg[C.XT_ROUND] != cfg[C.X_ROUND]:
-        _ops.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, *xrow, 0, 0, 0, 0, cfg[C.X_ROUND],
-                          _LAYOUT_SWIZZLED, 0, sign_mask, cfg[C.SEED_X], 0, cnt, dt, di, st)
-        _ops.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, 0, 0, 0, *xt_addr, 0, cfg[C.XT_ROUND],
-                          _LAYOUT_SWIZZLED, rht, sign_mask, cfg[C.SEED_X], 0, cnt, dt, di, st)
+        _ops.quantize_raw(xp, xcode, m, k, *xrow, 0, 0, 0, 0, cfg[C.X_ROUND], _LAYOUT_SWIZZLED, 0, sign_mask, seed, 0,
+                          cnt, dt, di, st)
+        _ops.quantize_raw(xp, xcode, m, k, 0, 0, 0, *xt_addr, 0, cfg[C.XT_ROUND], _LAYOUT_SWIZZLED, rht, sign_mask,
+                          seed, 0, cnt, dt, di, st)
     elif fprop or save_xt:
-        _ops.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, *xrow, *xt_addr, 0,
-                          cfg[C.X_ROUND] if fprop else cfg[C.XT_ROUND], _LAYOUT_SWIZZLED, rht, sign_mask,
-                          cfg[C.SEED_X], 0, cnt, dt, di, st)
+        _ops.quantize_raw(xp, xcode, m, k, *xrow, *xt_addr, 0, cfg[C.X_ROUND] if fprop else cfg[C.XT_ROUND],
+                          _LAYOUT_SWIZZLED, rht, sign_mask, seed, 0, cnt, dt, di, st)
 
     # W: both orientations in one pass (round to nearest, no transform), into the scratch
     # buffer and the saved W^T, or into the layer's cache.
     if w_mode == W_FRESH:
-        wrow = addresses(base + xrow_bytes, n, k) if fprop else (0, 0, 0)
-        wcol = addresses(wt.data_ptr(), k, _up(n, 16)) if save_wt else (0, 0, 0)
+        o = p[5]
+        wrow = (base + o[0], base + o[1], base + o[2]) if fprop else _NONE3
+        if save_wt:
+            a, o = wt.data_ptr(), p[7]
+            wcol = (a, a + o[1], a + o[2])
+        else:
+            wcol = _NONE3
     else:
-        cb = w_cache.data_ptr()
-        off, _ = _w_cache_layout(n, k)
-        wrow = addresses(cb, n, k)
-        wcol = addresses(cb + off, k, _up(n, 16))
+        a = w_cache.data_ptr()
+        wrow, wcol = _at(a, p[5]), _at(a, p[7])
     if w_mode != W_REUSE and (wrow[0] or wcol[0]):
         w = w.contiguous()
         _ops.quantize_raw(w.data_ptr(), DTYPE_CODE[w.dtype], n, k, *wrow, *wcol, cfg[C.W_BLOCK], 0,
                           _LAYOUT_SWIZZLED, 0, sign_mask, 0, 0, 0, dt, di, st)
-    if not fprop:
-        return y, xt, wt
-    # fprop: Y = alpha * X̂ Ŵᵀ (+ bias)
-    _ops.gemm_raw(*xrow, *wrow, m, n, k, _LAYOUT_SWIZZLED, 0, 0, 0 if bias is None else bias.data_ptr(),
-                  DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(), DTYPE_CODE[x.dtype], backend,
-                  base + xrow_bytes + wrow_bytes, gemm_ws, dt, di, st)
+    if fprop:  # Y = alpha * X̂ Ŵᵀ (+ bias)
+        _ops.gemm_raw(*xrow, *wrow, m, n, k, _LAYOUT_SWIZZLED, 0, 0, 0 if bias is None else bias.data_ptr(),
+                      DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(), xcode, backend, base + p[8], p[9], dt, di, st)
     return y, xt, wt
 
 
+def _fwd_sizes(x, m, k, n, cfg, save_xt, save_wt, w_mode):
+    """The shapes of linear_fwd's outputs: y, saved X^T bytes, saved W^T bytes."""
+    y_shape = (*x.shape[:-1], n) if cfg[LinearConfig.FPROP] else (0,)
+    xt_bytes = packed_nbytes(k, _up(m, 16)) if save_xt else 0
+    # W^T for dgrad travels with the autograd context unless a weight cache holds it
+    wt_bytes = packed_nbytes(k, _up(n, 16)) if (save_wt and w_mode == W_FRESH) else 0
+    return y_shape, xt_bytes, wt_bytes
+
+
 def _linear_fwd_fake(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
-    m, k, n, y_shape, xt_bytes, wt_bytes = _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
+    m, k, n = _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
+    if w_mode != W_FRESH:
+        _packed("w_cache", w_cache, w_cache_nbytes(n, k), x.device, "x")
+    y_shape, xt_bytes, wt_bytes = _fwd_sizes(x, m, k, n, cfg, save_xt, save_wt, w_mode)
     return (x.new_empty(y_shape), x.new_empty((xt_bytes,), dtype=torch.uint8),
             x.new_empty((wt_bytes,), dtype=torch.uint8))
 
 
+# ------------------------------------------------------------------------------ linear_bwd
 def _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
-    _need_2d("dy", dy)
+    """(m, n) for dy [..., n]."""
+    _need_rows("dy", dy)
     check.tensor("dy", dy, check.FLOATS, contiguous=False)
-    m, n = dy.shape
+    n = dy.shape[-1]
+    m = math.prod(dy.shape[:-1])
     dev = dy.device
     if k < 0 or k % 16:
         raise ValueError(f"k: the layer's in_features, a multiple of 16, got {k}")
@@ -218,44 +332,67 @@ def _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
 
 
 def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
-    """dy [m, n]; xt: packed X^T [k, roundup(m,16)] (need_dw); wt: packed W^T [k, roundup(n,16)]
-    (need_dx). Advances counter by one after the quantization of dY has read it."""
+    """dy [..., n] (m rows in all); xt: packed X^T [k, roundup(m,16)] (need_dw); wt: packed W^T
+    [k, roundup(n,16)] (need_dx). dx [..., k] like dy. Advances counter by one after the
+    quantization of dY has read it."""
     C = LinearConfig
-    m, n = _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
-    dy = dy.contiguous()
+    ds = dy.shape
     dev = dy.device
-    dt, di, st = _device(dy)
-    mp = _up(m, 16)
+    dy_dt = dy.dtype
+    # the arguments the plan's key is made of, checked in one expression first (the plan then
+    # gives the sizes the saved buffers must have); anything else: the checks that name it
+    if not (len(ds) >= 2 and dy_dt in _FLOATS and dw_dtype in DTYPE_CODE and k >= 0 and k % 16 == 0
+            and len(cfg) == C.SIZE and counter.dtype is _I64 and counter.numel() == 1 and counter.device == dev):
+        _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
+    m, n = (ds[0] if len(ds) == 2 else math.prod(ds[:-1])), ds[-1]
     backend = cfg[C.BACKEND]
-    dx = torch.empty((m, k) if need_dx else (0,), dtype=dy.dtype, device=dev)
-    dw = torch.empty((n, k) if need_dw else (0,), dtype=dw_dtype, device=dev)
-    ws_dx = gemm_workspace_bytes(m, k, n, backend, dy.dtype, None, False, dev, (dt, di, st)) if need_dx else 0
-    ws_dw = gemm_workspace_bytes(n, k, mp, backend, dw_dtype, None, False, dev, (dt, di, st)) if need_dw else 0
-    row_bytes = packed_nbytes(m, n) if need_dx else 0
-    col_bytes = packed_nbytes(n, mp) if need_dw else 0
-    ws = torch.empty((row_bytes + col_bytes + max(ws_dx, ws_dw),), dtype=torch.uint8, device=dev)
+    dt, di, st = _device3(dy, dev)
+    key = ("linear_bwd", m, n, k, dy_dt, dw_dtype, dt, di, need_dx, need_dw, backend, gemm_env_key())
+    p = _ops._WS.get(key) or _new_plan(key, _bwd_plan, m, n, k, dy_dt, dw_dtype, need_dx, need_dw, backend, dev,
+                                       (dt, di, st))
+    if not ((not need_dw or (xt.dtype is _U8 and xt.dim() == 1 and xt.numel() >= p[10] and xt.device == dev
+                             and xt.is_contiguous()))
+            and (not need_dx or (wt.dtype is _U8 and wt.dim() == 1 and wt.numel() >= p[11] and wt.device == dev
+                                 and wt.is_contiguous()))):
+        _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
+    dy = dy.contiguous()
+    dx = torch.empty(*p[0], dtype=dy_dt, device=dev) if (len(ds) == 2 or not need_dx) else \
+        torch.empty(*ds[:-1], k, dtype=dy_dt, device=dev)
+    dw = torch.empty(*p[1], dtype=dw_dtype, device=dev)
+    ws = torch.empty(p[2], dtype=_U8, device=dev)
     base = ws.data_ptr()
-    dyrow = addresses(base, m, n) if need_dx else (0, 0, 0)
-    dycol = addresses(base + row_bytes, n, mp) if need_dw else (0, 0, 0)
-    g = base + row_bytes + col_bytes
+    if need_dx:
+        o = p[3]
+        dyrow = (base, base + o[1], base + o[2])
+    else:
+        dyrow = _NONE3
+    if need_dw:
+        o = p[4]
+        dycol = (base + o[0], base + o[1], base + o[2])
+        rht = 2 if cfg[C.DYT_RHT] else 0
+    else:
+        dycol, rht = _NONE3, 0
+    g = base + p[5]
+    dyp, dycode = dy.data_ptr(), DTYPE_CODE[dy_dt]
     cnt = counter.data_ptr()
     sign_mask = cfg[C.SIGN_MASK]
-    rht = 2 if (need_dw and cfg[C.DYT_RHT]) else 0
+    seed = cfg[C.SEED_DY]
     if need_dx and need_dw and cfg[C.DY_ROUND] != cfg[C.DYT_ROUND]:
-        _ops.quantize_raw(dy.data_ptr(), DTYPE_CODE[dy.dtype], m, n, *dyrow, 0, 0, 0, 0, cfg[C.DY_ROUND],
-                          _LAYOUT_SWIZZLED, 0, sign_mask, cfg[C.SEED_DY], 0, cnt, dt, di, st)
-        _ops.quantize_raw(dy.data_ptr(), DTYPE_CODE[dy.dtype], m, n, 0, 0, 0, *dycol, 0, cfg[C.DYT_ROUND],
-                          _LAYOUT_SWIZZLED, rht, sign_mask, cfg[C.SEED_DY], 0, cnt, dt, di, st)
+        _ops.quantize_raw(dyp, dycode, m, n, *dyrow, 0, 0, 0, 0, cfg[C.DY_ROUND], _LAYOUT_SWIZZLED, 0, sign_mask, seed,
+                          0, cnt, dt, di, st)
+        _ops.quantize_raw(dyp, dycode, m, n, 0, 0, 0, *dycol, 0, cfg[C.DYT_ROUND], _LAYOUT_SWIZZLED, rht, sign_mask,
+                          seed, 0, cnt, dt, di, st)
     elif need_dx or need_dw:
-        rounding = cfg[C.DY_ROUND] if need_dx else cfg[C.DYT_ROUND]
-        _ops.quantize_raw(dy.data_ptr(), DTYPE_CODE[dy.dtype], m, n, *dyrow, *dycol, 0, rounding, _LAYOUT_SWIZZLED,
-                          rht, sign_mask, cfg[C.SEED_DY], 0, cnt, dt, di, st)
+        _ops.quantize_raw(dyp, dycode, m, n, *dyrow, *dycol, 0, cfg[C.DY_ROUND] if need_dx else cfg[C.DYT_ROUND],
+                          _LAYOUT_SWIZZLED, rht, sign_mask, seed, 0, cnt, dt, di, st)
     if need_dx:  # dgrad: dX = alpha * dŶ (Ŵᵀ)ᵀ, W^T quantized along N
-        _ops.gemm_raw(*dyrow, *addresses(wt.data_ptr(), k, _up(n, 16)), m, k, n, _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0,
-                      dx.data_ptr(), DTYPE_CODE[dy.dtype], backend, g, ws_dx, dt, di, st)
+        a, o = wt.data_ptr(), p[9]
+        _ops.gemm_raw(*dyrow, a, a + o[1], a + o[2], m, k, n, _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0, dx.data_ptr(),
+                      dycode, backend, g, p[6], dt, di, st)
     if need_dw:  # wgrad: dW = alpha * (dŶᵀ)(X̂ᵀ)ᵀ, both along the token axis
-        _ops.gemm_raw(*dycol, *addresses(xt.data_ptr(), k, mp), n, k, mp, _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0,
-                      dw.data_ptr(), DTYPE_CODE[dw_dtype], backend, g, ws_dw, dt, di, st)
+        a, o = xt.data_ptr(), p[8]
+        _ops.gemm_raw(*dycol, a, a + o[1], a + o[2], n, k, _up(m, 16), _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0,
+                      dw.data_ptr(), DTYPE_CODE[dw_dtype], backend, g, p[7], dt, di, st)
     # The next backward of this layer draws new bits. In stream order after the quantize
     # kernels above, which read the counter when they run.
     counter.add_(1)
@@ -264,7 +401,8 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
 
 def _linear_bwd_fake(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
     m, n = _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
-    return (dy.new_empty((m, k) if need_dx else (0,)), dy.new_empty((n, k) if need_dw else (0,), dtype=dw_dtype))
+    return (dy.new_empty((*dy.shape[:-1], k) if need_dx else (0,)),
+            dy.new_empty((n, k) if need_dw else (0,), dtype=dw_dtype))
 
 
 for _k in ("CPU", "CUDA"):
@@ -274,13 +412,50 @@ torch.library.register_fake("nvfp4::linear_fwd", _linear_fwd_fake, lib=lib)
 torch.library.register_fake("nvfp4::linear_bwd", _linear_bwd_fake, lib=lib)
 
 
+# ------------------------------------------------------------------------------ eager calls
+# An eager call of an op whose CPU/CUDA kernel is Python goes through the dispatcher only to
+# come back to that same Python function (~4 us a call on a fast host, twice per Linear
+# forward + backward). Where nothing else could act on the call, the layer's passes call the
+# implementation directly: the same function with the same arguments, so the same bits. The
+# op is kept wherever something else could act on it: under torch.compile (the graph must
+# hold the op) and TorchScript tracing, under a TorchDispatchMode (fake tensors,
+# FlopCounterMode, selective checkpointing), a TorchFunctionMode other than
+# torch.set_default_device's, with the profiler on (its record of the op), and for tensors
+# that are not plain tensors or parameters on cpu/cuda (tensor subclasses such as the
+# FP4-gathered weight of nvfp4.distributed, which handles the op itself; meta tensors).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_profiling = torch._C._autograd._profiler_enabled
+_tracing = torch._C._get_tracing_state
+
+
+def _only_device_modes() -> bool:
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+    return all(type(mode) is DeviceContext for mode in _get_current_function_mode_stack())
+
+
+def _direct(*ts) -> bool:
+    """True where calling an op's implementation directly is the same as calling the op."""
+    if torch.compiler.is_compiling() or _dispatch_modes() or _profiling() or _tracing():
+        return False
+    for t in ts:
+        if t is not None and (type(t) not in _PLAIN or not (t.is_cuda or t.is_cpu)):
+            return False
+    return not _function_modes() or _only_device_modes()
+
+
 def linear_fwd(x, w, bias, counter, cfg, save_xt, save_wt, w_mode=W_FRESH, w_cache=None):
+    if _direct(x, w, bias, counter, w_cache):
+        return _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
     return torch.ops.nvfp4.linear_fwd(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
 
 
 def linear_bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
+    if _direct(dy, xt, wt, counter):
+        return _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
     return torch.ops.nvfp4.linear_bwd(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
-
 
 # ------------------------------------------------------------------------------ a frozen, already quantized weight
 # The forward of a layer whose weight exists only in NVFP4 (nvfp4.nn.FrozenLinear): W's rowwise
@@ -359,4 +534,6 @@ def frozen_linear_fwd(x, w_data, w_scales, w_amax, bias, counter, cfg):
     """Y = alpha * Q(X) Ŵᵀ (+ bias) for a weight given as its rowwise NVFP4 triple (data
     uint8 [N, K/2], swizzled scales as bytes, amax float32 [1]); X [M, K] is quantized as the
     cfg says for fprop (LinearConfig.X_ROUND, SEED_X, the counter as SR offset)."""
+    if _direct(x, w_data, w_scales, w_amax, bias, counter):
+        return _frozen_fwd_impl(x, w_data, w_scales, w_amax, bias, counter, cfg)
     return torch.ops.nvfp4.frozen_linear_fwd(x, w_data, w_scales, w_amax, bias, counter, cfg)

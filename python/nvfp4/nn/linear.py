@@ -22,7 +22,7 @@ that captured the step advances it on each replay.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Tuple, Union
 
 import torch
@@ -74,10 +74,20 @@ _W_MODE = {None: _passes.W_FRESH, "store": _passes.W_STORE, "reuse": _passes.W_R
 @dataclass(frozen=True)
 class _Plan:
     """Everything a layer's autograd function needs besides tensors; hashable, so that
-    torch.compile treats it as a constant."""
+    torch.compile treats it as a constant. The recipe's GEMM switches are copied out of it
+    once here: the autograd function reads them on every call."""
 
     recipe: Recipe
     cfg: Tuple[int, ...]  # the LinearConfig ints of the linear ops
+    fprop: bool = field(init=False, compare=False)
+    dgrad: bool = field(init=False, compare=False)
+    wgrad: bool = field(init=False, compare=False)
+    uses_sr: bool = field(init=False, compare=False)
+
+    def __post_init__(self):
+        r = self.recipe
+        for name, v in (("fprop", r.fprop), ("dgrad", r.dgrad), ("wgrad", r.wgrad), ("uses_sr", _uses_sr(r))):
+            object.__setattr__(self, name, v)
 
 
 def _make_cfg(r: Recipe, sign_mask: int, seed_x: int, seed_dy: int) -> Tuple[int, ...]:
@@ -112,71 +122,76 @@ def _uses_sr(r: Recipe) -> bool:
 class _LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, counter, w_cache, plan: _Plan, w_mode: int):
-        r = plan.recipe
         cdt = x.dtype
-        k = x.shape[-1]
+        xs = x.shape
+        k = xs[-1]
         n = weight.shape[0]
-        x2 = x.reshape(-1, k)
-        m = x2.shape[0]
-        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        need_db = bias is not None and ctx.needs_input_grad[2]
-        fp4_dgrad = r.dgrad and need_dx
-        fp4_wgrad = r.wgrad and need_dw
+        m = x.numel() // k  # k > 0: empty inputs never get here
+        need_dx, need_dw, need_b = ctx.needs_input_grad[:3]
+        fp4_dgrad = plan.dgrad and need_dx
+        fp4_wgrad = plan.wgrad and need_dw
         pad = (-m) % TOKEN_ALIGN if fp4_wgrad else 0
         b = None if bias is None else bias.to(cdt)
 
+        # The ops take [..., k] as it is; a 1D input, or rows to pad, as 2D
+        xin = x if (not pad and len(xs) > 1) else _pad_rows(x.reshape(-1, k), pad)
         xt = wt = None
-        if r.fprop or fp4_wgrad or fp4_dgrad:
-            y, xt, wt = _passes.linear_fwd(_pad_rows(x2, pad), weight, b if r.fprop else None, counter, plan.cfg,
-                                        fp4_wgrad, fp4_dgrad, w_mode, w_cache)
+        if plan.fprop or fp4_wgrad or fp4_dgrad:
+            y, xt, wt = _passes.linear_fwd(xin, weight, b if plan.fprop else None, counter, plan.cfg, fp4_wgrad,
+                                           fp4_dgrad, w_mode, w_cache)
             if w_mode != _passes.W_FRESH and fp4_dgrad:
                 # Wᵀ lives in the layer's cache, after W's rowwise quantization
                 wt = w_cache[_passes.packed_nbytes(n, k):]
-        if r.fprop:
-            if pad:
-                y = y[:m]
+        if plan.fprop:
+            if xin is not x:
+                y = (y[:m] if pad else y).reshape(*xs[:-1], n)
         else:
-            y = F.linear(x2, weight.to(cdt), b)
+            y = F.linear(x, weight.to(cdt), b)
 
-        saved_x = x2 if (need_dw and not fp4_wgrad) else None
-        saved_w = weight if (need_dx and not fp4_dgrad) else None
-        ctx.save_for_backward(saved_x, saved_w, xt, wt)
+        if fp4_dgrad or not need_dx:
+            if fp4_wgrad or not need_dw:
+                ctx.save_for_backward(xt, wt)  # the common case: only FP4 buffers
+            else:
+                ctx.save_for_backward(xt, wt, x)
+        else:
+            ctx.save_for_backward(xt, wt, x if (need_dw and not fp4_wgrad) else None, weight)
         # The counter is mutated by the backward op; kept out of save_for_backward so that a
         # layer called twice in one forward (shared weights) does not trip the saved-tensor
         # version check when the first backward advances it.
         ctx.counter = counter
         ctx.plan = plan
-        ctx.meta = (tuple(x.shape), m, k, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw, need_db, weight.dtype,
-                    None if bias is None else bias.dtype)
-        return y.reshape(*x.shape[:-1], n)
+        ctx.meta = (xs, m, k, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw, bias is not None and need_b,
+                    weight.dtype, None if bias is None else bias.dtype)
+        return y
 
     @staticmethod
     def backward(ctx, dy):
         plan = ctx.plan
-        r = plan.recipe
         x_shape, m, k, n, pad, fp4_dgrad, fp4_wgrad, need_dx, need_dw, need_db, w_dtype, b_dtype = ctx.meta
-        saved_x, saved_w, xt, wt = ctx.saved_tensors
+        saved = ctx.saved_tensors
         cdt = dy.dtype
-        dy2 = dy.reshape(-1, n)
         dx = dw = db = None
 
         if fp4_dgrad or fp4_wgrad:
-            dxq, dwq = _passes.linear_bwd(_pad_rows(dy2, pad), xt, wt, ctx.counter, plan.cfg, k, fp4_dgrad, fp4_wgrad,
-                                       w_dtype)
-            if fp4_dgrad:
-                dx = dxq[:m] if pad else dxq
-            if fp4_wgrad:
-                dw = dwq
-        elif _uses_sr(r):
-            ctx.counter.add_(1)  # no quantized backward GEMM advanced it, but the forward used it
-        if need_dx:
+            dyin = dy if (not pad and dy.dim() > 1) else _pad_rows(dy.reshape(-1, n), pad)
+            dx, dw = _passes.linear_bwd(dyin, saved[0], saved[1], ctx.counter, plan.cfg, k, fp4_dgrad, fp4_wgrad,
+                                        w_dtype)
             if not fp4_dgrad:
-                dx = dy2 @ saved_w.to(cdt)
-            dx = dx.reshape(x_shape)
-        if need_dw and not fp4_wgrad:
-            dw = (dy2.t() @ saved_x.to(cdt)).to(w_dtype)
-        if need_db:
-            db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
+                dx = None
+            elif dyin is not dy:
+                dx = (dx[:m] if pad else dx).reshape(x_shape)
+            if not fp4_wgrad:
+                dw = None
+        elif plan.uses_sr:
+            ctx.counter.add_(1)  # no quantized backward GEMM advanced it, but the forward used it
+        if (need_dx and not fp4_dgrad) or (need_dw and not fp4_wgrad) or need_db:
+            dy2 = dy.reshape(-1, n)
+            if need_dx and not fp4_dgrad:
+                dx = (dy2 @ saved[3].to(cdt)).reshape(x_shape)
+            if need_dw and not fp4_wgrad:
+                dw = (dy2.t() @ saved[2].reshape(-1, k).to(cdt)).to(w_dtype)
+            if need_db:
+                db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
         return dx, dw, db, None, None, None, None
 
 
@@ -330,49 +345,66 @@ class Linear(nn.Linear):
 
     # -- compute
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_input(self, x, self.weight.device)
-        if self.precision == "bf16" or not self._recipe.quantized:
-            return F.linear(x, self.weight, self.bias)
-        dev = x.device.type
-        if dev != "meta" and torch.is_autocast_enabled(dev):
-            x = x.to(torch.get_autocast_dtype(dev))
-        if x.dtype not in _FLOATS or self.weight.dtype not in _FLOATS:
+        # Run on every call of every layer. Parameters and buffers are read from their dicts
+        # (nn.Module.__getattr__ costs ~0.4 us a read); a parametrized weight or bias
+        # (torch.nn.utils.parametrize) is not in the dict and is read as an attribute.
+        params = self._parameters
+        weight = params.get("weight")
+        if weight is None:
+            weight = self.weight
+        bias = params["bias"] if "bias" in params else self.bias
+        check_input(self, x, weight.device)
+        r = self._recipe
+        if self.precision == "bf16" or not r.quantized:
+            return F.linear(x, weight, bias)
+        if x.is_cuda:
+            if torch.is_autocast_enabled("cuda"):
+                x = x.to(torch.get_autocast_dtype("cuda"))
+        elif x.is_cpu:
+            if torch.is_autocast_enabled("cpu"):
+                x = x.to(torch.get_autocast_dtype("cpu"))
+        elif not x.is_meta:
+            dev = x.device.type
+            if torch.is_autocast_enabled(dev):
+                x = x.to(torch.get_autocast_dtype(dev))
+        if x.dtype not in _FLOATS or weight.dtype not in _FLOATS:
             raise TypeError(f"x: nvfp4 Linear takes float32/float16/bfloat16 inputs and weights, got "
-                            f"{x.dtype} and {self.weight.dtype}")
+                            f"{x.dtype} and {weight.dtype}")
         if x.numel() == 0:  # nothing to quantize; the output in the input's dtype, as for any input
-            b = None if self.bias is None else self.bias.to(x.dtype)
-            return F.linear(x, self.weight.to(x.dtype), b)
+            b = None if bias is None else bias.to(x.dtype)
+            return F.linear(x, weight.to(x.dtype), b)
         mode = _W_MODE[self.weight_reuse]
-        counter = self.sr_step
-        if dev == "meta":
+        buffers = self._buffers
+        counter = buffers["sr_step"]
+        w_cache = buffers["_w_cache"]
+        if x.is_meta:
             # shapes and dtypes only (model builders, FSDP's meta-device init): the ops'
             # fake implementations, no kernel; the per-operand path reads the counter on the
             # host, so it gets the same shapes from F.linear
-            if not self._recipe.fused:
-                b = None if self.bias is None else self.bias.to(x.dtype)
-                return F.linear(x, self.weight.to(x.dtype), b)
-            return _LinearFn.apply(x, self.weight, self.bias, counter, self._w_cache, self._plan, _passes.W_FRESH)
-        w_cache = self._w_cache
-        gathered = getattr(self.weight, "nvfp4_w_cache", None)
+            if not r.fused:
+                b = None if bias is None else bias.to(x.dtype)
+                return F.linear(x, weight.to(x.dtype), b)
+            return _LinearFn.apply(x, weight, bias, counter, w_cache, self._plan, _passes.W_FRESH)
+        gathered = getattr(weight, "nvfp4_w_cache", None)
         if gathered is not None:
             # FSDP2 gathered this weight in NVFP4 (nvfp4.distributed): W and Wᵀ are in the
             # gathered buffer, laid out as the weight cache
-            if mode != _passes.W_FRESH or not self._recipe.fused:
+            if mode != _passes.W_FRESH or not r.fused:
                 raise RuntimeError(f"weight: gathered in FP4 (nvfp4.distributed), which needs a fused NVFP4 recipe "
-                                   f"and weight_reuse=None; got recipe {self._recipe.name!r}, "
+                                   f"and weight_reuse=None; got recipe {r.name!r}, "
                                    f"weight_reuse={self.weight_reuse!r}")
             mode, w_cache = _passes.W_REUSE, gathered
-        if not self._recipe.fused:
+        if not r.fused:
             if mode != _passes.W_FRESH:
                 raise RuntimeError(f"weight_reuse: {self.weight_reuse!r} is implemented for the fused NVFP4 recipes; "
-                                   f"recipe {self._recipe.name!r} quantizes the weight on every forward")
+                                   f"recipe {r.name!r} quantizes the weight on every forward")
             if counter.is_inference() and not torch.is_inference_mode_enabled():
                 counter = self.sr_step = counter.clone()
-            return emulated_linear(x, self.weight, self.bias, counter, self._recipe, self._layer_index)
+            return emulated_linear(x, weight, bias, counter, r, self._layer_index)
         if not torch.compiler.is_compiling():
             if mode == _passes.W_STORE:
                 self._w_cache_stored = True
             if counter.is_inference() and not torch.is_inference_mode_enabled():
                 # loaded or moved under inference_mode: a normal counter the backward may advance
                 counter = self.sr_step = counter.clone()
-        return _LinearFn.apply(x, self.weight, self.bias, counter, w_cache, self._plan, mode)
+        return _LinearFn.apply(x, weight, bias, counter, w_cache, self._plan, mode)
