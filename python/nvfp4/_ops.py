@@ -164,15 +164,41 @@ _functorch = torch._C._functorch.peek_interpreter_stack
 grad_enabled = torch.is_grad_enabled
 
 
+def _only_device_modes() -> bool:
+    # torch.set_default_device's mode only fills in the device of factory calls; the
+    # implementations name every device they allocate on
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+    return all(type(mode) is DeviceContext for mode in _get_current_function_mode_stack())
+
+
 def eager() -> bool:
     """Whether an op called now would reach its implementation and nothing else: not under
     torch.compile/export (dynamo reads this False and traces the op), not jit-tracing, no
-    torch-function or dispatch mode (fake tensors, make_fx, user modes), no functorch
-    transform (vmap, grad), no profiler recording ops. The caller also makes sure that its
-    tensors are plain torch.Tensor on cpu/cuda and that none needs autograd (the op would
-    attach autograd's fallback to its outputs)."""
-    return not (_compiling() or _tf_mode() or _dispatch_modes() or _profiling() or _functorch() is not None
-                or _jit_tracing() is not None)
+    dispatch mode (fake tensors, make_fx, FlopCounterMode, selective checkpointing, user
+    modes), no torch-function mode but torch.set_default_device's, no functorch transform
+    (vmap, grad), no profiler recording ops. The caller also makes sure that its tensors are
+    plain tensors on cpu/cuda (`direct`) and, where the op has no autograd formula of its
+    own, that none needs grad (the op would attach autograd's fallback to its outputs)."""
+    if (_compiling() or _dispatch_modes() or _profiling() or _functorch() is not None
+            or _jit_tracing() is not None):
+        return False
+    return not _tf_mode() or _only_device_modes()
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def direct(*ts) -> bool:
+    """eager(), and every tensor given (None skipped) a plain tensor or Parameter on cpu/cuda:
+    not a tensor subclass (the FP4-gathered weight of nvfp4.distributed handles the op itself)
+    and not on meta. Where this holds, calling an op's implementation is calling the op."""
+    if not eager():
+        return False
+    for t in ts:
+        if t is not None and (type(t) not in _PLAIN or not (t.is_cuda or t.is_cpu)):
+            return False
+    return True
 
 
 def _need_2d(name: str, t: torch.Tensor) -> None:

@@ -423,27 +423,7 @@ torch.library.register_fake("nvfp4::linear_bwd", _linear_bwd_fake, lib=lib)
 # torch.set_default_device's, with the profiler on (its record of the op), and for tensors
 # that are not plain tensors or parameters on cpu/cuda (tensor subclasses such as the
 # FP4-gathered weight of nvfp4.distributed, which handles the op itself; meta tensors).
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-_function_modes = torch._C._is_torch_function_mode_enabled
-_profiling = torch._C._autograd._profiler_enabled
-_tracing = torch._C._get_tracing_state
-
-
-def _only_device_modes() -> bool:
-    from torch.overrides import _get_current_function_mode_stack
-    from torch.utils._device import DeviceContext
-    return all(type(mode) is DeviceContext for mode in _get_current_function_mode_stack())
-
-
-def _direct(*ts) -> bool:
-    """True where calling an op's implementation directly is the same as calling the op."""
-    if torch.compiler.is_compiling() or _dispatch_modes() or _profiling() or _tracing():
-        return False
-    for t in ts:
-        if t is not None and (type(t) not in _PLAIN or not (t.is_cuda or t.is_cpu)):
-            return False
-    return not _function_modes() or _only_device_modes()
+_direct = _ops.direct
 
 
 def linear_fwd(x, w, bias, counter, cfg, save_xt, save_wt, w_mode=W_FRESH, w_cache=None):
