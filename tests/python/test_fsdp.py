@@ -837,3 +837,37 @@ def test_bench_fsdp_smoke_gloo(tmp_path):
     assert r["fp4gather_over_bf16gather_all_gather_bytes"] < 0.3
     assert res["rows"]["nvfp4_fp4gather"]["all_reduce_calls"] == 2  # 2 blocks, their forward gathers
     assert "fp4g/bf16g" in out and nvfp4.__version__ == res["nvfp4"]
+
+
+@pytest.mark.skipif(SKIP_GLOO or not HAS_FSDP2, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
+def test_bench_fsdp_count_ops_gloo(tmp_path):
+    """The op counts per gather that bench_fsdp.py --count-ops reports: after the gather one
+    op per weight (the assembly kernel), before it under 4 on average (one quantization per
+    weight in the forward gather, a handful per unit for the amaxes, nothing in the backward
+    one); 0.3 dispatched ~37 per call on each side."""
+    import json
+
+    js = tmp_path / "ops.json"
+    out = _torchrun(1, "bench/bench_fsdp.py", "--smoke", "--count-ops", "--warmup", "1", "--json", str(js))
+    c = json.loads(js.read_text())["op_counts"]
+    pre, post = c["nvfp4_fp4gather"]["fsdp_pre_all_gather"], c["nvfp4_fp4gather"]["fsdp_post_all_gather"]
+    assert pre["calls"] == post["calls"] == 2 * 2 * 4  # 2 blocks of 4 weights, forward and backward
+    assert post["ops"] == post["calls"], post
+    assert pre["ops"] <= 4 * pre["calls"], pre
+    assert c["nvfp4"]["fsdp_pre_all_gather"]["calls"] == 0
+    assert c["nvfp4_fp4gather"]["step"]["ops"] < 1.5 * c["nvfp4"]["step"]["ops"], c
+    assert "fsdp_post_all_gather: 16 calls" in out
+
+
+def test_bench_fsdp_gather_smoke():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_fsdp_gather", os.path.join(ROOT, "bench",
+                                                                                    "bench_fsdp_gather.py"))
+    b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(b)
+    rows = b.main(["--smoke", "--worlds", "1", "2"])
+    steps = {(r["world"], r["variant"]): r for r in rows if "variant" in r}
+    assert set(steps) == {(w, v) for w in (1, 2) for v in ("fp4", "fp4_0.3", "bf16")}
+    assert all(r["fwd_us"] > 0 and r["bwd_us"] > 0 for r in steps.values())
+    assert all(r["quantize_us"] > 0 and r["assemble_us"] > 0 for r in rows if "kernel_shape" in r)
