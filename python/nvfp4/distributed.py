@@ -12,7 +12,7 @@ How one weight W [N, K] travels (docs/design.md, "FSDP2: the FP4 weight all-gath
 1. The per-tensor amax: every rank takes max |W_shard| of each converted weight of the FSDP
    unit being gathered (one foreach reduction for the unit); one all-reduce (MAX, on the
    amaxes' float bits: a NaN wins, as in one process) per unit and forward gather gives the
-   global amaxes.
+   global amaxes (on one rank there is nothing to reduce).
 2. Each rank quantizes its shard with the global amax, in 16x16 tiles (the recipe's 2D
    weight blocks), straight into the all-gather input (one kernel, nvfp4.h's gather rows).
    FSDP2 shards rows in chunks of ceil(N / world); when the chunk is a multiple of 16 rows
@@ -339,7 +339,8 @@ def _global_amaxes(registry: _Registry, group: List[nn.Module], caller: nn.Modul
         norms = [t.abs().amax().float() if t.numel() else torch.zeros((), device=dev) for t in locals_]
     bits = torch.stack(norms).view(torch.int32).to(torch.int64) & 0x7FFFFFFF
     vec = torch.cat([bits, head])
-    dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=mesh.get_group())
+    if mesh.size() > 1:  # one rank: its amaxes are the global ones
+        dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=mesh.get_group())
     registry.rounds[key] = registry.rounds.get(key, 0) + 1
     if first:
         # Read once per unit, on every rank alike (the same gather on every rank), so that a
