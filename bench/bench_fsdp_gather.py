@@ -242,7 +242,7 @@ def main(argv=None):
               f"{2 * nb / cp / 1e3:.0f} GB/s)")
         rows.append({"world": world, "kernel_shape": [n, k], "quantize_us": qt, "quantize_GBps": qb / qt / 1e3,
                      "assemble_us": at, "assemble_GBps": ab / at / 1e3})
-        del units, u
+        units = u = None  # freed before the next world size builds its own
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"device": name, "torch": torch.__version__, "nvfp4": nvfp4.__version__,

@@ -8,7 +8,11 @@ Several processes (gloo on the CPU, always; NCCL where the GPUs are present):
 - FSDP2 with the FP4 gather against FSDP2 with the ordinary gather on the same model and
   data: the same losses and parameters bit for bit, and each gathered weight bit for bit
   the quantization of the full master weight; the bytes all-gathered counted and checked
-  against the formula; one amax all-reduce per FSDP unit and gather.
+  against the formula; one amax all-reduce per FSDP unit and forward gather, one
+  quantization per weight and step (the backward gather moves the forward's rows), no host
+  synchronization in the gather hooks after a unit's first gather (CUDA); NaN and
+  infinities on one rank's rows.
+- The gather-row kernels (CUDA) against their CPU reference, byte for byte.
 - Refused by name on every rank (no hang): a shard boundary that cuts a 16x16 tile, mixed
   recipes across ranks, a layer whose recipe needs the dense weight.
 - torch.distributed.checkpoint saved on N ranks and loaded on M ranks (1->4, 4->2, 2->2,
@@ -19,6 +23,7 @@ Several processes (gloo on the CPU, always; NCCL where the GPUs are present):
 
     python3 -m pytest tests/python/test_fsdp.py -q
 """
+import contextlib
 import functools
 import os
 import socket
@@ -425,6 +430,35 @@ def _full(p):
     return p.full_tensor() if hasattr(p, "full_tensor") else p
 
 
+@contextlib.contextmanager
+def _hooks_never_sync(on: bool):
+    """While open (and `on`: CUDA, after each unit's first gather), the FP4 gather's FSDP2
+    hooks raise if anything in them synchronizes the host with the GPU."""
+    if not on:
+        yield
+        return
+    saved = {h: getattr(nd._ShardWeight, h) for h in ("fsdp_pre_all_gather", "fsdp_post_all_gather")}
+
+    def strict(f):
+        @functools.wraps(f)
+        def g(*a, **k):
+            prev = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                return f(*a, **k)
+            finally:
+                torch.cuda.set_sync_debug_mode(prev)
+        return g
+
+    for h, f in saved.items():
+        setattr(nd._ShardWeight, h, strict(f))
+    try:
+        yield
+    finally:
+        for h, f in saved.items():
+            setattr(nd._ShardWeight, h, f)
+
+
 def _fsdp_gather_body(rank, world, dev, steps):
     d, rows, tokens = _sizes(dev)
     data = _batches(d, rows, tokens, world, steps, dev)
@@ -472,7 +506,7 @@ def _fsdp_gather_body(rank, world, dev, steps):
                 quantized.clear()
                 _passes._linear_fwd_impl, _ops.gather_rows_assemble, _ops.gather_rows_quantize = spy, count_t, count_q
                 try:
-                    with nd.count_collectives() as c:
+                    with nd.count_collectives() as c, _hooks_never_sync(dev.type == "cuda" and step > 0):
                         xr, yr = x.chunk(world)[rank], y.chunk(world)[rank]
                         loss = F.mse_loss(model(xr).float(), yr)
                         loss.backward()
