@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 import nvfp4
@@ -255,7 +256,8 @@ class Net(nn.Module):
 
     def forward(self, x):
         for b in self.blocks:
-            x = b(x)
+            # ckpt: activation checkpointing (the blocks' forward recomputed in backward)
+            x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False) if getattr(self, "ckpt", False) else b(x)
         return self.head(x)
 
 
@@ -610,16 +612,41 @@ def _special_values_body(rank, world, dev):
                                transpose=when == "bwd")
 
 
+def _checkpointing_body(rank, world, dev):
+    """Activation checkpointing: the blocks' forward is recomputed in backward with the
+    weight their backward gather brings (the forward's rows): losses and parameters equal
+    those of the ordinary gather, bit for bit."""
+    d, rows, tokens = _sizes(dev)
+    data = _batches(d, rows, tokens, world, 2, dev, seed=7)
+    models = [_build(d, rank, world, dev, fp4=fp4, seed=5) for fp4 in (False, True)]
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in models]
+    for m in models:
+        m.ckpt = True
+    for step, (x, y) in enumerate(data):
+        losses = []
+        for m, o in zip(models, opts):
+            loss = F.mse_loss(m(x.chunk(world)[rank]).float(), y.chunk(world)[rank])
+            loss.backward()
+            o.step()
+            o.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+        assert torch.equal(losses[0], losses[1]), f"step {step}: {losses}"
+    for (n1, p1), (n2, p2) in zip(models[0].named_parameters(), models[1].named_parameters()):
+        assert_bytes_equal(_full(p2).detach(), _full(p1).detach(), f"{n1} (checkpointing)")
+
+
 def _gather_and_refusal_body(rank, world, dev, steps):
     _fsdp_gather_body(rank, world, dev, steps)
     _meta_init_body(rank, world, dev)
     _special_values_body(rank, world, dev)
+    _checkpointing_body(rank, world, dev)
     _refusal_body(rank, world, dev)
 
 
 def _gather_nccl_body(rank, world, dev, steps):
     _fsdp_gather_body(rank, world, dev, steps)
     _special_values_body(rank, world, dev)
+    _checkpointing_body(rank, world, dev)
 
 
 @pytest.mark.skipif(SKIP_GLOO, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
