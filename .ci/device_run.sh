@@ -180,7 +180,8 @@ job_dist() {
     -q -p no:cacheprovider -rfEs 2>&1 | tee "$OUT/dist.log" | tail -25
 }
 job_fsdp() {  # FSDP_SIZES (default "400m 1b"), FSDP_WORLDS (default "1 <all GPUs>" for 400m, all GPUs for 1b),
-             # FSDP_NO_SMALL=1 skips the 1b run at one sequence per rank
+             # FSDP_NO_SMALL=1 skips the 1b run at one sequence per rank; then, on one GPU, the
+             # gather's GPU work per unit (bench_fsdp_gather.py) and the op/kernel counts per gather
   local ngpu size n worlds
   ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
   export NCCL_NVLS_ENABLE=0
@@ -202,6 +203,13 @@ job_fsdp() {  # FSDP_SIZES (default "400m 1b"), FSDP_WORLDS (default "1 <all GPU
       --nproc-per-node "$ngpu" bench/bench_fsdp.py --size 1b --batch-size 1 --json "$OUT/fsdp_1b_b1_${ngpu}gpu.json" \
       2>&1 | grep -v -E "Warning|warn|^\*+$|OMP_NUM_THREADS" | tee "$OUT/fsdp_1b_b1_${ngpu}gpu.log" | tail -12
   fi
+  step "FSDP2 gather: GPU work per unit (this version, 0.3's FP4 gather, the BF16 gather; one GPU)"
+  PYTHONPATH=$NEW timeout ${FSDP_BENCH_TIMEOUT:-150} python3 bench/bench_fsdp_gather.py \
+    --json "$OUT/fsdp_gather_kernels.json" 2>&1 | tee "$OUT/fsdp_gather_kernels.log" | tail -20
+  step "FSDP2 ops and kernel launches per step and per gather (400m, one GPU, torch.profiler)"
+  PYTHONPATH=$NEW timeout ${FSDP_BENCH_TIMEOUT:-150} python3 -m torch.distributed.run --standalone --nproc-per-node 1 \
+    bench/bench_fsdp.py --size 400m --count-ops --warmup 2 --json "$OUT/fsdp_count_ops.json" 2>&1 \
+    | grep -v -E "Warning|warn|^\*+$|OMP_NUM_THREADS" | tee "$OUT/fsdp_count_ops.log" | tail -8
   step "FSDP2 step time and bytes gathered (ms; ratios from the same run)"
   ls "$OUT"/fsdp_*gpu.json >/dev/null 2>&1 && PYTHONPATH=$NEW python3 bench/bench_fsdp.py --table "$OUT"/fsdp_*gpu.json \
     | tee "$OUT/fsdp_table.txt"

@@ -15,6 +15,14 @@ batch (--batch-size sequences per rank). Step time: the median over --steps step
     torchrun --nproc-per-node 4 bench/bench_fsdp.py --size 1b
     python3 -m torch.distributed.run --nproc-per-node 2 bench/bench_fsdp.py --smoke   # CPU, gloo
     python3 bench/bench_fsdp.py --table OUT/fsdp_*.json      # one table from several runs
+    python3 -m torch.distributed.run --nproc-per-node 1 bench/bench_fsdp.py --smoke --count-ops
+
+--count-ops profiles one step of each NVFP4 variant (torch.profiler, after --warmup steps)
+instead of timing it and prints what the weight gathers cost in work rather than time: the
+ops dispatched per step (top-level aten/nvfp4 calls), the ops that touch memory (leaves that
+are not views or allocations), the kernel launches on a GPU, and for the FP4 gather the same
+counts inside each FSDP2 hook (fsdp_pre_all_gather, fsdp_post_all_gather) per call. The
+counts do not depend on the model's width, so the CPU smoke model gives the GPU's op counts.
 """
 from __future__ import annotations
 
@@ -105,6 +113,133 @@ def time_variant(name, a, dev, mesh, rank, world, batches):
     return row
 
 
+# ops that neither compute nor move data (views, allocations, metadata)
+_NO_WORK = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::as_strided", "aten::view", "aten::slice",
+            "aten::select", "aten::t", "aten::transpose", "aten::reshape", "aten::_reshape_alias", "aten::alias",
+            "aten::detach", "aten::unsqueeze", "aten::squeeze", "aten::expand", "aten::narrow", "aten::split",
+            "aten::_unsafe_view", "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg", "aten::unflatten",
+            "aten::permute", "aten::chunk", "aten::unbind", "aten::set_", "aten::record_stream", "detach",
+            "aten::flatten", "aten::view_as", "aten::_to_copy_meta", "aten::is_nonzero"}
+_HOOKS = ("fsdp_pre_all_gather", "fsdp_post_all_gather")
+_LAUNCH = ("LaunchKernel", "cudaMemsetAsync", "cudaMemcpyAsync", "cuMemsetD8Async", "cudaLaunchCooperativeKernel")
+
+
+def _is_op(e):
+    return e.name.startswith(("aten::", "nvfp4::", "c10d::", "fsdp::", "_c10d_functional::"))
+
+
+def _scope_of(e):
+    """The FP4-gather hook an event ran in (None: elsewhere)."""
+    p = e
+    while p is not None:
+        if p.name.startswith("bench::"):
+            return p.name[len("bench::"):]
+        p = p.cpu_parent
+    return None
+
+
+def op_counts(events):
+    """{scope: {"calls", "ops", "work_ops", "launches"}} of one profiled step; scope "step"
+    counts everything, the hook names what ran inside that hook."""
+    out = {k: {"calls": 0, "ops": 0, "work_ops": 0, "launches": 0} for k in ("step",) + _HOOKS}
+    for e in events:
+        sc = _scope_of(e)
+        rows = [out["step"]] + ([out[sc]] if sc in out else [])
+        if e.name.startswith("bench::"):
+            out[e.name[len("bench::"):]]["calls"] += 1
+            continue
+        parent_op = e.cpu_parent is not None and _is_op(e.cpu_parent)
+        for r in rows:
+            if _is_op(e) and not parent_op:
+                r["ops"] += 1
+            if _is_op(e) and not e.cpu_children and e.name not in _NO_WORK:
+                r["work_ops"] += 1
+            if any(k in e.name for k in _LAUNCH):
+                r["launches"] += 1
+    return out
+
+
+def count_variant(name, a, dev, mesh, rank, world, batches):
+    """One profiled step (after the warm-up ones) of a variant: op_counts of it."""
+    import functools
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    saved = {h: getattr(nd._ShardWeight, h) for h in _HOOKS}
+    host = {h: [0, 0.0] for h in _HOOKS}  # calls, seconds: filled during the last (unprofiled) step
+    timing = [False]
+
+    def scoped(h):
+        f = saved[h]
+
+        @functools.wraps(f)
+        def g(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                with record_function("bench::" + h):
+                    return f(*args, **kwargs)
+            finally:
+                if timing[0]:
+                    host[h][0] += 1
+                    host[h][1] += time.perf_counter() - t0
+        return g
+
+    for h in _HOOKS:
+        setattr(nd._ShardWeight, h, scoped(h))
+    try:
+        model, converted = build(name, a, dev, mesh, rank)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
+        amp = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
+
+        def step(i):
+            x, y = batches[i % len(batches)]
+            with amp:
+                logits = model(x)
+            F.cross_entropy(logits.float().reshape(-1, T.VOCAB), y.reshape(-1)).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        for i in range(a.warmup):
+            step(i)
+        sync(dev)
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            step(a.warmup)
+            sync(dev)
+        counts = op_counts(prof.events())
+        counts["converted_layers"] = len(converted)
+        # the host's time in each hook (on a GPU the time to issue its work; on the CPU its
+        # work too), and the step's, without the profiler
+        timing[0] = True
+        t0 = time.perf_counter()
+        step(a.warmup + 1)
+        counts["host_step_ms"] = 1e3 * (time.perf_counter() - t0)
+        sync(dev)
+        timing[0] = False
+        for h, (n, sec) in host.items():
+            counts[h]["host_us_per_call"] = 1e6 * sec / n if n else 0.0
+        del model, opt
+        return counts
+    finally:
+        for h, f in saved.items():
+            setattr(nd._ShardWeight, h, f)
+
+
+def print_counts(a, world, rows):
+    print(f"ops per step, {a.size} model, {world} rank(s) (ops: top-level aten/nvfp4 calls; work: leaf ops that are "
+          f"not views or allocations; launches: CUDA kernel/memset/memcpy launches)")
+    for name, c in rows.items():
+        s = c["step"]
+        print(f"  {name:16s} step: {s['ops']:6d} ops {s['work_ops']:6d} work {s['launches']:6d} launches"
+              f"  ({c['converted_layers']} converted layers; host {c['host_step_ms']:.1f} ms to issue the step)")
+        for h in _HOOKS:
+            r = c[h]
+            if r["calls"]:
+                print(f"  {'':16s} {h}: {r['calls']} calls, per call {r['ops'] / r['calls']:.1f} ops "
+                      f"{r['work_ops'] / r['calls']:.1f} work {r['launches'] / r['calls']:.1f} launches, "
+                      f"host {r['host_us_per_call']:.0f} us")
+
+
 def sync(dev):
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -145,6 +280,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 3; 1 with --smoke)")
     ap.add_argument("--smoke", action="store_true", help="CPU (gloo), toy size")
     ap.add_argument("--json", default=None, help="rank 0 writes the results here")
+    ap.add_argument("--count-ops", action="store_true",
+                    help="profile one step of each NVFP4 variant and print op/kernel counts instead of timing")
     ap.add_argument("--table", nargs="+", default=None, metavar="JSON", help="print one table from earlier runs")
     a = ap.parse_args(argv)
     if a.table:
@@ -191,6 +328,17 @@ def main(argv=None):
                          "batch_size_per_rank": a.batch_size},
                "rows": {}}
     try:
+        if a.count_ops:
+            rows = {v: count_variant(v, a, dev, mesh, rank, world, batches) for v in a.variants.split(",")
+                    if v != "bf16"}
+            if rank == 0:
+                print_counts(a, world, rows)
+                if a.json:
+                    with open(a.json, "w") as fh:
+                        json.dump({**{k: v for k, v in results.items() if k != "rows"}, "op_counts": rows}, fh,
+                                  indent=1)
+            dist.barrier()
+            return rows
         for name in a.variants.split(","):
             r = time_variant(name, a, dev, mesh, rank, world, batches)
             results["rows"][name] = r

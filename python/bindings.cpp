@@ -655,4 +655,31 @@ void bind_grouped(nb::module_& m) {
                                    stream_of(stream)));
           return int64_t{0};
         });
+
+  // ---- gather rows (the FSDP weight all-gather, nvfp4.h's gather section), raw addresses ----
+  // gather_rows_quantize_raw(x, dtype, rows, k, amax, out, rows_out, row_bytes, device_type,
+  //                          device_id, stream)
+  m.def("gather_rows_quantize_raw",
+        [](uintptr_t x, int dtype, int64_t rows, int64_t k, uintptr_t amax, uintptr_t out, int64_t rows_out,
+           int64_t row_bytes, int dev_type, int dev_id, uintptr_t stream) {
+          nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), rows, k, dev_type, dev_id);
+          nvfp4_tensor_t a = raw1(amax, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id);
+          nvfp4_tensor_t o = raw2(out, NVFP4_DTYPE_UINT8, rows_out, row_bytes, dev_type, dev_id);
+          nb::gil_scoped_release nogil;
+          check(nvfp4_gather_rows_quantize(&in, &a, &o, stream_of(stream)));
+        });
+  // gather_rows_assemble_raw(in, rows_in, row_bytes, amax, n, k, (row data, scales, amax) or 0s,
+  //                          (col data, scales, amax) or 0s, device_type, device_id, stream):
+  //   swizzled scales; a direction is requested iff its amax address is not 0
+  m.def("gather_rows_assemble_raw",
+        [](uintptr_t in, int64_t rows_in, int64_t row_bytes, uintptr_t amax, int64_t n, int64_t k, uintptr_t rd,
+           uintptr_t rs, uintptr_t ra, uintptr_t cd, uintptr_t cs, uintptr_t ca, int dev_type, int dev_id,
+           uintptr_t stream) {
+          nvfp4_tensor_t i = raw2(in, NVFP4_DTYPE_UINT8, rows_in, row_bytes, dev_type, dev_id);
+          nvfp4_tensor_t a = raw1(amax, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id);
+          nvfp4_quantized_t row = raw_q(rd, rs, ra, n, k, NVFP4_SCALES_SWIZZLED, dev_type, dev_id);
+          nvfp4_quantized_t col = raw_q(cd, cs, ca, k, n, NVFP4_SCALES_SWIZZLED, dev_type, dev_id);
+          nb::gil_scoped_release nogil;
+          check(nvfp4_gather_rows_assemble(&i, &a, ra ? &row : nullptr, ca ? &col : nullptr, stream_of(stream)));
+        });
 }

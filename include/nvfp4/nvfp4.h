@@ -545,3 +545,55 @@ NVFP4_API nvfp4_status_t nvfp4_grouped_gemm(const nvfp4_grouped_gemm_args_t* arg
 #endif
 
 #endif /* NVFP4_NVFP4_GROUPED_SECTION */
+
+/* ==========================================================================================
+ * Gather rows: a weight quantized in 16x16 tiles, moved between ranks (the FSDP all-gather of
+ * nvfp4.distributed). See docs/design.md, "FSDP2: the FP4 weight all-gather".
+ *
+ * A weight W [N, K] (N % 16 == 0, K % 16 == 0) quantized in 2D 16x16 tiles, round to nearest,
+ * travels as one row of bytes per row of W, `row_bytes` >= K/2 + K/16 long:
+ *   bytes [0, K/2)            the row's codes (element 2i in the low nibble of byte i),
+ *   bytes [K/2, K/2 + K/16)   its block scales (E4M3, linear: each tile's scale once for each
+ *                             of the tile's 16 rows),
+ *   bytes past that           0.
+ * A shard of whole tiles (a multiple of 16 rows) quantized with the whole weight's amax is the
+ * same rows a process quantizing all of W writes for them, so the rows of all shards, put
+ * together in row order, are W's quantization.
+ * ======================================================================================== */
+#ifndef NVFP4_NVFP4_GATHER_SECTION
+#define NVFP4_NVFP4_GATHER_SECTION
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Quantizes x [R, K] (float32/float16/bfloat16, contiguous, R % 16 == 0, K % 16 == 0) in 16x16
+ * tiles with the per-tensor amax `amax` (float32 [1] on x's device, read when the work runs:
+ * the whole weight's max |W|, so that values above it cannot occur; if they do they saturate, as
+ * with NVFP4_AMAX_GIVEN) into out uint8 [R_out, row_bytes] (R_out >= R): rows [0, R) as above,
+ * bit for bit the rowwise output of nvfp4_quantize (2D, nearest, NVFP4_AMAX_GIVEN, linear
+ * scales); rows [R, R_out) all 0. Every byte of out is written. */
+NVFP4_API nvfp4_status_t nvfp4_gather_rows_quantize(const nvfp4_tensor_t* x, const nvfp4_tensor_t* amax,
+                                                    nvfp4_tensor_t* out, nvfp4_stream_t stream);
+
+/* From gather rows in [R_in, row_bytes] (uint8, R_in >= N; rows past N are not read) of
+ * W [N, K] and its amax (float32 [1]), writes W's two quantized orientations with swizzled
+ * scales, each optional (NULL; not both):
+ *   rowwise     data [N, K/2], scales [roundup(N, 128), roundup(K/16, 4)]: the rows' codes and
+ *               scales; amax [1] = amax;
+ *   columnwise  the quantization of W^T in 16x16 tiles: data [K, N/2] (W^T's row c, element r =
+ *               W's element (r, c)), scales [roundup(K, 128), roundup(N/16, 4)] (block (c, b) =
+ *               tile (b, c/16)'s scale, read from row 16b); amax [1] = amax.
+ * What nvfp4_quantize (2D) writes for W's two orientations, when the rows are W's (2D tiles make
+ * the columnwise quantization the transpose of the rowwise one). One pass over the rows; every
+ * byte of both outputs is written (the swizzled padding 0). N and K are the rowwise data's
+ * shape [N, K/2], or the columnwise one's [K, N/2] when rowwise is NULL. */
+NVFP4_API nvfp4_status_t nvfp4_gather_rows_assemble(const nvfp4_tensor_t* in, const nvfp4_tensor_t* amax,
+                                                    nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
+                                                    nvfp4_stream_t stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NVFP4_NVFP4_GATHER_SECTION */

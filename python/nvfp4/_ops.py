@@ -951,3 +951,79 @@ def batched_quantize(x, block=0, rounding=0, rht=0, sign_mask=0, seed=0, offset=
 def grouped_gemm(kind, a, b, offs, tokens, n, k, backend, out_dtype) -> List[torch.Tensor]:
     """[d, offs_error] of a grouped GEMM of (data, scales, amax) triples a and b."""
     return torch.ops.nvfp4.grouped_gemm(kind, *a, *b, offs, tokens, n, k, backend, out_dtype)
+
+
+# ------------------------------------------------------------------------------ gather rows (the FSDP weight all-gather)
+# nvfp4.h's gather section: a weight quantized in 16x16 tiles travels as rows of K/2 code bytes
+# then K/16 linear scale bytes (nvfp4.distributed). One kernel each way.
+gather_rows_quantize_raw = _C.gather_rows_quantize_raw
+gather_rows_assemble_raw = _C.gather_rows_assemble_raw
+
+lib.define("gather_rows_quantize(Tensor x, Tensor amax, Tensor(a!) out) -> ()")
+lib.define("gather_rows_assemble(Tensor rows, Tensor amax, int n, int k, bool transpose, Tensor(a!) buf) -> ()")
+
+
+def _gather_rows(name: str, t, rows: int, k: int, device, device_of: str) -> None:
+    """uint8 [>= rows, >= k/2 + k/16], contiguous, on `device`."""
+    check.tensor(name, t, (torch.uint8,), None, device, device_of)
+    if t.dim() != 2 or t.shape[0] < rows or t.shape[1] < k // 2 + k // 16:
+        raise ValueError(f"{name}: expected uint8 rows [>= {rows}, >= {k // 2 + k // 16}] (K/2 code bytes and K/16 "
+                         f"scale bytes a row for K = {k}), got {check.describe(t)}")
+
+
+def _gather_rows_quantize_check(x, amax, out):
+    _need_2d("x", x)
+    check.tensor("x", x, check.FLOATS, contiguous=False)
+    check.tensor("amax", amax, (_F32,), _ONE, x.device, "x")
+    _gather_rows("out", out, x.shape[0], x.shape[1], x.device, "x")
+
+
+def _gather_rows_quantize_impl(x, amax, out):
+    _gather_rows_quantize_check(x, amax, out)
+    x = x.contiguous()
+    dt, di, st = _device(x)
+    gather_rows_quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], x.shape[0], x.shape[1], amax.data_ptr(),
+                             out.data_ptr(), out.shape[0], out.shape[1], dt, di, st)
+
+
+def _gather_rows_assemble_check(rows, amax, n, k, transpose, buf):
+    _gather_rows("rows", rows, n, k, None, "")
+    check.tensor("amax", amax, (_F32,), _ONE, rows.device, "rows")
+    need = packed_nbytes(n, k) + (packed_nbytes(k, n) if transpose else 0)
+    check.tensor("buf", buf, (torch.uint8,), None, rows.device, "rows")
+    if buf.dim() != 1 or buf.numel() < need:
+        raise ValueError(f"buf: expected a packed uint8 buffer of at least {need} bytes (W [{n}, {k}]"
+                         f"{' and its transpose' if transpose else ''}), got {check.describe(buf)}")
+
+
+def _gather_rows_assemble_impl(rows, amax, n, k, transpose, buf):
+    _gather_rows_assemble_check(rows, amax, n, k, transpose, buf)
+    dt, di, st = _device(rows)
+    base = buf.data_ptr()
+    col = addresses(base + packed_nbytes(n, k), k, n) if transpose else (0, 0, 0)
+    gather_rows_assemble_raw(rows.data_ptr(), rows.shape[0], rows.shape[1], amax.data_ptr(), n, k,
+                             *addresses(base, n, k), *col, dt, di, st)
+
+
+for _k in ("CPU", "CUDA"):
+    lib.impl("gather_rows_quantize", lambda *a: _gather_rows_quantize_impl(*a), _k)
+    lib.impl("gather_rows_assemble", lambda *a: _gather_rows_assemble_impl(*a), _k)
+torch.library.register_fake("nvfp4::gather_rows_quantize", _gather_rows_quantize_check, lib=lib)
+torch.library.register_fake("nvfp4::gather_rows_assemble", _gather_rows_assemble_check, lib=lib)
+
+
+def gather_rows_quantize(x: torch.Tensor, amax: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Quantizes x [R, K] (R % 16 == 0) in 16x16 tiles with the per-tensor amax `amax`
+    (float32 [1]: the whole weight's) into out, uint8 [R_out >= R, row_bytes]: per row K/2
+    code bytes, K/16 linear scale bytes, zeros; rows past R zero. Returns out."""
+    torch.ops.nvfp4.gather_rows_quantize(x, amax, out)
+    return out
+
+
+def gather_rows_assemble(rows: torch.Tensor, amax: torch.Tensor, n: int, k: int, buf: torch.Tensor,
+                         transpose: bool = True) -> torch.Tensor:
+    """From the gather rows of W [n, k] (rows uint8 [>= n, row_bytes]) and its amax, writes W's
+    packed orientation (swizzled scales) at the start of buf and, with `transpose`, Wᵀ's
+    (the quantization of Wᵀ in 16x16 tiles) right after it, at packed_nbytes(n, k). Returns buf."""
+    torch.ops.nvfp4.gather_rows_assemble(rows, amax, n, k, transpose, buf)
+    return buf

@@ -10,22 +10,29 @@ converted Linear's weight as E2M1 codes and E4M3 scales instead of BF16/FP32 val
 How one weight W [N, K] travels (docs/design.md, "FSDP2: the FP4 weight all-gather"):
 
 1. The per-tensor amax: every rank takes max |W_shard| of each converted weight of the FSDP
-   unit being gathered; one all-reduce (MAX) per unit and gather gives the global amaxes
-   (NaN kept: a NaN anywhere makes the weight's amax NaN, as in one process).
+   unit being gathered (one foreach reduction for the unit); one all-reduce (MAX, on the
+   amaxes' float bits: a NaN wins, as in one process) per unit and forward gather gives the
+   global amaxes (on one rank there is nothing to reduce).
 2. Each rank quantizes its shard with the global amax, in 16x16 tiles (the recipe's 2D
-   weight blocks). FSDP2 shards rows in chunks of ceil(N / world); when the chunk is a
-   multiple of 16 rows every tile lies inside one shard, so the tiles and their scales are
-   the ones a single process computes. A chunk that cuts a tile is refused by name. The
-   kernel computes the amax of what it quantizes, so the shard is quantized with one extra
-   16-row tile holding a single element equal to the global amax (an exact value of the
-   weight's dtype): that tile's codes are dropped, and nothing else depends on it.
+   weight blocks), straight into the all-gather input (one kernel, nvfp4.h's gather rows).
+   FSDP2 shards rows in chunks of ceil(N / world); when the chunk is a multiple of 16 rows
+   every tile lies inside one shard, so the tiles and their scales are the ones a single
+   process computes. A chunk that cuts a tile is refused by name.
 3. The all-gather moves, per shard row, K/2 code bytes and K/16 scale bytes (scales in the
    linear layout: the 128x4 swizzle does not split on 16-row boundaries); 0.5625 bytes per
    weight element against 2 for BF16 (0.28x) or 4 for FP32.
-4. After the gather each rank swizzles the scales and builds Wᵀ for dgrad from the gathered
-   tiles (nibble and scale transpose: with 16x16 tiles the columnwise quantization is the
-   transpose of the rowwise one), into one buffer laid out as nvfp4.nn.Linear's weight
-   cache; the Linear's forward reads it (no quantization of W) and saves Wᵀ for backward.
+4. After the gather one kernel writes, into one buffer laid out as nvfp4.nn.Linear's weight
+   cache, W's codes and swizzled scales and, when the backward needs it, Wᵀ for dgrad (with
+   16x16 tiles the columnwise quantization is the transpose of the rowwise one): one read of
+   the gathered rows. The Linear's forward reads the buffer (no quantization of W) and saves
+   Wᵀ for backward.
+
+A unit that FSDP2 reshards after forward is gathered again for its backward. That gather
+moves the rows its forward gather quantized (kept per layer, 0.5625 / world bytes an
+element): the backward uses the weight the forward used, as nvfp4.nn.Linear without FSDP
+keeps the forward's Wᵀ, with no second amax all-reduce or quantization. Every forward
+gather quantizes the master weight afresh, so a change to it (an optimizer step, `.data`
+edits, load_state_dict) is seen by the next forward.
 
 Gradients are reduce-scattered by FSDP2 as for any parameter (BF16/FP32). The weight is
 quantized from the sharded master weight (FP32 under a BF16 MixedPrecisionPolicy), so the
@@ -127,78 +134,44 @@ def gather_layout(n: int, k: int, world: int, name: str = "weight") -> GatherLay
 
 def nibble_transpose(codes: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Packed E2M1 codes [n, k/2] of W (rows may be strided) -> packed codes [k, n/2] of Wᵀ
-    (n even), into `out` if given. Element 2i of a row is the low nibble of byte i."""
+    (n even), into `out` if given. Element 2i of a row is the low nibble of byte i. Torch ops
+    only: the reference that tests hold the library's transpose (assemble_gathered) to."""
     n, kh = codes.shape
     if out is None:
         out = torch.empty((2 * kh, n // 2), dtype=torch.uint8, device=codes.device)
     d = codes.view(n // 2, 2, kh)
     lo, hi = d[:, 0, :], d[:, 1, :]   # rows 2p and 2p+1
     o = out.view(kh, 2, n // 2)       # Wᵀ rows 2q and 2q+1
-    if kh % 4 == 0 and codes.stride(0) % 4 == 0 and codes.storage_offset() % 4 == 0:
-        # the nibble arithmetic four bytes at a time (masks keep every nibble in its byte)
-        lo32, hi32 = lo.view(torch.int32), hi.view(torch.int32)
-        even = (lo32 & 0x0F0F0F0F) | ((hi32 & 0x0F0F0F0F) << 4)
-        odd = ((lo32 >> 4) & 0x0F0F0F0F) | (hi32 & -0x0F0F0F10)  # -0x0F0F0F10 is 0xF0F0F0F0
-        even, odd = even.view(torch.uint8), odd.view(torch.uint8)
-    else:
-        even = (lo & 0x0F) | (hi << 4)   # a uint8 shift drops the high nibble
-        odd = (lo >> 4) | (hi & 0xF0)
+    even = (lo & 0x0F) | (hi << 4)    # a uint8 shift drops the high nibble
+    odd = (lo >> 4) | (hi & 0xF0)
     # Wᵀ[2q, p] = W[2p, 2q] | W[2p+1, 2q] << 4;  Wᵀ[2q+1, p] = W[2p, 2q+1] | W[2p+1, 2q+1] << 4
     o[:, 0, :].copy_(even.t())
     o[:, 1, :].copy_(odd.t())
     return out
 
 
-def quantize_shard(local: torch.Tensor, amax: torch.Tensor, layout: GatherLayout) -> torch.Tensor:
+def quantize_shard(local: torch.Tensor, amax: torch.Tensor, layout: GatherLayout,
+                   out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The all-gather input of one rank: its rows of W (`local` [rows, k], rows <= chunk, a
     multiple of 16) quantized in 16x16 tiles with the weight's global `amax` (float32 [1]),
-    as uint8 [chunk, in_cols]: per row K/2 code bytes then K/16 linear scale bytes; rows
-    past `rows` and bytes past the scales are zero."""
+    as uint8 [chunk, in_cols] (into `out` if given): per row K/2 code bytes then K/16 linear
+    scale bytes; rows past `rows` and bytes past the scales are zero. One kernel
+    (nvfp4_gather_rows_quantize)."""
     rows, k = local.shape
-    if rows == 0:
-        return torch.zeros((layout.chunk, layout.in_cols), dtype=torch.uint8, device=local.device)
     if rows % TILE or rows > layout.chunk or k != layout.k:
         raise ValueError(f"local: a shard of shape [{rows}, {k}] does not fit the layout {layout}")
-    # The shard and one more tile whose only non-zero element is the global amax: the
-    # kernel's amax is then max(local amax, global amax) = the global amax.
-    x = torch.empty((rows + TILE, k), dtype=local.dtype, device=local.device)
-    x[:rows].copy_(local)
-    x[rows:].zero_()
-    x[rows, 0] = amax.reshape(()).to(local.dtype)
-    data, scales, _ = _ops.quantize(x, 1, 0, 0, 0, 0, 0, None, True, False)[:3]
-    linear = _ops.swizzle(scales.view(torch.uint8), rows + TILE, k // 16, False)
-    cb, sb = layout.code_bytes, layout.scale_bytes
-    out = torch.empty((layout.chunk, layout.in_cols), dtype=torch.uint8, device=local.device)
-    out[:rows, :cb].copy_(data[:rows])
-    out[:rows, cb:cb + sb].copy_(linear[:rows])
-    out[rows:].zero_()            # a short (padded) shard
-    out[:rows, cb + sb:].zero_()  # the padding of an uneven layout's [chunk, k] rows
-    return out
+    if out is None:
+        out = torch.empty((layout.chunk, layout.in_cols), dtype=torch.uint8, device=local.device)
+    return _ops.gather_rows_quantize(local, amax, out)
 
 
 def assemble_gathered(gathered: torch.Tensor, amax: torch.Tensor, layout: GatherLayout, buf: torch.Tensor,
                       transpose: bool = True) -> torch.Tensor:
     """Writes the gathered rows (uint8 [>= n, in_cols]) into `buf` in the layout of
     nvfp4.nn.Linear's weight cache: W rowwise (codes, swizzled scales, amax) and, with
-    `transpose`, Wᵀ quantized along N (the transposed codes and scales, the same amax)."""
-    n, k = layout.n, layout.k
-    cb, sb = layout.code_bytes, layout.scale_bytes
-    rows = gathered[:n]
-    codes, lin = rows[:, :cb], rows[:, cb:cb + sb]
-    off = _ops.packed_nbytes(n, k)
-    d, s, a = _ops.unpack(buf[:off], n, k)
-    d.copy_(codes)
-    s.view(torch.uint8).copy_(_ops.swizzle(lin.contiguous(), n, sb, True))
-    a.copy_(amax.reshape(1))
-    if transpose:
-        dt, st, at = _ops.unpack(buf[off:], k, n)
-        nibble_transpose(codes, out=dt)
-        # Wᵀ's block (j, 16b..16b+15) is tile (b, j/16): one scale per tile, stored for
-        # each of Wᵀ's 16 rows of it.
-        lin_t = lin[::TILE].t().repeat_interleave(TILE, dim=0)
-        st.view(torch.uint8).copy_(_ops.swizzle(lin_t.contiguous(), k, n // 16, True))
-        at.copy_(amax.reshape(1))
-    return buf
+    `transpose`, Wᵀ quantized along N (the transposed codes and scales, the same amax). One
+    kernel, one read of the rows (nvfp4_gather_rows_assemble)."""
+    return _ops.gather_rows_assemble(gathered, amax, layout.n, layout.k, buf, transpose)
 
 
 # ------------------------------------------------------------------------------ which layers
@@ -232,7 +205,7 @@ def _gather_spec(module: nn.Module) -> Optional[str]:
 def _fingerprint(layers: Sequence[nn.Module]) -> int:
     """The configuration of a unit's layers that every rank must share (their recipes
     without the seed: ranks draw their own stochastic-rounding bits; precision and shape),
-    as an integer exact in float64."""
+    as a 48-bit integer."""
     key = repr([(dataclasses.replace(m.recipe, seed=0), m.precision, tuple(m.weight.shape)) for m in layers])
     return int.from_bytes(hashlib.sha1(key.encode()).digest()[:6], "little")
 
@@ -249,17 +222,29 @@ class _Registry:
         self.unit_module: Dict[int, Optional[nn.Module]] = {}  # id(group) -> the FSDP module gathering it
         self.rounds: Dict[int, int] = {}  # unit id -> gathers so far (checked on the first)
         self._heads: Dict[int, Tuple[tuple, torch.Tensor]] = {}
+        self._fingerprints: Dict[int, tuple] = {}
+        # per layer: the all-gather input its last forward gather quantized (_Shard)
+        self.shards = weakref.WeakKeyDictionary()
 
-    def head(self, unit: int, refused: float, fp: float, dev: torch.device) -> torch.Tensor:
-        """[refused, fingerprint, -fingerprint] on the device, kept per unit: a tensor built
-        from host values would be a synchronizing copy on every gather."""
+    def head(self, unit: int, refused: int, fp: int, dev: torch.device) -> torch.Tensor:
+        """int64 [refused, fingerprint, -fingerprint] on the device, kept per unit: a tensor
+        built from host values would be a synchronizing copy on every gather."""
         key = (refused, fp, dev)
         got = self._heads.get(unit)
         if got is None or got[0] != key:
-            t = torch.empty((3,), dtype=torch.float64, device=dev)
+            t = torch.empty((3,), dtype=torch.int64, device=dev)
             for i, v in enumerate((refused, fp, -fp)):
                 t[i].fill_(v)
             got = self._heads[unit] = (key, t)
+        return got[1]
+
+    def fingerprint(self, unit: int, group: Sequence[nn.Module]) -> int:
+        """_fingerprint(group), recomputed only when a layer's recipe object, precision or
+        shape changed (the recipes are kept referenced, so their ids stay theirs)."""
+        key = tuple((id(m.recipe), m.precision, tuple(m.weight.shape)) for m in group)
+        got = self._fingerprints.get(unit)
+        if got is None or got[0] != key:
+            got = self._fingerprints[unit] = (key, _fingerprint(group), [m.recipe for m in group])
         return got[1]
 
     def units(self) -> weakref.WeakKeyDictionary:
@@ -290,18 +275,32 @@ class _Registry:
         return self.unit_of
 
 
+@dataclass
+class _Shard:
+    """A layer's all-gather input as its last forward gather quantized it, with the global
+    amax it was quantized with."""
+
+    q: torch.Tensor        # uint8 [chunk, in_cols]
+    amax: torch.Tensor     # float32 [1]
+    layout: GatherLayout
+
+
 class _Round(threading.local):
-    """The amaxes of the unit being gathered: computed when FSDP2 asks for the first
-    weight of a unit, handed to the others of the same unit in the same all-gather. FSDP2
-    builds a unit's all-gather inputs one parameter after the other, so any other order
-    means the units were guessed wrong: refused, never a stale amax."""
+    """The unit being gathered: its amaxes (or, for a backward gather, the forward's shards)
+    settled when FSDP2 asks for the first weight of the unit, handed to the others of the
+    same unit in the same all-gather. FSDP2 builds a unit's all-gather inputs one parameter
+    after the other, so any other order means the units were guessed wrong: refused, never
+    a stale amax."""
 
     def __init__(self):
         self.group: Optional[List[nn.Module]] = None
-        self.pending: Dict[int, torch.Tensor] = {}
+        self.pending: Dict[int, Optional[torch.Tensor]] = {}  # id(layer) -> amax, or None: reuse its shard
 
 
 _ROUND = _Round()
+
+# float32 bits of a quiet NaN: the amax of a unit whose ranks disagree
+_NAN_BITS = 0x7FC00000
 
 
 def _local_shard(module: nn.Module, device: torch.device) -> torch.Tensor:
@@ -314,16 +313,16 @@ def _local_shard(module: nn.Module, device: torch.device) -> torch.Tensor:
 
 def _global_amaxes(registry: _Registry, group: List[nn.Module], caller: nn.Module, caller_local: torch.Tensor,
                    mesh) -> Dict[int, torch.Tensor]:
-    """One all-reduce (MAX) over the shard group: per layer max |W_shard| (NaN as a flag,
-    which a MAX reduction may drop), and per unit a refusal flag and the configuration
-    fingerprint (and its negation: max and min in one reduction)."""
+    """One all-reduce (MAX) over the shard group of int64 values: per layer the float32 bits
+    of max |W_shard| (for magnitudes the order of the bits is the order of the values, and a
+    NaN lies above +inf: a NaN anywhere wins, as in one process), and per unit a refusal
+    flag and the configuration fingerprint and its negation (max and min in one
+    reduction)."""
     dev = caller_local.device
     L = len(group)
-    amaxes, refused = [], []
+    locals_, refused = [], []
     for m in group:
-        local = caller_local if m is caller else _local_shard(m, dev)
-        a = local.detach().abs().amax().float() if local.numel() else torch.zeros((), device=dev)
-        amaxes.append(a.reshape(1))
+        locals_.append((caller_local if m is caller else _local_shard(m, dev)).detach())
         refused.append(fp4_gather_refusal(m))
     key = id(group)
     first = registry.rounds.get(key, 0) == 0
@@ -333,19 +332,20 @@ def _global_amaxes(registry: _Registry, group: List[nn.Module], caller: nn.Modul
         # a layer changed after the first gather (a recipe or precision switch): named here;
         # ranks that changed alike stop alike
         raise ValueError("fp4_all_gather: a layer can no longer take its weight in FP4: " + "; ".join(mine))
-    fp = _fingerprint(group)
-    a = torch.cat(amaxes).to(torch.float64)
-    nan = torch.isnan(a)
-    head = registry.head(key, 1.0 if any(refused) else 0.0, float(fp), dev)
-    vec = torch.cat([torch.where(nan, torch.zeros_like(a), a), nan.to(torch.float64), head])
-    dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=mesh.get_group())
-    a_max, nan_any = vec[:L], vec[L:2 * L] > 0
-    bad = (vec[2 * L] > 0) | (vec[2 * L + 1] != -vec[2 * L + 2])
+    head = registry.head(key, 1 if any(refused) else 0, registry.fingerprint(key, group), dev)
+    if all(t.numel() for t in locals_):
+        norms = torch._foreach_norm(locals_, float("inf"), dtype=torch.float32)
+    else:  # a rank without rows of some weight (uneven shards): its amax is 0
+        norms = [t.abs().amax().float() if t.numel() else torch.zeros((), device=dev) for t in locals_]
+    bits = torch.stack(norms).view(torch.int32).to(torch.int64) & 0x7FFFFFFF
+    vec = torch.cat([bits, head])
+    if mesh.size() > 1:  # one rank: its amaxes are the global ones
+        dist.all_reduce(vec, op=dist.ReduceOp.MAX, group=mesh.get_group())
     registry.rounds[key] = registry.rounds.get(key, 0) + 1
     if first:
         # Read once per unit, on every rank alike (the same gather on every rank), so that a
         # misconfiguration is a named error on all ranks and never a hang.
-        v = vec[2 * L:].tolist()
+        v = vec[L:].tolist()
         if v[0] > 0:
             raise ValueError("fp4_all_gather: a layer cannot take its weight in FP4 on "
                              + ("this rank: " + "; ".join(mine) if mine else "another rank")
@@ -353,18 +353,22 @@ def _global_amaxes(registry: _Registry, group: List[nn.Module], caller: nn.Modul
         if v[1] != -v[2]:
             raise ValueError(f"fp4_all_gather: the ranks disagree on the recipes of layers {names} (a recipe may "
                              "differ across ranks in its seed only)")
-    # Later gathers are not read on the host (no synchronization): a disagreement between
-    # ranks that appears later makes the amaxes NaN, so the weights decode to NaN, never to
-    # numbers quantized with another rank's scale.
-    out = torch.where(nan_any | bad, torch.full_like(a_max, float("nan")), a_max).to(torch.float32)
+    # Later gathers are not read on the host (no synchronization): a refusal or a
+    # disagreement between ranks that appears later (max refused > 0, or max fingerprint >
+    # min fingerprint: the three sum to more than 0) makes the amaxes NaN, so the weights
+    # decode to NaN, never to numbers quantized with another rank's scale.
+    bad = vec[L:].sum() > 0
+    out = torch.where(bad, _NAN_BITS, vec[:L]).to(torch.int32).view(torch.float32)
     return {id(m): out[i:i + 1] for i, m in enumerate(group)}
 
 
-def _skips_transpose(registry: _Registry, module: nn.Module) -> bool:
-    """True when this gather is the forward one of a unit that FSDP2 reshards after forward:
-    its backward gathers the weight again (into the same storage) before any backward op of
-    the unit runs, so Wᵀ is built then and the forward needs W only. Read from FSDP2's own
-    state; anything unexpected (another torch, another setup) means False: Wᵀ is built."""
+def _fsdp_phase(registry: _Registry, module: nn.Module) -> str:
+    """Which gather of the layer's unit this is, from FSDP2's own state of the unit:
+    "forward_resharded" (a forward gather of a unit that FSDP2 reshards after forward: its
+    backward gathers the weight again, into the same storage, before any backward op of the
+    unit runs, so the forward needs W only), "backward" (that second gather), or "other".
+    Anything unexpected (another torch, another setup) is "other": Wᵀ is built and the shard
+    quantized afresh."""
     try:
         from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
 
@@ -375,15 +379,24 @@ def _skips_transpose(registry: _Registry, module: nn.Module) -> bool:
             groups = [g for g in [state._fsdp_param_group] if g is not None]
         mine = [g for g in groups if any(p._module_info.module is module for p in g.fsdp_params)]
         if len(mine) != 1:
-            return False
+            return "other"
         g = mine[0]
-        return (g._training_state == TrainingState.FORWARD and g.post_forward_mesh_info is not None
-                and g.post_forward_mesh_info == g.mesh_info)
+        resharded = g.post_forward_mesh_info is not None and g.post_forward_mesh_info == g.mesh_info
+        if g._training_state == TrainingState.FORWARD and resharded:
+            return "forward_resharded"
+        if g._training_state == TrainingState.PRE_BACKWARD and resharded:
+            return "backward"
+        return "other"
     except Exception:
-        return False
+        return "other"
 
 
-def _amax_for(registry: _Registry, module: nn.Module, local: torch.Tensor, mesh) -> torch.Tensor:
+def _gather_input(registry: _Registry, module: nn.Module, local: torch.Tensor, mesh, layout: GatherLayout,
+                  backward: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(all-gather input, global amax) of one layer. A forward gather (anything but a
+    backward one) quantizes the shard with the amaxes of its unit's all-reduce; a backward
+    gather of a unit whose layers all kept their forward shard for this layout moves those
+    again (no collective: every rank decides alike, from the same history)."""
     group = registry.units().get(module)
     if group is None:
         raise RuntimeError(f"fp4_all_gather: layer {registry.layers.get(module, '?')} is gathered by FSDP2 but was "
@@ -400,9 +413,13 @@ def _amax_for(registry: _Registry, module: nn.Module, local: torch.Tensor, mesh)
         try:
             # every layer of the unit checked before any collective: a refusal is raised on
             # every rank alike, before anyone waits for the others
-            for m in group:
-                gather_layout(*m.weight.shape, mesh.size(), registry.layers.get(m, "?"))
-            st.pending = _global_amaxes(registry, group, module, local, mesh)
+            layouts = {id(m): gather_layout(*m.weight.shape, mesh.size(), registry.layers.get(m, "?")) for m in group}
+            kept = [registry.shards.get(m) for m in group] if backward else []
+            if backward and all(s is not None and s.layout == layouts[id(m)] and s.q.device == local.device
+                                for s, m in zip(kept, group)):
+                st.pending = {id(m): None for m in group}
+            else:
+                st.pending = _global_amaxes(registry, group, module, local, mesh)
         except BaseException:
             st.group, st.pending = None, {}
             raise
@@ -410,7 +427,16 @@ def _amax_for(registry: _Registry, module: nn.Module, local: torch.Tensor, mesh)
     amax = st.pending.pop(id(module))
     if not st.pending:
         st.group = None
-    return amax
+    if amax is None:
+        s = registry.shards[module]
+        return s.q, s.amax
+    s = registry.shards.get(module)
+    # the buffer of the last forward gather is rewritten in place: every read of it (the
+    # all-gather copy-in of the previous backward) precedes this step's work in stream order
+    q = s.q if s is not None and s.layout == layout and s.q.device == local.device else None
+    q = quantize_shard(local.detach(), amax, layout, out=q)
+    registry.shards[module] = _Shard(q, amax, layout)
+    return q, amax
 
 
 # ------------------------------------------------------------------------------ the tensor subclasses
@@ -483,10 +509,10 @@ class _ShardWeight(torch.Tensor):
         n, k = outer_size
         try:
             layout = gather_layout(n, k, mesh.size(), name)
-            local = self._inner
-            amax = _amax_for(self._registry, module, local, mesh)
-            transpose = module.recipe.dgrad and not _skips_transpose(self._registry, module)
-            return (quantize_shard(local.detach(), amax, layout),), (amax, layout, transpose)
+            phase = _fsdp_phase(self._registry, module)
+            q, amax = _gather_input(self._registry, module, self._inner, mesh, layout, phase == "backward")
+            transpose = module.recipe.dgrad and phase != "forward_resharded"
+            return (q,), (amax, layout, transpose)
         except BaseException:
             _ROUND.group, _ROUND.pending = None, {}  # the next gather starts afresh
             raise

@@ -8,7 +8,11 @@ Several processes (gloo on the CPU, always; NCCL where the GPUs are present):
 - FSDP2 with the FP4 gather against FSDP2 with the ordinary gather on the same model and
   data: the same losses and parameters bit for bit, and each gathered weight bit for bit
   the quantization of the full master weight; the bytes all-gathered counted and checked
-  against the formula; one amax all-reduce per FSDP unit and gather.
+  against the formula; one amax all-reduce per FSDP unit and forward gather, one
+  quantization per weight and step (the backward gather moves the forward's rows), no host
+  synchronization in the gather hooks after a unit's first gather (CUDA); NaN and
+  infinities on one rank's rows.
+- The gather-row kernels (CUDA) against their CPU reference, byte for byte.
 - Refused by name on every rank (no hang): a shard boundary that cuts a 16x16 tile, mixed
   recipes across ranks, a layer whose recipe needs the dense weight.
 - torch.distributed.checkpoint saved on N ranks and loaded on M ranks (1->4, 4->2, 2->2,
@@ -19,6 +23,7 @@ Several processes (gloo on the CPU, always; NCCL where the GPUs are present):
 
     python3 -m pytest tests/python/test_fsdp.py -q
 """
+import contextlib
 import functools
 import os
 import socket
@@ -29,6 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 import nvfp4
@@ -136,6 +142,100 @@ def test_nibble_transpose(pad, rng):
         assert torch.equal(back, full.t()), f"[{n}, {k}] pad {pad}"
 
 
+def _weight(n, k, case, gen, dtype=torch.float32):
+    """A weight [n, k] with rows of different magnitude, and a special value where `case` asks."""
+    w = torch.randn(n, k, generator=gen) * torch.exp2(torch.arange(n) % 5 - 2.0).unsqueeze(1)
+    if case == "nan":
+        w[n - 1, 3] = float("nan")
+    elif case == "inf":
+        w[0, 5] = float("-inf")
+    elif case == "zeros":
+        w.zero_()
+        w[n - 1, k - 1] = -0.0
+    elif case == "huge":
+        w *= 1e37
+    elif case == "tiny":
+        w *= 1e-38
+    else:
+        w[torch.randint(n, (1,), generator=gen), torch.randint(k, (1,), generator=gen)] = 300.0
+    return w.to(dtype)
+
+
+def _rows_and_cache(w, amax, chunk, extra, poison):
+    """Gather rows of w in one rank's buffer of `chunk` (>= n) rows and `extra` bytes past each row's
+    scales, poisoned first; then both orientations assembled from them into a poisoned buffer."""
+    n, k = w.shape
+    rows = torch.full((chunk, k // 2 + k // 16 + extra), poison, dtype=torch.uint8, device=w.device)
+    _ops.gather_rows_quantize(w, amax, rows)
+    buf = torch.full((_passes.w_cache_nbytes(n, k),), poison, dtype=torch.uint8, device=w.device)
+    _ops.gather_rows_assemble(rows, amax, n, k, buf, True)
+    return rows, buf
+
+
+def test_gather_rows_ops_refuse_by_name():
+    x = torch.randn(32, 64)
+    amax = x.abs().amax().reshape(1)
+    rows = torch.empty((32, 36), dtype=torch.uint8)
+    buf = torch.empty((_passes.w_cache_nbytes(32, 64),), dtype=torch.uint8)
+    for args, err, msg in [
+        ((x, amax, torch.empty((16, 36), dtype=torch.uint8)), ValueError, r"out: expected uint8 rows \[>= 32, >= 36\]"),
+        ((x, amax, torch.empty((32, 35), dtype=torch.uint8)), ValueError, "out: expected uint8 rows"),
+        ((x, amax, torch.empty((32, 36), dtype=torch.int16)), ValueError, "out: expected uint8"),
+        ((x, amax.double(), rows), ValueError, r"amax: expected float32 \[1\], got float64 \[1\]"),
+        ((x, amax.reshape(()), rows), ValueError, r"amax: expected float32 \[1\]"),
+        ((x.reshape(-1), amax, rows), ValueError, "x: the nvfp4 ops take 2D tensors"),
+        ((x.int(), amax, rows), ValueError, "x: expected float32 or float16 or bfloat16"),
+        ((x[:24], amax, rows), ValueError, "x: rows must be a multiple of 16"),
+        ((x[:, :40], amax, rows), ValueError, "x: K must be a multiple of 16"),
+        ((x, torch.empty((1,), device="meta"), rows), ValueError, "amax: on meta, but x is on cpu"),
+    ]:
+        with pytest.raises(err, match=msg):
+            _ops.gather_rows_quantize(*args)
+    _ops.gather_rows_quantize(x, amax, rows)
+    for args, msg in [
+        ((rows[:16], amax, 32, 64, buf), r"rows: expected uint8 rows \[>= 32, >= 36\]"),
+        ((rows, amax, 32, 64, buf[:100]), "buf: expected a packed uint8 buffer of at least"),
+        ((rows, amax.double(), 32, 64, buf), "amax: expected float32"),
+        ((rows, amax, 24, 64, buf), r"N \(the weight's rows\): must be a multiple of 16"),
+        ((rows.view(torch.int8), amax, 32, 64, buf), "rows: expected uint8"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            _ops.gather_rows_assemble(*args)
+    # W alone needs only W's bytes; the transpose refuses that buffer
+    small = torch.empty((_ops.packed_nbytes(32, 64),), dtype=torch.uint8)
+    _ops.gather_rows_assemble(rows, amax, 32, 64, small, False)
+    with pytest.raises(ValueError, match="and its transpose"):
+        _ops.gather_rows_assemble(rows, amax, 32, 64, small, True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", ["randn", "nan", "inf", "zeros", "huge", "tiny", "saturate"])
+def test_gather_rows_cuda_matches_cpu(dtype, case, rng, monkeypatch):
+    """The CUDA kernels write the CPU reference's bytes, every byte (outputs poisoned
+    differently on each side), on shapes with partial code tiles, an odd number of scale
+    columns (rows of odd length), swizzle padding, extra zero rows and bytes; and with the
+    quantization grid capped to one CTA (no result depends on the launch configuration)."""
+    shapes = [(16, 16, 16, 0), (96, 48, 112, 0), (80, 1040, 96, 3), (272, 160, 288, 5), (1024, 2048, 1024, 0),
+              (2048, 96, 2048, 1)]
+    for cap in ("", "1"):
+        monkeypatch.setenv("NVFP4_QUANT_GRID_CAP", cap)
+        for n, k, chunk, extra in shapes if not cap else shapes[:3]:
+            w = _weight(n, k, case, rng, dtype)
+            amax = w.float().abs().amax().reshape(1)
+            if case == "saturate":
+                amax = amax * 0.25  # values above the given amax saturate, alike on both
+            want_rows, want = _rows_and_cache(w, amax, chunk, extra, 0x00)
+            got_rows, got = _rows_and_cache(w.cuda(), amax.cuda(), chunk, extra, 0xAB)
+            what = f"[{n}, {k}] {dtype} {case} cap {cap or '-'}"
+            assert_bytes_equal(got_rows, want_rows, f"{what}: gather rows")
+            assert_cache_equal(got, want, n, k, what)
+            for poison in (0x00, 0xFF):  # W alone: the same bytes, every one written
+                buf = torch.full((_passes.w_cache_nbytes(n, k),), poison, dtype=torch.uint8, device="cuda")
+                _ops.gather_rows_assemble(got_rows, amax.cuda(), n, k, buf, False)
+                assert_cache_equal(buf, want, n, k, what + " W only", transpose=False)
+
+
 def test_layout_refuses_a_tile_cut():
     with pytest.raises(ValueError, match=r"blocks\.0\.down.*chunks of 24 rows.*16x16"):
         nd.gather_layout(48, 64, 2, "blocks.0.down")
@@ -156,7 +256,8 @@ class Net(nn.Module):
 
     def forward(self, x):
         for b in self.blocks:
-            x = b(x)
+            # ckpt: activation checkpointing (the blocks' forward recomputed in backward)
+            x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False) if getattr(self, "ckpt", False) else b(x)
         return self.head(x)
 
 
@@ -331,6 +432,35 @@ def _full(p):
     return p.full_tensor() if hasattr(p, "full_tensor") else p
 
 
+@contextlib.contextmanager
+def _hooks_never_sync(on: bool):
+    """While open (and `on`: CUDA, after each unit's first gather), the FP4 gather's FSDP2
+    hooks raise if anything in them synchronizes the host with the GPU."""
+    if not on:
+        yield
+        return
+    saved = {h: getattr(nd._ShardWeight, h) for h in ("fsdp_pre_all_gather", "fsdp_post_all_gather")}
+
+    def strict(f):
+        @functools.wraps(f)
+        def g(*a, **k):
+            prev = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                return f(*a, **k)
+            finally:
+                torch.cuda.set_sync_debug_mode(prev)
+        return g
+
+    for h, f in saved.items():
+        setattr(nd._ShardWeight, h, strict(f))
+    try:
+        yield
+    finally:
+        for h, f in saved.items():
+            setattr(nd._ShardWeight, h, f)
+
+
 def _fsdp_gather_body(rank, world, dev, steps):
     d, rows, tokens = _sizes(dev)
     data = _batches(d, rows, tokens, world, steps, dev)
@@ -353,13 +483,20 @@ def _fsdp_gather_body(rank, world, dev, steps):
             return impl(*a)
 
         # Wᵀ is built once per step and layer: in the root's forward gather (kept for
-        # backward) and in the blocks' backward gathers (their forward gathers need W only)
-        transposes = []
-        nt = nd.nibble_transpose
+        # backward) and in the blocks' backward gathers (their forward gathers need W only);
+        # each shard is quantized once per step, in the forward gather (the blocks' backward
+        # gathers move the rows their forward quantized)
+        transposes, quantized = [], []
+        asm, qnt = _ops.gather_rows_assemble, _ops.gather_rows_quantize
 
-        def count_t(*a, **k):
-            transposes.append(a[0].shape)
-            return nt(*a, **k)
+        def count_t(rows, amax, n, k, buf, transpose=True):
+            if transpose:
+                transposes.append((n, k))
+            return asm(rows, amax, n, k, buf, transpose)
+
+        def count_q(x, *a):
+            quantized.append(tuple(x.shape))
+            return qnt(x, *a)
 
         for step, (x, y) in enumerate(data):
             masters = {n: _full(m.weight).detach().clone() for n, m in fp4.named_modules()
@@ -368,15 +505,17 @@ def _fsdp_gather_body(rank, world, dev, steps):
             for model, opt in zip((plain, fp4), opts):
                 modes.clear()
                 transposes.clear()
-                _passes._linear_fwd_impl, nd.nibble_transpose = spy, count_t
+                quantized.clear()
+                _passes._linear_fwd_impl, _ops.gather_rows_assemble, _ops.gather_rows_quantize = spy, count_t, count_q
                 try:
-                    with nd.count_collectives() as c:
+                    with nd.count_collectives() as c, _hooks_never_sync(dev.type == "cuda" and step > 0):
                         xr, yr = x.chunk(world)[rank], y.chunk(world)[rank]
                         loss = F.mse_loss(model(xr).float(), yr)
                         loss.backward()
                 finally:
-                    _passes._linear_fwd_impl, nd.nibble_transpose = impl, nt
+                    _passes._linear_fwd_impl, _ops.gather_rows_assemble, _ops.gather_rows_quantize = impl, asm, qnt
                 assert len(transposes) == (5 if model is fp4 else 0), transposes
+                assert len(quantized) == (5 if model is fp4 else 0), quantized
                 want_mode = _passes.W_REUSE if model is fp4 else _passes.W_FRESH
                 assert modes == [want_mode] * 5, modes
                 counts.append(c)
@@ -401,11 +540,12 @@ def _fsdp_gather_body(rank, world, dev, steps):
         assert all(int(m.sr_step) == steps for m in fp4.modules() if isinstance(m, nn4.Linear))
 
         # what moved: 3 units, each gathered in forward; the blocks again in backward (the
-        # root keeps its parameters between forward and backward)
+        # root keeps its parameters between forward and backward), with the rows their
+        # forward gather quantized: no amax all-reduce then
         plain_c, fp4_c = counts[-2], counts[-1]
         assert plain_c.all_reduce_calls == 0
         assert fp4_c.all_gather_calls == plain_c.all_gather_calls == 5
-        assert fp4_c.all_reduce_calls == 5, "one amax all-reduce per unit and gather"
+        assert fp4_c.all_reduce_calls == 3, "one amax all-reduce per unit and forward gather"
         pbytes = 2 if mp_policy else 4
         lin = [(4 * d, d), (d, 4 * d)]
         other = [d, d, 4 * d, d]   # norm weight, norm bias, up bias, down bias
@@ -442,13 +582,71 @@ def _meta_init_body(rank, world, dev):
     with nd.count_collectives() as c:
         loss = m(torch.randn(rows, tokens, d, device=dev)).square().mean()
         loss.backward()
-    assert c.all_reduce_calls == 5 and torch.isfinite(loss), (c, loss)
+    assert c.all_reduce_calls == 3 and torch.isfinite(loss), (c, loss)
+
+
+def _special_values_body(rank, world, dev):
+    """NaN on the last rank's rows only, an infinity on rank 0's, a weight of zeros (and
+    -0.0): every gathered weight, forward and backward, is still the one process's
+    quantization of the full master weight (the amax all-reduce lets a NaN win)."""
+    d, rows, tokens = _sizes(dev)
+    m = _build(d, rank, world, dev, fp4=True, seed=4)
+    with torch.no_grad():
+        up0 = m.blocks[0].up.weight.to_local()
+        if rank == world - 1:
+            up0[-1, 3] = float("nan")
+        down0 = m.blocks[0].down.weight.to_local()
+        if rank == 0:
+            down0[0, 5] = float("-inf")
+        m.blocks[1].up.weight.to_local().zero_()
+        m.blocks[1].up.weight.to_local()[-1:] = -0.0
+    seen = {}
+    _gather_capture(m, seen)
+    masters = {n: _full(x.weight).detach().clone() for n, x in m.named_modules() if isinstance(x, nn4.Linear)}
+    assert torch.isnan(masters["blocks.0.up"]).any() and torch.isinf(masters["blocks.0.down"]).any()
+    m(torch.randn(rows, tokens, d, device=dev)).float().square().mean().backward()
+    for name, w in masters.items():
+        want = reference_cache(w)
+        for when in ("fwd", "bwd"):
+            assert_cache_equal(seen[name, when][-1], want, *w.shape, f"rank {rank} {name} {when} (special values)",
+                               transpose=when == "bwd")
+
+
+def _checkpointing_body(rank, world, dev):
+    """Activation checkpointing: the blocks' forward is recomputed in backward with the
+    weight their backward gather brings (the forward's rows): losses and parameters equal
+    those of the ordinary gather, bit for bit."""
+    d, rows, tokens = _sizes(dev)
+    data = _batches(d, rows, tokens, world, 2, dev, seed=7)
+    models = [_build(d, rank, world, dev, fp4=fp4, seed=5) for fp4 in (False, True)]
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in models]
+    for m in models:
+        m.ckpt = True
+    for step, (x, y) in enumerate(data):
+        losses = []
+        for m, o in zip(models, opts):
+            loss = F.mse_loss(m(x.chunk(world)[rank]).float(), y.chunk(world)[rank])
+            loss.backward()
+            o.step()
+            o.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+        assert torch.equal(losses[0], losses[1]), f"step {step}: {losses}"
+    for (n1, p1), (n2, p2) in zip(models[0].named_parameters(), models[1].named_parameters()):
+        assert_bytes_equal(_full(p2).detach(), _full(p1).detach(), f"{n1} (checkpointing)")
 
 
 def _gather_and_refusal_body(rank, world, dev, steps):
     _fsdp_gather_body(rank, world, dev, steps)
     _meta_init_body(rank, world, dev)
+    _special_values_body(rank, world, dev)
+    _checkpointing_body(rank, world, dev)
     _refusal_body(rank, world, dev)
+
+
+def _gather_nccl_body(rank, world, dev, steps):
+    _fsdp_gather_body(rank, world, dev, steps)
+    _special_values_body(rank, world, dev)
+    _checkpointing_body(rank, world, dev)
 
 
 @pytest.mark.skipif(SKIP_GLOO, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
@@ -460,7 +658,7 @@ def test_fp4_gather_gloo():
 
 @pytest.mark.skipif(N_GPUS < 2, reason="needs 2 CUDA GPUs")
 def test_fp4_gather_matches_ordinary_gather_nccl():
-    _spawn(_fsdp_gather_body, min(N_GPUS, 4), "cuda", 3)
+    _spawn(_gather_nccl_body, min(N_GPUS, 4), "cuda", 3)
 
 
 # ------------------------------------------------------------------------------ refused by name, on every rank
@@ -698,5 +896,39 @@ def test_bench_fsdp_smoke_gloo(tmp_path):
     r = res["ratios"]
     assert r["converted_layers_fp4_over_bf16_bytes"] == 0.28125
     assert r["fp4gather_over_bf16gather_all_gather_bytes"] < 0.3
-    assert res["rows"]["nvfp4_fp4gather"]["all_reduce_calls"] == 2 * 2  # 2 blocks, forward and backward
+    assert res["rows"]["nvfp4_fp4gather"]["all_reduce_calls"] == 2  # 2 blocks, their forward gathers
     assert "fp4g/bf16g" in out and nvfp4.__version__ == res["nvfp4"]
+
+
+@pytest.mark.skipif(SKIP_GLOO or not HAS_FSDP2, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
+def test_bench_fsdp_count_ops_gloo(tmp_path):
+    """The op counts per gather that bench_fsdp.py --count-ops reports: after the gather one
+    op per weight (the assembly kernel), before it under 4 on average (one quantization per
+    weight in the forward gather, a handful per unit for the amaxes, nothing in the backward
+    one); 0.3 dispatched ~37 per call on each side."""
+    import json
+
+    js = tmp_path / "ops.json"
+    out = _torchrun(1, "bench/bench_fsdp.py", "--smoke", "--count-ops", "--warmup", "1", "--json", str(js))
+    c = json.loads(js.read_text())["op_counts"]
+    pre, post = c["nvfp4_fp4gather"]["fsdp_pre_all_gather"], c["nvfp4_fp4gather"]["fsdp_post_all_gather"]
+    assert pre["calls"] == post["calls"] == 2 * 2 * 4  # 2 blocks of 4 weights, forward and backward
+    assert post["ops"] == post["calls"], post
+    assert pre["ops"] <= 4 * pre["calls"], pre
+    assert c["nvfp4"]["fsdp_pre_all_gather"]["calls"] == 0
+    assert c["nvfp4_fp4gather"]["step"]["ops"] < 1.5 * c["nvfp4"]["step"]["ops"], c
+    assert "fsdp_post_all_gather: 16 calls" in out
+
+
+def test_bench_fsdp_gather_smoke():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_fsdp_gather", os.path.join(ROOT, "bench",
+                                                                                    "bench_fsdp_gather.py"))
+    b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(b)
+    rows = b.main(["--smoke", "--worlds", "1", "2"])
+    steps = {(r["world"], r["variant"]): r for r in rows if "variant" in r}
+    assert set(steps) == {(w, v) for w in (1, 2) for v in ("fp4", "fp4_0.3", "bf16")}
+    assert all(r["fwd_us"] > 0 and r["bwd_us"] > 0 for r in steps.values())
+    assert all(r["quantize_us"] > 0 and r["assemble_us"] > 0 for r in rows if "kernel_shape" in r)
