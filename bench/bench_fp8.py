@@ -22,7 +22,7 @@ Sections (--sections, default all three):
            fp8_unfused:  the same with the cast left as separate torch ops.
          Medians of CUDA-event times over --iters steps after --warmup; ratio = time / bf16.
 - host:  one Linear's forward + backward at a size where the GPU waits on the host
-         (--host-shape, default 16 tokens x 256 x 256): host microseconds per fwd+bwd (wall
+         (--host-shape, default 16 tokens x 256 -> 256): host microseconds per fwd+bwd (wall
          time of back-to-back steps), and per fwd+bwd the torch ops the profiler records,
          the tensors allocated and the GPU kernels and memsets launched; bf16 the baseline.
          --host-proxy runs this section on the CPU instead: the FP8 kernel path forced onto
@@ -64,7 +64,16 @@ def bench_cast(args, timer: Timer) -> list:
     dev = timer.device
     dt, di, st = _ops._device(torch.empty(0, device=dev))
     rows_out = []
-    print(f"\n## cast: nvfp4_fp8_cast, q and qT (GB/s: one read of x + the bytes written; copy: read + write)")
+    # builds before amax_accumulate (a baseline run): delayed scaling clears and writes the amax
+    try:
+        probe = torch.zeros(64, device=dev)
+        _ops.fp8_cast_raw(probe.data_ptr(), 0, 1, 16, 0, 0.0, probe.data_ptr() + 128, probe.data_ptr() + 192, 0,
+                          True, False, probe.data_ptr() + 160, probe.data_ptr() + 164, dt, di, st, True)
+        accumulate = True
+    except TypeError:
+        accumulate = False
+        print("(this build has no amax_accumulate: delayed scaling clears the amax before each cast)")
+    print("\n## cast: nvfp4_fp8_cast, q and qT (GB/s: one read of x + the bytes written; copy: read + write)")
     hdr = (f"{'tensor':11s} {'shape':>12s} {'dtype':>8s} {'scaling':>8s} {'reads':>5s} {'us':>9s} {'GB/s':>8s} "
            f"{'copy GB/s':>9s} {'x copy':>7s}")
     print(hdr)
@@ -84,9 +93,11 @@ def bench_cast(args, timer: Timer) -> list:
             scale = sc.data_ptr() + 8 if scaling == "delayed" else 0
 
             # delayed: max |x| accumulated into the amax slot, as FP8Linear does with its history
-            def call(i, scale=scale, acc=scaling == "delayed"):
+            extra = (True,) if (scaling == "delayed" and accumulate) else ()
+
+            def call(i, scale=scale, extra=extra):
                 _ops.fp8_cast_raw(xs[i].data_ptr(), code, r, c, 0, 0.0, scale, q.data_ptr(), qt.data_ptr(), True,
-                                  True, sc.data_ptr(), sc.data_ptr() + 4, dt, di, st, acc)
+                                  True, sc.data_ptr(), sc.data_ptr() + 4, dt, di, st, *extra)
 
             us = timer.time(call, sets).median_us
             moved = xbytes + 2 * r * c
@@ -97,7 +108,6 @@ def bench_cast(args, timer: Timer) -> list:
             rows_out.append({"tensor": name, "rows": r, "cols": c, "dtype": str(dtype), "scaling": scaling,
                              "x_reads": reads, "us": us, "bytes_one_read": moved, "gbps": gbps,
                              "copy_us": t_copy, "copy_gbps": copy_gbps, "ratio_to_copy": gbps / copy_gbps})
-        del xs
     return rows_out
 
 
@@ -178,7 +188,7 @@ def _stand_in_scaled_mm(a, b, scale_a=None, scale_b=None, bias=None, scale_resul
 def bench_host(args, kinds) -> dict:
     proxy = args.host_proxy
     device = "cpu" if proxy else "cuda"
-    m, k, n = args.host_shape
+    m, k, n = args.host_shape or ((16, 16, 16) if proxy else (16, 256, 256))
     if proxy:
         torch.set_num_threads(1)
         F8._KERNEL_DEVICES = frozenset({"cpu"})  # the kernel path on the CPU reference
@@ -248,7 +258,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--kinds", default="bf16,fp8,fp8_delayed,fp8_compiled,fp8_unfused", help="layer section")
     ap.add_argument("--host-kinds", default="bf16,fp8,fp8_delayed")
-    ap.add_argument("--host-shape", type=int, nargs=3, default=(16, 256, 256), metavar=("M", "K", "N"))
+    ap.add_argument("--host-shape", type=int, nargs=3, default=None, metavar=("M", "K", "N"),
+                    help="default 16 256 256 (--host-proxy: 16 16 16, the CPU reference's casts kept negligible)")
     ap.add_argument("--host-reps", type=int, default=200)
     ap.add_argument("--host-rounds", type=int, default=9)
     ap.add_argument("--host-proxy", action="store_true", help="host section on the CPU (see above)")

@@ -174,17 +174,18 @@ __global__ void __launch_bounds__(kCastThreads) fp8_cast_kernel(const CastArgs a
       const int lc = tid >> 2, g = tid & 3;
       const int64_t col = c0 + lc, row = r0 + 16 * g;
       if (col < a.cols && row < a.rows) {
+        // output word j: byte (lc & 3) of rows 16 g + 4 j .. + 3, gathered with three byte permutes
+        const uint32_t pick = static_cast<uint32_t>(lc & 3) | static_cast<uint32_t>(4 + (lc & 3)) << 4;
         uint32_t o[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          uint32_t word = 0u;
+          uint32_t src[4];
 #pragma unroll
           for (int b = 0; b < 4; ++b) {
             const int lr = 16 * g + 4 * j + b;
-            const uint32_t src = tile[lr * kTileWords + ((lc >> 2) ^ swz(lr))];
-            word |= ((src >> (8 * (lc & 3))) & 0xffu) << (8 * b);
+            src[b] = tile[lr * kTileWords + ((lc >> 2) ^ swz(lr))];
           }
-          o[j] = word;
+          o[j] = __byte_perm(__byte_perm(src[0], src[1], pick), __byte_perm(src[2], src[3], pick), 0x5410);
         }
         uint8_t* dst = a.qt + col * a.rows + row;
         if (a.qt_vec && row + 16 <= a.rows) {

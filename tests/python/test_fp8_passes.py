@@ -15,7 +15,6 @@ import copy
 import pytest
 import torch
 
-import nvfp4  # noqa: F401  (registers the ops)
 from nvfp4 import _C, _ops
 from nvfp4.nn import _fp8_passes as P
 from nvfp4.nn import fp8 as F8
