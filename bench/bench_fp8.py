@@ -246,7 +246,32 @@ def bench_host(args, kinds) -> dict:
                      "allocations": allocs, "ops": dict(ops)}
         if not proxy:
             out[kind].update(kernels=kernels, memsets=memsets)
-    return {"proxy": proxy, "shape": [m, k, n], "rows": out}
+    result = {"proxy": proxy, "shape": [m, k, n], "rows": out}
+    if not proxy:
+        # what the GEMM calls alone cost the host: three per Linear fwd+bwd on either side
+        a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+        b = torch.randn(n, k, device=device, dtype=torch.bfloat16)
+        a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+        one = torch.ones((), device=device)
+        calls = {"torch.mm (bf16)": lambda: torch.mm(a, b.t()),
+                 "torch._scaled_mm": lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one,
+                                                              out_dtype=torch.bfloat16)}
+        gemm = {}
+        for name, fn in calls.items():
+            for _ in range(50):
+                fn()
+            best_c = float("inf")
+            for _ in range(args.host_rounds):
+                sync()
+                t0 = clock()
+                for _ in range(reps):
+                    fn()
+                sync()
+                best_c = min(best_c, (clock() - t0) / reps * 1e6)
+            gemm[name] = best_c
+        print("one GEMM call, host us: " + ", ".join(f"{k} {v:.1f}" for k, v in gemm.items()))
+        result["gemm_call_us"] = gemm
+    return result
 
 
 def main(argv=None) -> int:
