@@ -304,21 +304,20 @@ _KERNEL_DEVICES = frozenset({"cuda"}) if _HAS_CUDA_KERNELS else frozenset()
 
 
 def _plans(r: FP8Recipe) -> Tuple[_Plan, ...]:
-    """The 8 plans of a recipe, indexed 4 * kernel + 2 * emulate + update (built when the
-    recipe is set, so that a forward only indexes)."""
+    """The 4 plans of a recipe, indexed 2 * emulate + update (built when the recipe is set,
+    so that a forward only indexes)."""
     C = _passes.Fp8Config
     out = []
-    for kernel in (False, True):
-        for emulate in (False, True):
-            for update in (False, True):
-                cfg = [0] * C.SIZE
-                cfg[C.FWD_FORMAT] = _FORMAT_CODE[r.fwd_dtype]
-                cfg[C.BWD_FORMAT] = _FORMAT_CODE[r.bwd_dtype]
-                cfg[C.DELAYED] = int(r.scaling == "delayed")
-                cfg[C.UPDATE] = int(update and r.scaling == "delayed")
-                cfg[C.ALGO] = _ALGO_CODE[r.amax_compute_algo]
-                cfg[C.FAST_ACCUM] = int(r.fast_accum_fprop)
-                out.append(_Plan(r, emulate, update, tuple(cfg), float(r.margin)))
+    for emulate in (False, True):
+        for update in (False, True):
+            cfg = [0] * C.SIZE
+            cfg[C.FWD_FORMAT] = _FORMAT_CODE[r.fwd_dtype]
+            cfg[C.BWD_FORMAT] = _FORMAT_CODE[r.bwd_dtype]
+            cfg[C.DELAYED] = int(r.scaling == "delayed")
+            cfg[C.UPDATE] = int(update and r.scaling == "delayed")
+            cfg[C.ALGO] = _ALGO_CODE[r.amax_compute_algo]
+            cfg[C.FAST_ACCUM] = int(r.fast_accum_fprop)
+            out.append(_Plan(r, emulate, update, tuple(cfg), float(r.margin)))
     return tuple(out)
 
 
@@ -465,14 +464,12 @@ class _FP8KernelFn(torch.autograd.Function):
         dx = dw = db = None
         if need_dx or need_dw:
             dyp = F.pad(dy2, (0, 0, 0, pad)) if pad else dy2
-            dx, dw = _passes.fp8_linear_bwd(dyp, xt, wt, sc, history, scale, plan.cfg, plan.margin, need_dx,
+            gx, gw = _passes.fp8_linear_bwd(dyp, xt, wt, sc, history, scale, plan.cfg, plan.margin, need_dx,
                                             need_dw, w_dtype)
             if need_dx:
-                dx = (dx[:m] if pad else dx).view(x_shape)
-            else:
-                dx = None
-            if not need_dw:
-                dw = None
+                dx = (gx[:m] if pad else gx).view(x_shape)
+            if need_dw:
+                dw = gw
         if need_db:
             db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
         return dx, dw, db, None, None, None
@@ -563,7 +560,7 @@ class FP8Linear(nn.Linear):
             x = x.contiguous()
         delayed = r.scaling == "delayed"
         update = delayed and self.training and torch.is_grad_enabled()
-        plan = self._fp8_plans[4 * kernel + 2 * emulate + update]
+        plan = self._fp8_plans[2 * emulate + update]
         history = self.fp8_amax_history if delayed else None
         scale = self.fp8_scale if delayed else None
         fn = _FP8KernelFn if kernel else _FP8LinearFn
