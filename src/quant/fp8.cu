@@ -229,7 +229,8 @@ nvfp4_status_t run(const Fp8Job& job, cudaStream_t stream) {
   if (tiles_c > 0x7fffffff) return fail(NVFP4_ERROR_INVALID_ARGUMENT, "nvfp4_fp8_cast: x has too many columns");
   CastArgs a{job.x, job.rows, job.cols, tiles_r, job.fmax, job.scaled_max, job.scale, current ? job.amax : nullptr,
              current ? nullptr : job.amax, job.q, job.qt, job.scale_inv, job.rows % 16 == 0};
-  const dim3 grid(static_cast<unsigned>(tiles_c), static_cast<unsigned>(tiles_r < 1 ? 1 : tiles_r < 65535 ? tiles_r : 65535));
+  const int64_t grid_r = tiles_r < 1 ? 1 : tiles_r < 65535 ? tiles_r : 65535;  // the kernel loops past 65535
+  const dim3 grid(static_cast<unsigned>(tiles_c), static_cast<unsigned>(grid_r));
   if (job.e5m2)
     launch_cast<T, true>(a, grid, stream);
   else
