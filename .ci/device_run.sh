@@ -18,7 +18,8 @@
 #       STEPS, CORPUS, SIZE, RECIPES_BUDGET_MIN, RECIPES_RESUME)
 #       grouped (the grouped MoE path: its GPU tests, compute-sanitizer memcheck,
 #       bench_grouped_gemm.py, MoE train step), linhost (one Linear's host time, eager and compiled,
-#       bench_linear_host.py; with base, the baseline build too)
+#       bench_linear_host.py; with base, the baseline build too), fp8 (the FP8 baseline: its GPU tests,
+#       bench_fp8.py, the train step eager + compiled: FP8_SIZES, FP8_MODES)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -141,6 +142,34 @@ job_step() {  # 85 | 400, [c]
     NVFP4_SM90_DIRECT=1 stepbench "${size}_direct_eager" "$NEW" --size "$sz" --variants bf16,nvfp4 --modes eager \
       --profile --no-memory --steps 10 --warmup 3
   fi
+}
+job_fp8() {  # the FP8 baseline: its GPU tests, bench_fp8.py (cast GB/s vs copy, layers, host cost per Linear) and
+  # the training step (bf16, fp8, fp8_delayed; FP8_SIZES, default "85 400"; FP8_MODES, default "eager compile");
+  # with a baseline build (base) the benchmarks on it too, right after, same machine
+  step "fp8 tests"
+  PYTHONPATH=$NEW timeout ${FP8_TEST_TIMEOUT:-600} python3 -m pytest tests/python/test_fp8_cast.py \
+    tests/python/test_fp8_passes.py tests/python/test_fp8_cuda.py tests/python/test_fp8.py -q -p no:cacheprovider \
+    --maxfail=20 -rfE 2>&1 | tee "$OUT/fp8_tests.log" | tail -20
+  local lib path size sz
+  for lib in new base; do
+    path=$([[ $lib == new ]] && echo "$NEW" || echo "$BASE")
+    [[ $lib == base && ! -d /tmp/base/nvfp4 ]] && continue
+    step "bench_fp8 ($lib)"
+    PYTHONPATH=$path timeout 400 python3 bench/bench_fp8.py --json "$OUT/bench_fp8_$lib.json" 2>&1 \
+      | grep -v -E "Warning|warn" | tee "$OUT/bench_fp8_$lib.log" | tail -40
+  done
+  local mode
+  for size in ${FP8_SIZES:-85 400}; do
+    sz=$([[ $size == 85 ]] && echo full || echo 400m)
+    for mode in ${FP8_MODES:-eager compile}; do  # one call per mode: each under stepbench's time limit
+      for lib in new base; do
+        path=$([[ $lib == new ]] && echo "$NEW" || echo "$BASE")
+        [[ $lib == base && ! -d /tmp/base/nvfp4 ]] && continue
+        stepbench "fp8_${size}_${mode}_$lib" "$path" --size "$sz" --variants bf16,fp8,fp8_delayed --modes "$mode" \
+          --profile --no-memory --steps 10 --warmup 3
+      done
+    done
+  done
 }
 job_lora() {
   step "LoRA fine-tune, FP4 base vs BF16 base"
@@ -276,7 +305,7 @@ job_linhost() {  # one Linear's host time (bench/bench_linear_host.py), eager an
 for a in "${ARGS[@]}"; do
   case $a in
     base|nobuild) ;;
-    tests|quick|quant|gemm|host|lora|dist|ncu|fsdp|fsdptrain|recipes|grouped) "job_$a" ;;
+    tests|quick|quant|gemm|host|lora|dist|ncu|fsdp|fsdptrain|recipes|grouped|fp8) "job_$a" ;;
     sanitize) job_sanitize ;;
     step85) job_step 85 ;;
     step400) job_step 400 ;;

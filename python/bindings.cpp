@@ -343,24 +343,30 @@ NB_MODULE(_C, m) {
         });
 
   // fp8_cast_raw(x, dtype, rows, cols, format, margin, scale, q, qt, want_q, want_qt, scale_inv, amax,
-  //              device_type, device_id, stream): nvfp4_fp8_cast on raw addresses (scale,
-  //              scale_inv, amax: 0 when absent, else float32 [1]). The outputs are requested by
-  //              the flags, not by their addresses: an empty tensor's data may sit at address 0.
+  //              device_type, device_id, stream, amax_accumulate=False): nvfp4_fp8_cast on raw
+  //              addresses (scale, scale_inv, amax: 0 when absent, else float32 [1]). The outputs
+  //              are requested by the flags, not by their addresses: an empty tensor's data may
+  //              sit at address 0.
   m.def("fp8_cast_raw",
         [](uintptr_t x, int dtype, int64_t rows, int64_t cols, int format, float margin, uintptr_t scale, uintptr_t q,
            uintptr_t qt, bool want_q, bool want_qt, uintptr_t scale_inv, uintptr_t amax, int dev_type, int dev_id,
-           uintptr_t stream) {
+           uintptr_t stream, bool amax_accumulate) {
           nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), rows, cols, dev_type, dev_id);
           nvfp4_tensor_t tq = raw2(q, NVFP4_DTYPE_UINT8, rows, cols, dev_type, dev_id);
           nvfp4_tensor_t tqt = raw2(qt, NVFP4_DTYPE_UINT8, cols, rows, dev_type, dev_id);
           nvfp4_tensor_t ts = raw1(scale, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id);
           nvfp4_tensor_t tsi = raw1(scale_inv, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id);
           nvfp4_tensor_t ta = raw1(amax, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id);
-          nvfp4_fp8_config_t cfg{static_cast<nvfp4_fp8_format_t>(format), margin, scale ? &ts : nullptr};
+          nvfp4_fp8_config_t cfg{static_cast<nvfp4_fp8_format_t>(format), margin, scale ? &ts : nullptr,
+                                 amax_accumulate ? 1 : 0};
           nb::gil_scoped_release nogil;
           check(nvfp4_fp8_cast(&in, &cfg, want_q ? &tq : nullptr, want_qt ? &tqt : nullptr, scale_inv ? &tsi : nullptr,
                                amax ? &ta : nullptr, stream_of(stream)));
-        });
+        },
+        nb::arg("x"), nb::arg("dtype"), nb::arg("rows"), nb::arg("cols"), nb::arg("format"), nb::arg("margin"),
+        nb::arg("scale"), nb::arg("q"), nb::arg("qt"), nb::arg("want_q"), nb::arg("want_qt"), nb::arg("scale_inv"),
+        nb::arg("amax"), nb::arg("device_type"), nb::arg("device_id"), nb::arg("stream"),
+        nb::arg("amax_accumulate") = false);
 
   // fp8_delayed_update_raw(history, len, scale, format, margin, algo, device_type, device_id,
   //                        stream): nvfp4_fp8_delayed_update on raw addresses (float32 [len], [1]).

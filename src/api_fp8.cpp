@@ -96,6 +96,15 @@ NVFP4_API nvfp4_status_t nvfp4_fp8_cast(const nvfp4_tensor_t* x, const nvfp4_fp8
     } else if (!amax) {
       invalid("amax: required with current scaling (cfg.scale null): the cast reads the amax it writes there");
     }
+    if (cfg->amax_accumulate != 0 && cfg->amax_accumulate != 1)
+      invalid("cfg.amax_accumulate: must be 0 or 1, got " + std::to_string(cfg->amax_accumulate));
+    if (cfg->amax_accumulate) {
+      if (!cfg->scale)
+        invalid("cfg.amax_accumulate: only with delayed scaling (cfg.scale set); current scaling derives s from "
+                "the amax of x alone");
+      if (!amax) invalid("amax: required with cfg.amax_accumulate");
+      job.amax_accumulate = true;
+    }
     for (size_t i = 0; i < outs.size(); ++i) {
       for (const ByteRange& in : ins) check_disjoint(outs[i], in);
       for (size_t j = 0; j < i; ++j) check_disjoint(outs[i], outs[j]);

@@ -13,7 +13,9 @@ namespace nvfp4::detail {
 
 // x [rows, cols] row-major. Current scaling (scale == nullptr): amax is written first, then
 // s = fl(scaled_max / amax) (FLT_MAX where that is inf; 1 where amax is 0, inf or NaN).
-// Delayed scaling: s = *scale, read when the cast runs; amax is written when not null.
+// Delayed scaling: s = *scale, read when the cast runs; max |x| goes to amax when not null:
+// written, or with amax_accumulate combined with what *amax holds (a max of the fp32 bit
+// patterns, which for values with the sign bit clear is the float max with NaN winning).
 struct Fp8Job {
   const void* x = nullptr;
   nvfp4_dtype_t dtype = NVFP4_DTYPE_FLOAT32;
@@ -26,6 +28,7 @@ struct Fp8Job {
   uint8_t* qt = nullptr;      // [cols, rows] or null
   float* scale_inv = nullptr; // [1] or null
   float* amax = nullptr;      // [1]; required with current scaling
+  bool amax_accumulate = false;  // delayed scaling only
 };
 
 

@@ -243,7 +243,11 @@ NVFP4_API const char* nvfp4_last_error(void);
  *   max |x| (written to *amax first, which is then required); s = FLT_MAX where that
  *   quotient is inf, s = 1 where amax is 0, inf or NaN.
  *   cfg->scale set: delayed scaling, s = scale[0], read when the cast runs; *amax (if
- *   given) still receives max |x| (for an amax history).
+ *   given) still receives max |x| (for an amax history), computed by the cast itself (one
+ *   pass over x). With cfg->amax_accumulate = 1 it is combined with what *amax holds
+ *   instead: *amax = max(*amax, max |x|), NaN winning, *amax holding a value whose sign
+ *   bit is clear (e.g. the zeroed newest slot of an amax history, written in place with no
+ *   clearing launch).
  * x: [rows, cols] row-major float32/float16/bfloat16, cols % 16 == 0 (CUDA: 16-byte
  * aligned). Outputs on x's device, each optional but q or qt required: q [rows, cols] and
  * qt [cols, rows] (x transposed), uint8 holding the FP8 bytes; scale_inv float32 [1] = 1/s;
@@ -254,6 +258,7 @@ typedef struct {
   nvfp4_fp8_format_t format;
   float margin;                /* current scaling only: s = max * 2^-margin / amax */
   const nvfp4_tensor_t* scale; /* optional float32 [1]: delayed scaling */
+  int amax_accumulate;         /* 0 or 1; 1: delayed scaling only, amax required (see above) */
 } nvfp4_fp8_config_t;
 
 NVFP4_API nvfp4_status_t nvfp4_fp8_cast(const nvfp4_tensor_t* x, const nvfp4_fp8_config_t* cfg, nvfp4_tensor_t* q,

@@ -1,6 +1,7 @@
 // CPU reference of nvfp4_fp8_cast: the arithmetic the CUDA kernels must match bit for bit
 // (fp32 product, clamp that keeps NaN, round to nearest even into E4M3 / E5M2).
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "core/common.h"
@@ -54,7 +55,15 @@ nvfp4_status_t cpu_fp8_cast(const Fp8Job& job) {
       else if (v > m) m = v;
     }
     const float amax = nan ? std::nanf("") : m;
-    if (job.amax) *job.amax = amax;
+    if (job.amax && job.amax_accumulate) {
+      // the CUDA kernels' atomicMax on the bit patterns, so that both agree on any prior content
+      uint32_t have, add;
+      std::memcpy(&have, job.amax, 4);
+      std::memcpy(&add, &amax, 4);
+      if (add > have) *job.amax = amax;
+    } else if (job.amax) {
+      *job.amax = amax;
+    }
     if (job.scale == nullptr) s = fp8_scale(job.scaled_max, amax, 1.0f);
   }
   if (job.scale != nullptr) s = *job.scale;

@@ -1,15 +1,23 @@
-// CUDA kernels of nvfp4_fp8_cast (the FP8 baseline recipes): an amax pass, then one cast
-// pass that writes q and/or its transpose from a single read of x.
+// CUDA kernels of nvfp4_fp8_cast (the FP8 baseline recipes) and of delayed scaling's
+// history update. No host synchronization; every output byte is written.
 //
-//  - fp8_amax_kernel: persistent grid, 16-element units (16-byte loads), integer max of
-//    the absolute values' bits (NaN wins), one atomicMax per CTA into the zeroed amax.
-//  - fp8_cast_kernel: 32x32 tiles, 256 threads (32 x 8). Each thread derives s from the
-//    amax (or reads the delayed scale), casts its elements (fp32 product, a clamp that
-//    keeps NaN, the round-to-nearest-even conversion with saturation, which after the
-//    clamp changes nothing), writes q row by row and, through a padded shared tile, q^T
-//    column by column; both stores are 32 contiguous bytes per warp.
+//  - fp8_amax_kernel (current scaling only: the scale needs max |x| before any element is
+//    cast): persistent grid, 16-element units read with 16-byte loads, two units per thread
+//    in flight, an integer max of the absolute values' bits (NaN wins), one atomicMax per CTA
+//    into the zeroed amax. It walks x in ascending order; the cast walks its row tiles in
+//    descending order, so it starts on what this pass left in L2.
+//  - fp8_cast_kernel: one CTA per 64x64 tile (a loop over row tiles past the grid's y
+//    limit), 256 threads. Every thread issues its 16-byte loads first (2 for 16-bit inputs,
+//    4 for float32), then derives s once (from the amax, or the delayed scale read when the
+//    cast runs), casts (fp32 product, a clamp that keeps NaN, the saturating round-to-
+//    nearest-even conversion, which after the clamp changes nothing), stores q with one
+//    8- or 4-byte store per chunk, and puts the bytes in a shared tile. Then each thread
+//    gathers 16 consecutive rows of one column from the tile and writes them to q^T as one
+//    16-byte store: every warp stores whole 64-byte row segments of q^T. The shared tile's
+//    words are XOR-swizzled by row group so that those column reads hit distinct banks.
+//    With delayed scaling the same pass reduces max |x| (raw bits, NaN wins) and adds it
+//    to *amax with one atomicMax per CTA: no amax pass.
 //  - fp8_delayed_kernel: nvfp4_fp8_delayed_update, one CTA (the history is short).
-// No host synchronization; every output byte is written.
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -19,33 +27,46 @@
 namespace nvfp4::detail::quant {
 namespace {
 
+// ---- the amax pass ------------------------------------------------------------------
 template <class T>
 __global__ void __launch_bounds__(kThreads) fp8_amax_kernel(const void* x, int64_t units, float* out) {
   const char* p = static_cast<const char*>(x);
+  constexpr int64_t kUnitBytes = kBlock * T::kBytes;
   uint32_t m = 0u;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  for (int64_t u = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; u < units; u += stride) {
-    RawBlock<T> b;
-    load_block<T>(b, p + u * kBlock * T::kBytes);
-    m = max(m, raw_absmax_bits<T>(b));
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; u < units; u += 2 * stride) {
+    RawBlock<T> b[2];
+    load_block<T>(b[0], p + u * kUnitBytes);
+    if (u + stride < units)
+      load_block<T>(b[1], p + (u + stride) * kUnitBytes);
+    else
+      zero_block<T>(b[1]);
+    m = max(m, max(raw_absmax_bits<T>(b[0]), raw_absmax_bits<T>(b[1])));
   }
   block_reduce_amax(m, out, nullptr);
 }
 
+// ---- the cast -----------------------------------------------------------------------
+// One tile: kTile x kTile elements; a "chunk" is the 16 bytes of input one load brings
+// (kPer elements), whose kPer output bytes one store writes.
+constexpr int kTile = 64;
+constexpr int kCastThreads = 256;
+constexpr int kTileWords = kTile / 4;  // 32-bit words in a row of the byte tile
+
 template <class T>
-__device__ __forceinline__ float load_elem(const void* x, int64_t i);
-template <>
-__device__ __forceinline__ float load_elem<F32>(const void* x, int64_t i) {
-  return __ldg(static_cast<const float*>(x) + i);
-}
-template <>
-__device__ __forceinline__ float load_elem<BF16>(const void* x, int64_t i) {
-  return __uint_as_float(static_cast<uint32_t>(__ldg(static_cast<const unsigned short*>(x) + i)) << 16);
-}
-template <>
-__device__ __forceinline__ float load_elem<F16>(const void* x, int64_t i) {
-  return __half2float(__ushort_as_half(__ldg(static_cast<const unsigned short*>(x) + i)));
-}
+struct CastGeom {
+  static constexpr int kPer = 16 / T::kBytes;                  // elements per chunk: 8 or 4
+  static constexpr int kChunksRow = kTile / kPer;              // chunks per tile row
+  static constexpr int kChunks = kTile * kChunksRow / kCastThreads;  // chunks per thread
+  static_assert(kTile % kPer == 0 && (kTile * kChunksRow) % kCastThreads == 0, "chunks split evenly");
+  static_assert(16 % kPer == 0, "cols % 16 == 0 keeps every chunk wholly inside or outside x");
+};
+static_assert(kCastThreads == kTile * 4, "the transposed phase: 4 threads (16 rows each) per tile column");
+
+// The shared tile as words, row r's word w stored at w ^ swz(r). The transposed phase reads
+// rows 16j + i (j = 0..3) of 8 neighbouring columns per warp: without the swizzle those
+// four rows sit 4 x 16 words apart, in the same banks.
+__device__ __forceinline__ int swz(int r) { return ((r >> 4) & 3) << 1; }
 
 struct CastArgs {
   const void* x;
@@ -53,69 +74,167 @@ struct CastArgs {
   int64_t tiles_r;
   float fmax, scaled_max;
   const float* scale;  // delayed scaling, else nullptr
-  const float* amax;   // current scaling
+  const float* amax;   // current scaling: max |x| from the amax pass
+  float* amax_out;     // delayed scaling: max |x| is atomicMax'ed here (nullptr: not wanted)
   uint8_t* q;
   uint8_t* qt;
   float* scale_inv;
+  bool qt_vec;         // rows % 16 == 0: q^T rows start 16-byte aligned
 };
 
-template <class T, bool kE5M2>
-__global__ void __launch_bounds__(256) fp8_cast_kernel(const CastArgs a) {
-  __shared__ uint8_t tile[32][33];
-  const float s = a.scale != nullptr ? *a.scale : fp8_scale(a.scaled_max, *a.amax, 1.0f);
-  if (a.scale_inv != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0)
-    *a.scale_inv = __frcp_rn(s);
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32;
-  for (int64_t tr = blockIdx.y; tr < a.tiles_r; tr += gridDim.y) {
-    const int64_t r0 = tr * 32;
+template <bool kE5M2>
+__device__ __forceinline__ uint32_t cast2(float a, float b, float s, float fmax) {
+  float v0 = __fmul_rn(a, s), v1 = __fmul_rn(b, s);
+  if (!isnan(v0)) v0 = fminf(fmaxf(v0, -fmax), fmax);
+  if (!isnan(v1)) v1 = fminf(fmaxf(v1, -fmax), fmax);
+  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(v0, v1), __NV_SATFINITE,
+                                                        kE5M2 ? __NV_E5M2 : __NV_E4M3));
+}
+
+// Chunk -> floats. 16-bit inputs convert exactly as core's bf16/fp16 readers (quant/common.cuh).
+template <class T>
+__device__ __forceinline__ void chunk_floats(const uint4& c, float (&v)[CastGeom<T>::kPer]) {
+  if constexpr (T::kBytes == 4) {
+    v[0] = __uint_as_float(c.x), v[1] = __uint_as_float(c.y), v[2] = __uint_as_float(c.z), v[3] = __uint_as_float(c.w);
+  } else {
 #pragma unroll
-    for (int i = ty; i < 32; i += 8) {
-      const int64_t r = r0 + i, c = c0 + tx;
-      uint8_t b = 0;
-      if (r < a.rows && c < a.cols) {
-        float v = __fmul_rn(load_elem<T>(a.x, r * a.cols + c), s);
-        if (!isnan(v)) v = fminf(fmaxf(v, -a.fmax), a.fmax);
-        b = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, kE5M2 ? __NV_E5M2 : __NV_E4M3));
-        if (a.q != nullptr) a.q[r * a.cols + c] = b;
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t w = word_of(c, j);
+      v[2 * j] = lo_f<T>(w);
+      v[2 * j + 1] = hi_f<T>(w);
+    }
+  }
+}
+
+// max |element| of a chunk as fp32 bits (raw_absmax_bits of quant/common.cuh, for one chunk).
+template <class T>
+__device__ __forceinline__ uint32_t chunk_absmax_bits(const uint4& c) {
+  if constexpr (T::kBytes == 4) {
+    return max(max(c.x & 0x7fffffffu, c.y & 0x7fffffffu), max(c.z & 0x7fffffffu, c.w & 0x7fffffffu));
+  } else {
+    const uint32_t m = __vmaxu2(__vmaxu2(c.x & 0x7fff7fffu, c.y & 0x7fff7fffu),
+                                __vmaxu2(c.z & 0x7fff7fffu, c.w & 0x7fff7fffu));
+    const uint32_t h = max(m & 0xffffu, m >> 16);
+    if constexpr (std::is_same_v<T, BF16>) {
+      return h << 16;
+    } else {
+      return __float_as_uint(core::fp16_to_float(static_cast<uint16_t>(h)));
+    }
+  }
+}
+
+template <class T, bool kE5M2>
+__global__ void __launch_bounds__(kCastThreads) fp8_cast_kernel(const CastArgs a) {
+  using G = CastGeom<T>;
+  __shared__ uint32_t tile[kTile * kTileWords];
+  const int tid = threadIdx.x;
+  const float s = a.scale != nullptr ? *a.scale : fp8_scale(a.scaled_max, *a.amax, 1.0f);
+  if (a.scale_inv != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) *a.scale_inv = __frcp_rn(s);
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const char* x = static_cast<const char*>(a.x);
+  uint32_t m = 0u;
+  for (int64_t k = blockIdx.y; k < a.tiles_r; k += gridDim.y) {
+    const int64_t r0 = (a.tiles_r - 1 - k) * kTile;  // descending: the amax pass ended there
+    uint4 c[G::kChunks];
+    bool in[G::kChunks];
+#pragma unroll
+    for (int i = 0; i < G::kChunks; ++i) {
+      const int id = tid + i * kCastThreads, lr = id / G::kChunksRow, lc = (id % G::kChunksRow) * G::kPer;
+      in[i] = r0 + lr < a.rows && c0 + lc < a.cols;
+      c[i] = in[i] ? __ldg(reinterpret_cast<const uint4*>(x + ((r0 + lr) * a.cols + c0 + lc) * T::kBytes))
+                   : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int i = 0; i < G::kChunks; ++i) {
+      const int id = tid + i * kCastThreads, lr = id / G::kChunksRow, lc = (id % G::kChunksRow) * G::kPer;
+      if (a.amax_out != nullptr) m = max(m, chunk_absmax_bits<T>(c[i]));  // zeros outside x
+      float v[G::kPer];
+      chunk_floats<T>(c[i], v);
+      uint32_t w[G::kPer / 4];
+#pragma unroll
+      for (int j = 0; j < G::kPer / 4; ++j)
+        w[j] = cast2<kE5M2>(v[4 * j], v[4 * j + 1], s, a.fmax) |
+               (cast2<kE5M2>(v[4 * j + 2], v[4 * j + 3], s, a.fmax) << 16);
+      if (in[i] && a.q != nullptr) {
+        uint8_t* dst = a.q + (r0 + lr) * a.cols + c0 + lc;  // 8- (or 4-) byte aligned: cols % 16 == 0
+        if constexpr (G::kPer == 8)
+          *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+        else
+          *reinterpret_cast<uint32_t*>(dst) = w[0];
       }
-      tile[i][tx] = b;
+      if (a.qt != nullptr) {
+        const int wi = lc / 4;  // the chunk's first word in its row; an 8-byte chunk stays contiguous
+#pragma unroll
+        for (int j = 0; j < G::kPer / 4; ++j) tile[lr * kTileWords + ((wi + j) ^ swz(lr))] = w[j];
+      }
     }
     if (a.qt != nullptr) {
       __syncthreads();
+      // thread -> (tile column lc, rows 16 g .. 16 g + 15); 4 neighbouring threads cover a column
+      const int lc = tid >> 2, g = tid & 3;
+      const int64_t col = c0 + lc, row = r0 + 16 * g;
+      if (col < a.cols && row < a.rows) {
+        // output word j: byte (lc & 3) of rows 16 g + 4 j .. + 3, gathered with three byte permutes
+        const uint32_t pick = static_cast<uint32_t>(lc & 3) | static_cast<uint32_t>(4 + (lc & 3)) << 4;
+        uint32_t o[4];
 #pragma unroll
-      for (int i = ty; i < 32; i += 8) {
-        const int64_t c = c0 + i, r = r0 + tx;
-        if (c < a.cols && r < a.rows) a.qt[c * a.rows + r] = tile[tx][i];
+        for (int j = 0; j < 4; ++j) {
+          uint32_t src[4];
+#pragma unroll
+          for (int b = 0; b < 4; ++b) {
+            const int lr = 16 * g + 4 * j + b;
+            src[b] = tile[lr * kTileWords + ((lc >> 2) ^ swz(lr))];
+          }
+          o[j] = __byte_perm(__byte_perm(src[0], src[1], pick), __byte_perm(src[2], src[3], pick), 0x5410);
+        }
+        uint8_t* dst = a.qt + col * a.rows + row;
+        if (a.qt_vec && row + 16 <= a.rows) {
+          *reinterpret_cast<uint4*>(dst) = make_uint4(o[0], o[1], o[2], o[3]);
+        } else {
+          const int64_t n = a.rows - row < 16 ? a.rows - row : 16;
+          for (int b = 0; b < n; ++b) dst[b] = static_cast<uint8_t>(o[b >> 2] >> (8 * (b & 3)));
+        }
       }
       __syncthreads();  // the tile is rewritten by the next row tile
     }
   }
+  if (a.amax_out != nullptr) block_reduce_amax(m, a.amax_out, nullptr);
+}
+
+template <class T, bool kE5M2>
+void launch_cast(const CastArgs& a, dim3 grid, cudaStream_t stream) {
+  fp8_cast_kernel<T, kE5M2><<<grid, kCastThreads, 0, stream>>>(a);
 }
 
 template <class T>
 nvfp4_status_t run(const Fp8Job& job, cudaStream_t stream) {
   const int64_t n = job.rows * job.cols;
-  if (job.amax != nullptr) {
+  const bool current = job.scale == nullptr;
+  // Current scaling: the amax pass fills *amax (cleared first). Delayed scaling: the cast
+  // adds max |x| to *amax, cleared first unless the caller accumulates into it.
+  if (job.amax != nullptr && !job.amax_accumulate) {
     if (cudaMemsetAsync(job.amax, 0, sizeof(float), stream) != cudaSuccess)
       return check_launch("nvfp4 fp8 cast: clearing amax");
+  }
+  if (current && n > 0) {
     const int64_t units = n / kBlock;
-    const unsigned grid = persistent_grid(fp8_amax_kernel<T>, kThreads, 0, (units + kThreads - 1) / kThreads);
+    const unsigned grid = persistent_grid(fp8_amax_kernel<T>, kThreads, 0, (units + 2 * kThreads - 1) / (2 * kThreads));
     fp8_amax_kernel<T><<<grid, kThreads, 0, stream>>>(job.x, units, job.amax);
     if (nvfp4_status_t s = check_launch("nvfp4 fp8 amax kernel"); s != NVFP4_SUCCESS) return s;
   }
-  // An empty x (either extent 0, the other possibly huge) has no tiles to walk.
-  CastArgs a{job.x, job.rows, job.cols, n == 0 ? 0 : (job.rows + 31) / 32, job.fmax, job.scaled_max, job.scale,
-             job.amax, job.q, job.qt, job.scale_inv};
-  const dim3 block(32, 8);
-  // An empty x still gets its scale_inv: one CTA whose tile loop does not run.
-  const int64_t tiles_c = (job.cols + 31) / 32;
-  const dim3 grid(static_cast<unsigned>(tiles_c > 0 ? tiles_c : 1),
-                  static_cast<unsigned>(a.tiles_r < 1 ? 1 : a.tiles_r < 65535 ? a.tiles_r : 65535));
+  // An empty x (either extent 0, the other possibly huge) has no tiles to walk, but still
+  // gets its scale_inv: one CTA whose tile loop does not run.
+  const int64_t tiles_r = n == 0 ? 0 : (job.rows + kTile - 1) / kTile;
+  const int64_t tiles_c = n == 0 ? 1 : (job.cols + kTile - 1) / kTile;
+  if (tiles_c > 0x7fffffff) return fail(NVFP4_ERROR_INVALID_ARGUMENT, "nvfp4_fp8_cast: x has too many columns");
+  CastArgs a{job.x, job.rows, job.cols, tiles_r, job.fmax, job.scaled_max, job.scale, current ? job.amax : nullptr,
+             current ? nullptr : job.amax, job.q, job.qt, job.scale_inv, job.rows % 16 == 0};
+  const int64_t grid_r = tiles_r < 1 ? 1 : tiles_r < 65535 ? tiles_r : 65535;  // the kernel loops past 65535
+  const dim3 grid(static_cast<unsigned>(tiles_c), static_cast<unsigned>(grid_r));
   if (job.e5m2)
-    fp8_cast_kernel<T, true><<<grid, block, 0, stream>>>(a);
+    launch_cast<T, true>(a, grid, stream);
   else
-    fp8_cast_kernel<T, false><<<grid, block, 0, stream>>>(a);
+    launch_cast<T, false>(a, grid, stream);
   return check_launch("nvfp4 fp8 cast kernel");
 }
 

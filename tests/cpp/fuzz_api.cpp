@@ -772,8 +772,9 @@ void fuzz_misc(Source& s) {
 
 // ---- FP8 cast ---------------------------------------------------------------------------
 
-const std::set<std::string> kFp8Names = {"x",      "cfg", "cfg.format", "cfg.margin", "cfg.scale", "q/qt", "q",
-                                         "qt", "scale_inv", "amax"};
+const std::set<std::string> kFp8Names = {"x",         "cfg",  "cfg.format", "cfg.margin", "cfg.scale",
+                                         "q/qt",      "q",    "qt",         "scale_inv",  "amax",
+                                         "cfg.amax_accumulate"};
 
 void fuzz_fp8(Source& s, uint64_t case_seed) {
   Expect e;
@@ -826,6 +827,12 @@ void fuzz_fp8(Source& s, uint64_t case_seed) {
   if (s.pct(4)) {
     cfg.margin = s.pct(50) ? NAN : INFINITY;
     e.bad("cfg.margin", "cfg.margin not finite");
+  }
+  if (s.pct(15)) {  // accumulating the amax: delayed scaling with an amax only
+    cfg.amax_accumulate = s.pct(85) ? 1 : s.pick<int>({2, -1, 1 << 30});
+    if (cfg.amax_accumulate != 1) e.bad("cfg.amax_accumulate", "cfg.amax_accumulate not 0 or 1");
+    else if (!delayed) e.bad("cfg.amax_accumulate", "cfg.amax_accumulate with current scaling");
+    else if (!use_amax) e.bad("amax", "cfg.amax_accumulate without amax");
   }
   const bool cfg_null = s.pct(2);
   if (cfg_null) e.bad("cfg", "cfg null");

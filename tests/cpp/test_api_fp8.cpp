@@ -60,6 +60,25 @@ int test_fp8() {
     nvfp4_tensor_t overlap = desc(x.data(), NVFP4_DTYPE_FLOAT32, {1});
     EXPECT_BAD(nvfp4_fp8_cast(&in, &cfg, &tq, nullptr, &overlap, &ta, nullptr), "overlaps");
   }
+  // amax_accumulate (delayed scaling): max |x| = 2 combined with what the slot holds
+  {
+    nvfp4_fp8_config_t acfg{NVFP4_FP8_E5M2, 0.0f, &tscale, 1};
+    amax = 5.0f;
+    EXPECT_STATUS(nvfp4_fp8_cast(&in, &acfg, &tq, nullptr, &ts, &ta, nullptr), NVFP4_SUCCESS);
+    CHECK(amax == 5.0f && q[0] == 0x68);
+    amax = 0.0f;
+    EXPECT_STATUS(nvfp4_fp8_cast(&in, &acfg, &tq, nullptr, &ts, &ta, nullptr), NVFP4_SUCCESS);
+    CHECK(amax == 2.0f);
+    amax = NAN;
+    EXPECT_STATUS(nvfp4_fp8_cast(&in, &acfg, &tq, nullptr, &ts, &ta, nullptr), NVFP4_SUCCESS);
+    CHECK(std::isnan(amax));
+    EXPECT_BAD(nvfp4_fp8_cast(&in, &acfg, &tq, nullptr, &ts, nullptr, nullptr), "amax: required with");
+    nvfp4_fp8_config_t bad{NVFP4_FP8_E4M3, 0.0f, nullptr, 1};
+    EXPECT_BAD(nvfp4_fp8_cast(&in, &bad, &tq, nullptr, &ts, &ta, nullptr), "cfg.amax_accumulate: only with delayed");
+    bad.scale = &tscale;
+    bad.amax_accumulate = 2;
+    EXPECT_BAD(nvfp4_fp8_cast(&in, &bad, &tq, nullptr, &ts, &ta, nullptr), "cfg.amax_accumulate: must be 0 or 1");
+  }
   // Delayed scaling's update, hand-worked: history [3, 5, NaN, 1] (NaN counts as 0).
   {
     float h[4] = {3.0f, 5.0f, NAN, 1.0f}, sc = 7.0f;

@@ -167,6 +167,118 @@ def test_gpu_matches_cpu(fmt, dtype, shape, delayed):
     same_fp8(got[1].cpu(), want[1], "op qt")
 
 
+def special_sample(rows, cols, dtype, g):
+    """Random magnitudes over a wide range with zeros, NaN, +-inf, the largest finite values
+    and subnormals scattered at random positions (the last, partial tiles included)."""
+    x = torch.randn(rows, cols, generator=g) * torch.exp2(torch.randint(-24, 24, (rows, cols), generator=g).float())
+    fin = torch.finfo(dtype)
+    n = rows * cols
+    specials = [0.0, -0.0, float("nan"), float("inf"), -float("inf"), fin.max, -fin.max, fin.tiny / 4, -fin.tiny]
+    for v in specials:
+        idx = torch.randint(0, n, (max(1, n // 500),), generator=g)
+        x.view(-1)[idx] = v
+    x.view(-1)[-1] = float("nan")  # the very last element
+    return x.to(dtype)
+
+
+def raw_cast(x, fmt, scale, want_q, want_qt, poison, amax_prior=None):
+    """nvfp4_fp8_cast through the raw entry point into outputs pre-filled with `poison`:
+    (q, qt, scale_inv, amax), all on the CPU. amax_prior: delayed scaling, accumulate max |x|
+    into an amax slot holding this value."""
+    rows, cols = x.shape
+    dev = x.device
+    q = torch.full((rows, cols), poison, dtype=torch.uint8, device=dev)
+    qt = torch.full((cols, rows), poison, dtype=torch.uint8, device=dev)
+    sc = torch.full((3,), float("nan"), device=dev)  # scale_inv, amax, the delayed scale
+    if amax_prior is not None:
+        sc[1] = amax_prior
+    if scale is not None:
+        sc[2] = scale
+    dt, di, st = _ops._device(x)
+    _C.fp8_cast_raw(x.data_ptr(), _ops.DTYPE_CODE[x.dtype], rows, cols, FMT[fmt], 0.0,
+                    0 if scale is None else sc.data_ptr() + 8, q.data_ptr(), qt.data_ptr(), want_q, want_qt,
+                    sc.data_ptr(), sc.data_ptr() + 4, dt, di, st, amax_prior is not None)
+    return q.cpu(), qt.cpu(), sc[0].cpu(), sc[1].cpu()
+
+
+# the tiled cast: one tile, partial tiles along both axes, row counts that are and are not
+# multiples of 16 (q^T written with 16-byte or byte stores), a single 16-column block, many
+# tiles; float32 inputs take 4-element chunks, 16-bit ones 8.
+TILE_SHAPES = [(1, 16), (15, 32), (16, 64), (17, 80), (63, 48), (64, 64), (65, 16), (96, 208), (127, 1040),
+               (128, 4096), (1000, 304), (4096, 1024)]
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape", TILE_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["f32", "f16", "bf16"])
+@pytest.mark.parametrize("outputs", ["q+qt", "q", "qt"])
+@pytest.mark.parametrize("scaling", ["current", "delayed"])
+def test_gpu_tiled_cast_every_byte(shape, dtype, outputs, scaling, gen):
+    """The cast kernels against the CPU reference, bit for bit (NaN bytes by position: their
+    sign is unspecified), both formats: the requested outputs fully written (two runs with
+    different poison bytes, so an unwritten byte cannot pass by equalling the poison), the
+    others untouched; 1/s and amax, delayed scaling's accumulated amax included."""
+    x = special_sample(*shape, dtype, gen)
+    want_q, want_qt = outputs != "qt", outputs != "q"
+    for fmt in (E4M3, E5M2):
+        scale = 0.37 if scaling == "delayed" else None
+        for prior in ((None,) if scaling == "current" else (0.0, 3e38)):
+            want = raw_cast(x, fmt, scale, True, True, 0, prior)
+            for poison in (0xAB, 0x54):
+                got = raw_cast(x.cuda(), fmt, scale, want_q, want_qt, poison, prior)
+                what = f"{fmt} {scaling} prior={prior} poison={poison:#x}"
+                if want_q:
+                    same_fp8(got[0].view(fmt), want[0].view(fmt), f"q, {what}")
+                else:
+                    assert bool((got[0] == poison).all()), f"q written though not requested, {what}"
+                if want_qt:
+                    same_fp8(got[1].view(fmt), want[1].view(fmt), f"qt, {what}")
+                else:
+                    assert bool((got[1] == poison).all()), f"qt written though not requested, {what}"
+                same_float(got[2], want[2], f"scale_inv, {what}")
+                same_float(got[3], want[3], f"amax, {what}")
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", ["zeros", "all_nan", "inf", "tiny"])
+@pytest.mark.parametrize("scaling", ["current", "delayed"])
+def test_gpu_tiled_cast_special_tensors(case, scaling):
+    x = torch.randn(80, 96) * 3
+    if case == "zeros":
+        x.zero_()
+    elif case == "all_nan":
+        x.fill_(float("nan"))
+    elif case == "inf":
+        x[::7, ::5] = float("inf")
+        x[1::7, ::5] = -float("inf")
+    elif case == "tiny":
+        x *= 1e-38
+    for dtype in (torch.float32, torch.bfloat16):
+        xd = x.to(dtype)
+        for fmt in (E4M3, E5M2):
+            scale = 1e30 if scaling == "delayed" else None  # delayed: products beyond max clamp
+            prior = 0.0 if scaling == "delayed" else None
+            want = raw_cast(xd, fmt, scale, True, True, 0, prior)
+            got = raw_cast(xd.cuda(), fmt, scale, True, True, 0xAB, prior)
+            for name, a, b in (("q", got[0], want[0]), ("qt", got[1], want[1])):
+                same_fp8(a.view(fmt), b.view(fmt), f"{case} {dtype} {fmt}: {name}")
+            same_float(got[2], want[2], f"{case}: scale_inv")
+            same_float(got[3], want[3], f"{case}: amax")
+
+
+@needs_gpu
+def test_gpu_cast_more_row_tiles_than_the_grid():
+    """More than 65535 row tiles of 64: the grid loops over row tiles."""
+    rows, cols = 65536 * 64 + 16, 16
+    g = torch.Generator().manual_seed(11)
+    x = (torch.randn(rows, cols, generator=g) * 5).bfloat16()
+    want = raw_cast(x, E4M3, None, True, True, 0)
+    got = raw_cast(x.cuda(), E4M3, None, True, True, 0xAB)
+    for name, a, b in (("q", got[0], want[0]), ("qt", got[1], want[1])):
+        same_fp8(a.view(E4M3), b.view(E4M3), name)
+    same_float(got[2], want[2], "scale_inv")
+
+
 @needs_gpu
 @pytest.mark.parametrize("recipe", ["fp8", "fp8_delayed"])
 def test_gpu_fp8linear_fused_equals_torch_path(recipe):

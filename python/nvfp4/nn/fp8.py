@@ -25,6 +25,13 @@ On a CUDA GPU with FP8 tensor cores (compute capability 8.9 or newer) the GEMMs 
 ``torch._scaled_mm``; elsewhere (the CPU, or ``emulate=True``) through the reference
 emulation: the same quantized operands dequantized to FP32 and multiplied in FP32. A CUDA
 GPU without FP8 raises an error that says so.
+
+On the GPU each pass of the layer is one op (nvfp4.nn._fp8_passes: ``fp8_linear_fwd``,
+``fp8_linear_bwd``): nvfp4's cast kernels (nvfp4_fp8_cast: the operand and its transpose
+from one read; s derived and 1/s written on the device; delayed scaling's amax reduced by
+the cast itself into the history) and torch._scaled_mm, with no scale arithmetic or
+intermediate tensors in Python. ``fused_cast=False`` keeps the casts as torch ops (the
+reference those kernels are tested against).
 """
 from __future__ import annotations
 
@@ -39,6 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import _ops  # also registers torch.ops.nvfp4.fp8_cast
+from . import _fp8_passes as _passes  # torch.ops.nvfp4.fp8_linear_fwd / fp8_linear_bwd
 
 __all__ = ["FP8Recipe", "FP8_RECIPES", "get_fp8_recipe", "FP8Linear", "fp8_max", "tensor_amax", "current_scale",
            "delayed_scale_update", "quantize_fp8", "dequantize_fp8", "fp8_supported"]
@@ -68,8 +76,9 @@ class FP8Recipe:
     fast_accum_fprop: torch._scaled_mm's use_fast_accum for the forward GEMM (faster,
     TransformerEngine's default for fprop); dgrad and wgrad always accumulate exactly in FP32.
     emulate: run the GEMMs by emulation even on a GPU with FP8 (for checks).
-    fused_cast: on CUDA, quantize each operand with nvfp4's own kernels (nvfp4_fp8_cast:
-    an amax pass, then one pass that writes the operand and its transpose and 1/s; no
+    fused_cast: on CUDA, run each pass as one op on nvfp4's own cast kernels
+    (nvfp4_fp8_cast: for current scaling an amax pass, then one pass that writes the
+    operand and its transpose and 1/s; for delayed scaling that one pass alone; no
     Python-side scale arithmetic); the same bytes as the torch-op path.
     compile_cast: where fused_cast is off or cannot run (a build without CUDA kernels),
     fuse scale-multiply, clamp and cast into one kernel with torch.compile
@@ -281,28 +290,53 @@ class _Plan:
     recipe: FP8Recipe
     emulate: bool
     update: bool  # delayed scaling: update and record the history (training forwards)
+    cfg: Tuple[int, ...] = ()  # the kernel path's Fp8Config list
+    margin: float = 0.0
 
 
 _FORMAT_CODE = {torch.float8_e4m3fn: 0, torch.float8_e5m2: 1}
+_IO_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _HAS_CUDA_KERNELS = bool(_ops.build_cuda_archs())
+# Device types whose tensors take the kernel path (nvfp4_fp8_cast and torch._scaled_mm, one
+# op per pass) when the recipe allows it. Tests add "cpu" to run that path on the library's
+# CPU reference and torch's CPU _scaled_mm.
+_KERNEL_DEVICES = frozenset({"cuda"}) if _HAS_CUDA_KERNELS else frozenset()
+
+
+def _plans(r: FP8Recipe) -> Tuple[_Plan, ...]:
+    """The 4 plans of a recipe, indexed 2 * emulate + update (built when the recipe is set,
+    so that a forward only indexes)."""
+    C = _passes.Fp8Config
+    out = []
+    for emulate in (False, True):
+        for update in (False, True):
+            cfg = [0] * C.SIZE
+            cfg[C.FWD_FORMAT] = _FORMAT_CODE[r.fwd_dtype]
+            cfg[C.BWD_FORMAT] = _FORMAT_CODE[r.bwd_dtype]
+            cfg[C.DELAYED] = int(r.scaling == "delayed")
+            cfg[C.UPDATE] = int(update and r.scaling == "delayed")
+            cfg[C.ALGO] = _ALGO_CODE[r.amax_compute_algo]
+            cfg[C.FAST_ACCUM] = int(r.fast_accum_fprop)
+            out.append(_Plan(r, emulate, update, tuple(cfg), float(r.margin)))
+    return tuple(out)
+
+
+# torch.device -> "" (FP8 GEMMs run there) or why not; a device's capability does not change.
+_FP8_DEVICES: dict = {}
+
+
+def _require_fp8(device: torch.device) -> None:
+    why = _FP8_DEVICES.get(device)
+    if why is None:
+        why = _FP8_DEVICES[device] = fp8_supported(device)[1]
+    if why:
+        raise RuntimeError(f"FP8Linear: {why}. Use a recipe with emulate=True to run the FP32 emulation instead.")
 
 
 def _quantize_role(t, role, dtype, plan: _Plan, history, scale, transposed: bool = False):
-    """(q, scale_inv) of t for one role, with the recipe's scaling; (q, qᵀ, scale_inv) with
-    transposed=True."""
+    """(q, scale_inv) of t for one role with the recipe's scaling, in torch ops (the reference
+    path: emulation, or fused_cast=False); (q, qᵀ, scale_inv) with transposed=True."""
     r = plan.recipe
-    if r.fused_cast and not plan.emulate and _HAS_CUDA_KERNELS and t.is_cuda and t.dim() == 2 and \
-            t.shape[1] % 16 == 0:
-        # One op: amax, scale, the cast (and its transpose), 1/s; the delayed scale is read on
-        # the device when the cast runs (after the update below), as the clone would hold it.
-        if r.scaling == "delayed" and plan.update:
-            delayed_scale_update(history, scale, role, fp8_max(dtype), r.margin, r.amax_compute_algo)
-        q, qt, s_inv, amax = torch.ops.nvfp4.fp8_cast(t, _FORMAT_CODE[dtype], 0.0,
-                                                      scale[role] if r.scaling == "delayed" else None, True,
-                                                      transposed)
-        if r.scaling == "delayed" and plan.update:
-            history[role, 0].copy_(amax)
-        return (q, qt, s_inv) if transposed else (q, s_inv)
     fmax = fp8_max(dtype)
     if r.scaling == "current":
         s = current_scale(tensor_amax(t), fmax)
@@ -394,6 +428,53 @@ class _FP8LinearFn(torch.autograd.Function):
         return dx, dw, db, None, None, None
 
 
+class _FP8KernelFn(torch.autograd.Function):
+    """The kernel path: one op per pass (nvfp4.nn._fp8_passes). No autocast context is
+    entered: nothing these passes run (nvfp4's ops, torch._scaled_mm, an add) is on an
+    autocast list."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, history, scale, plan: _Plan):
+        k = x.shape[-1]
+        x2 = x.reshape(-1, k)
+        m = x2.shape[0]
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        pad = (-m) % _ALIGN if need_dw else 0
+        if pad:
+            x2 = F.pad(x2, (0, 0, 0, pad))
+        y, xt, wt, sc = _passes.fp8_linear_fwd(x2, weight, bias, history, scale, plan.cfg, plan.margin, need_dw,
+                                               need_dx)
+        if pad:
+            y = y[:m]
+        ctx.save_for_backward(xt, wt, sc)
+        # held by reference, not saved: see _FP8LinearFn
+        ctx.state = (history, scale)
+        ctx.plan = plan
+        ctx.meta = (x.shape, m, pad, weight.dtype, None if bias is None else bias.dtype)
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+    @staticmethod
+    def backward(ctx, dy):
+        xt, wt, sc = ctx.saved_tensors
+        history, scale = ctx.state
+        plan = ctx.plan
+        x_shape, m, pad, w_dtype, b_dtype = ctx.meta
+        need_dx, need_dw, need_db = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        dy2 = dy.reshape(-1, dy.shape[-1])
+        dx = dw = db = None
+        if need_dx or need_dw:
+            dyp = F.pad(dy2, (0, 0, 0, pad)) if pad else dy2
+            gx, gw = _passes.fp8_linear_bwd(dyp, xt, wt, sc, history, scale, plan.cfg, plan.margin, need_dx,
+                                            need_dw, w_dtype)
+            if need_dx:
+                dx = (gx[:m] if pad else gx).view(x_shape)
+            if need_dw:
+                dw = gw
+        if need_db:
+            db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
+        return dx, dw, db, None, None, None
+
+
 # ------------------------------------------------------------------------------ module
 class FP8Linear(nn.Linear):
     """A drop-in ``nn.Linear`` whose three GEMMs run in FP8 (see the module docstring).
@@ -425,6 +506,7 @@ class FP8Linear(nn.Linear):
     def fp8_recipe(self, recipe: Union[str, FP8Recipe]) -> None:
         recipe = get_fp8_recipe(recipe)
         self._fp8_recipe = recipe
+        self._fp8_plans = _plans(recipe)
         dev = self.weight.device
         if recipe.scaling == "delayed":
             h = getattr(self, "fp8_amax_history", None)
@@ -454,6 +536,7 @@ class FP8Linear(nn.Linear):
         for b in ("fp8_amax_history", "fp8_scale"):
             self._buffers.pop(b, None)
         self.__dict__.pop("_fp8_recipe", None)
+        self.__dict__.pop("_fp8_plans", None)
         self.__class__ = nn.Linear
         return self
 
@@ -466,19 +549,19 @@ class FP8Linear(nn.Linear):
         dev = x.device.type
         if torch.is_autocast_enabled(dev):
             x = x.to(torch.get_autocast_dtype(dev))
-        if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        if x.dtype not in _IO_DTYPES:
             raise TypeError(f"x: FP8Linear takes float32/float16/bfloat16 inputs, got {x.dtype}")
         r = self._fp8_recipe
-        emulate = r.emulate or dev != "cuda"
-        if not emulate:
-            ok, why = fp8_supported(x.device)
-            if not ok:
-                raise RuntimeError(f"FP8Linear: {why}. Use a recipe with emulate=True to run the FP32 emulation "
-                                   "instead.")
+        kernel = r.fused_cast and not r.emulate and dev in _KERNEL_DEVICES
+        emulate = not kernel and (r.emulate or dev != "cuda")
+        if dev == "cuda" and not emulate and not torch.compiler.is_compiling():
+            _require_fp8(x.device)
         if not x.is_contiguous():
             x = x.contiguous()
         delayed = r.scaling == "delayed"
         update = delayed and self.training and torch.is_grad_enabled()
+        plan = self._fp8_plans[2 * emulate + update]
         history = self.fp8_amax_history if delayed else None
         scale = self.fp8_scale if delayed else None
-        return _FP8LinearFn.apply(x, self.weight, self.bias, history, scale, _Plan(r, emulate, update))
+        fn = _FP8KernelFn if kernel else _FP8LinearFn
+        return fn.apply(x, self.weight, self.bias, history, scale, plan)

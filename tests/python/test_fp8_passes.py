@@ -1,0 +1,362 @@
+"""The FP8 Linear's kernel path (nvfp4.nn._fp8_passes: fp8_linear_fwd / fp8_linear_bwd) and
+the cast's accumulating amax (nvfp4_fp8_cast with cfg.amax_accumulate).
+
+On the CPU the kernel path runs on the library's CPU reference casts and torch's CPU
+_scaled_mm, which dequantizes and multiplies in FP32 exactly as the emulation does: so
+there the layer's kernel path must equal its emulation bit for bit (forward, dgrad, wgrad,
+bias grad, delayed-scaling state over steps), which checks every operand, transpose, scale
+and state update the ops hand to the GEMMs. torch.compile of the layer must equal eager.
+On a GPU, the same path against the torch-op casts (fused_cast=False), bit for bit.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from nvfp4 import _C, _ops
+from nvfp4.nn import _fp8_passes as P
+from nvfp4.nn import fp8 as F8
+from nvfp4.nn.fp8 import FP8Linear
+from conftest import first_mismatch
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+@pytest.fixture
+def kernel_path_on_cpu(monkeypatch):
+    monkeypatch.setattr(F8, "_KERNEL_DEVICES", frozenset({"cpu"}) | F8._KERNEL_DEVICES)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.float().view(torch.int32)
+
+
+# ----------------------------------------------------------------------------- the cast's amax_accumulate
+def _cpu_cast(x, scale, amax_prior, accumulate):
+    rows, cols = x.shape
+    q = torch.empty(rows, cols, dtype=torch.uint8)
+    sc = torch.tensor([0.0, amax_prior, scale])
+    _C.fp8_cast_raw(x.data_ptr(), _ops.DTYPE_CODE[x.dtype], rows, cols, 0, 0.0, sc.data_ptr() + 8, q.data_ptr(), 0,
+                    True, False, sc.data_ptr(), sc.data_ptr() + 4, 0, 0, 0, accumulate)
+    return q, sc[1]
+
+
+@pytest.mark.parametrize("prior", [0.0, 0.5, 1e30, float("inf"), float("nan")])
+@pytest.mark.parametrize("x_nan", [False, True])
+def test_amax_accumulate_is_max_with_nan_winning(prior, x_nan):
+    """Delayed scaling with amax_accumulate: *amax = max(*amax, max|x|), a NaN on either side
+    giving NaN; the cast itself unchanged."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(9, 32, generator=g) * 4
+    if x_nan:
+        x[4, 5] = float("nan")
+    q_acc, a_acc = _cpu_cast(x, 2.0, prior, True)
+    q_new, a_new = _cpu_cast(x, 2.0, prior, False)
+    assert torch.equal(q_acc, q_new)
+    amax = float("nan") if x_nan else x.abs().max().item()
+    prior32 = torch.tensor(prior).item()  # as the float32 slot holds it
+    want = float("nan") if (x_nan or prior != prior) else max(prior32, amax)
+    if want != want:
+        assert torch.isnan(a_acc), a_acc
+    else:
+        assert a_acc.item() == want
+    if x_nan:
+        assert torch.isnan(a_new)
+    else:
+        assert a_new.item() == amax  # without accumulate the prior content is overwritten
+
+
+def test_amax_accumulate_refusals():
+    x = torch.randn(4, 32)
+    q = torch.empty(4, 32, dtype=torch.uint8)
+    sc = torch.ones(3)
+    with pytest.raises(ValueError, match="cfg.amax_accumulate: only with delayed scaling"):
+        _C.fp8_cast_raw(x.data_ptr(), 0, 4, 32, 0, 0.0, 0, q.data_ptr(), 0, True, False, sc.data_ptr(),
+                        sc.data_ptr() + 4, 0, 0, 0, True)
+    with pytest.raises(ValueError, match="amax: required with cfg.amax_accumulate"):
+        _C.fp8_cast_raw(x.data_ptr(), 0, 4, 32, 0, 0.0, sc.data_ptr() + 8, q.data_ptr(), 0, True, False,
+                        sc.data_ptr(), 0, 0, 0, 0, True)
+
+
+# ----------------------------------------------------------------------------- the layer's kernel path
+def _pair(k, n, recipe, bias):
+    torch.manual_seed(k * 31 + n)
+    base = torch.nn.Linear(k, n, bias=bias)
+    kern = FP8Linear.from_linear(copy.deepcopy(base), recipe)
+    emu = FP8Linear.from_linear(copy.deepcopy(base), recipe.replace(emulate=True))
+    return kern, emu
+
+
+def _run(layer, x, dy, autocast_dtype, x_grad, train):
+    layer.train(train)
+    xi = x.clone().requires_grad_(x_grad)
+    if autocast_dtype is not None:
+        with torch.autocast("cpu", dtype=autocast_dtype):
+            y = layer(xi)
+    else:
+        y = layer(xi)
+    grads = {}
+    if y.requires_grad:
+        y.backward(dy.to(y.dtype))
+        grads = {"dx": xi.grad, "dw": layer.weight.grad,
+                 "db": None if layer.bias is None else layer.bias.grad}
+        layer.zero_grad(set_to_none=True)
+    return y.detach(), grads
+
+
+def _same(a, b, what, summation_order_differs=False):
+    assert a.dtype == b.dtype and a.shape == b.shape, what
+    if summation_order_differs:
+        # FP32 summation of <= 64 products: far below 2^-16 of the largest output
+        torch.testing.assert_close(a.float(), b.float(), rtol=0.0, atol=2.0 ** -16 * b.float().abs().max().item(),
+                                   msg=what)
+    else:
+        assert torch.equal(a, b), f"{what}: {first_mismatch(a.float(), b.float())}"
+
+
+RECIPES = {
+    "fp8": F8.get_fp8_recipe("fp8"),
+    "fp8_delayed": F8.get_fp8_recipe("fp8_delayed"),
+    "delayed_recent_margin": F8.get_fp8_recipe("fp8_delayed").replace(amax_history_len=4,
+                                                                      amax_compute_algo="most_recent", margin=1.0),
+    "e5m2_fwd_e4m3_bwd": F8.get_fp8_recipe("fp8").replace(fwd_format="e5m2", bwd_format="e4m3",
+                                                          fast_accum_fprop=False),
+}
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+@pytest.mark.parametrize("shape", [(37, 64, 48), (48, 32, 16), (1, 16, 32), ((3, 5), 48, 64)],
+                         ids=["m37", "m48", "m1", "3d"])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("mode", ["bf16_autocast", "fp16_autocast", "fp32", "frozen_w", "x_no_grad", "eval"])
+def test_kernel_path_equals_emulation_on_cpu(kernel_path_on_cpu, recipe, shape, bias, mode):
+    m, k, n = shape
+    r = RECIPES[recipe]
+    kern, emu = _pair(k, n, r, bias)
+    if mode == "frozen_w":
+        for lin in (kern, emu):
+            lin.weight.requires_grad_(False)
+    autocast = {"bf16_autocast": torch.bfloat16, "fp16_autocast": torch.float16}.get(mode)
+    if mode in ("frozen_w", "x_no_grad", "eval"):
+        autocast = torch.bfloat16
+    g = torch.Generator().manual_seed(7)
+    lead = m if isinstance(m, tuple) else (m,)
+    for step in range(3):
+        x = torch.randn(*lead, k, generator=g) * 2.0 ** (step * 3 - 3)
+        dy = torch.randn(*lead, n, generator=g) * 2.0 ** (2 - step)
+        outs = [_run(lin, x, dy, autocast, mode != "x_no_grad", mode != "eval") for lin in (kern, emu)]
+        (yk, gk), (ye, ge) = outs
+        assert yk.dtype == ye.dtype and yk.shape == ye.shape
+        # torch's CPU BLAS sums a one-row product (y, dx of a single token) in another order
+        # for _scaled_mm's operand layout than for the emulation's: the same operands, FP32
+        # results an ulp or so apart; every other product is the same computation
+        one_row = x.numel() == k
+        _same(yk, ye, f"step {step}: y", one_row)
+        assert gk.keys() == ge.keys()
+        for name in gk:
+            a, b = gk[name], ge[name]
+            assert (a is None) == (b is None), f"step {step}: {name} present on one side only"
+            if a is not None:
+                _same(a, b, f"step {step}: {name}", one_row and name == "dx")
+        if r.scaling == "delayed":
+            assert torch.equal(_bits(kern.fp8_amax_history), _bits(emu.fp8_amax_history)), f"step {step}: history"
+            assert torch.equal(_bits(kern.fp8_scale), _bits(emu.fp8_scale)), f"step {step}: scale"
+    if r.scaling == "delayed" and mode != "eval":
+        assert bool((kern.fp8_amax_history[:, 1:] > 0).any()), "the history never recorded an amax"
+
+
+def test_kernel_path_runs_one_op_per_pass(kernel_path_on_cpu):
+    """The layer reaches the library through fp8_linear_fwd / fp8_linear_bwd alone: no scale
+    arithmetic, casts or transposes as separate torch ops."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    for recipe in ("fp8", "fp8_delayed"):
+        layer = FP8Linear(32, 48, bias=False, recipe=recipe)
+        x = torch.randn(16, 32, requires_grad=True)
+        rec = Ops()
+        with rec:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                y = layer(x)
+            y.backward(torch.ones_like(y))
+        nvfp4_ops = [o for o in rec.names if o.startswith("nvfp4.")]
+        assert nvfp4_ops == ["nvfp4.fp8_linear_fwd", "nvfp4.fp8_linear_bwd"], rec.names
+        heavy = [o for o in rec.names if o.split(".")[-1] in ("mul", "div", "abs", "amax", "linalg_vector_norm",
+                                                              "clamp", "copy_", "clone", "where", "select")]
+        assert not heavy, f"{recipe}: torch ops beside the passes: {heavy}"
+
+
+@pytest.mark.parametrize("recipe", ["fp8", "fp8_delayed"])
+def test_kernel_path_compiled_equals_eager(kernel_path_on_cpu, recipe):
+    """torch.compile (fullgraph) of two FP8 layers: the same outputs, gradients and delayed
+    state as eager, bit for bit, over steps (the state is mutated by the forward and the
+    backward ops)."""
+    torch.manual_seed(0)
+    r = F8.get_fp8_recipe(recipe).replace(amax_history_len=8)
+    model = torch.nn.Sequential(FP8Linear(32, 64, bias=False, recipe=r), FP8Linear(64, 32, bias=True, recipe=r))
+    ref = copy.deepcopy(model)
+
+    def fwd(mod):
+        def f(x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return mod(x)
+        return f
+
+    compiled = torch.compile(fwd(model), fullgraph=True)
+    g = torch.Generator().manual_seed(1)
+    for step in range(3):
+        x = torch.randn(48, 32, generator=g) * (step + 1)
+        dy = torch.randn(48, 32, generator=g).bfloat16()
+        xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        ya = compiled(xa)
+        ya.backward(dy)
+        yb = fwd(ref)(xb)
+        yb.backward(dy)
+        assert torch.equal(ya, yb), f"step {step}: y"
+        assert torch.equal(xa.grad, xb.grad), f"step {step}: dx"
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            assert torch.equal(p.grad, q.grad), f"step {step}: {name}.grad"
+        for (name, b), c in zip(model.named_buffers(), ref.buffers()):
+            assert torch.equal(_bits(b), _bits(c)), f"step {step}: {name}"
+        model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+
+
+# ----------------------------------------------------------------------------- the ops themselves
+CUR = (0, 1, 0, 0, 0, 1)        # E4M3 forward, E5M2 backward, current scaling, fast accumulation
+DEL = (0, 1, 1, 1, 0, 1)        # delayed scaling, updating
+
+
+def test_ops_shapes_and_meta():
+    x, w = torch.randn(32, 64), torch.randn(48, 64)
+    y, xt, wt, sc = P.fp8_linear_fwd(x, w, None, None, None, CUR, 0.0, True, True)
+    assert y.shape == (32, 48) and y.dtype == torch.float32
+    assert xt.shape == (64, 32) and xt.dtype == E4M3 and wt.shape == (64, 48) and sc.shape == (4,)
+    _, xt0, wt0, _ = P.fp8_linear_fwd(x, w, None, None, None, CUR, 0.0, False, False)
+    assert xt0.numel() == 0 and wt0.numel() == 0
+    dx, dw = P.fp8_linear_bwd(torch.randn(32, 48), xt, wt, sc, None, None, CUR, 0.0, True, True, torch.float32)
+    assert dx.shape == (32, 64) and dw.shape == (48, 64) and dw.dtype == torch.float32
+    # the meta device: shapes and dtypes, nothing run
+    xm, wm = x.to("meta").bfloat16(), w.to("meta")
+    ym, xtm, wtm, scm = P.fp8_linear_fwd(xm, wm, None, None, None, CUR, 0.0, True, True)
+    assert ym.device.type == "meta" and ym.shape == (32, 48) and ym.dtype == torch.bfloat16 and xtm.shape == (64, 32)
+    dxm, dwm = P.fp8_linear_bwd(torch.empty(32, 48, device="meta", dtype=torch.bfloat16), xtm, wtm, scm, None, None,
+                                CUR, 0.0, True, True, torch.float32)
+    assert dxm.shape == (32, 64) and dwm.shape == (48, 64)
+
+
+def test_ops_refuse_bad_arguments():
+    x, w = torch.randn(32, 64), torch.randn(48, 64)
+    h, s = torch.zeros(3, 4), torch.ones(3)
+    fwd = P.fp8_linear_fwd
+    with pytest.raises(ValueError, match="x: in_features must be a multiple of 16"):
+        fwd(torch.randn(32, 40), torch.randn(48, 40), None, None, None, CUR, 0.0, False, False)
+    with pytest.raises(ValueError, match="w: out_features must be a multiple of 16"):
+        fwd(x, torch.randn(40, 64), None, None, None, CUR, 0.0, False, False)
+    with pytest.raises(ValueError, match="w: expected a weight"):
+        fwd(x, torch.randn(48, 32), None, None, None, CUR, 0.0, False, False)
+    with pytest.raises(ValueError, match="x: with save_xt the rows"):
+        fwd(torch.randn(30, 64), w, None, None, None, CUR, 0.0, True, False)
+    with pytest.raises(ValueError, match="bias"):
+        fwd(x, w, torch.randn(40), None, None, CUR, 0.0, False, False)
+    with pytest.raises(ValueError, match="cfg: expected 6 ints"):
+        fwd(x, w, None, None, None, (0, 1, 0), 0.0, False, False)
+    with pytest.raises(ValueError, match="cfg: every entry must be 0 or 1"):
+        fwd(x, w, None, None, None, (2, 1, 0, 0, 0, 1), 0.0, False, False)
+    with pytest.raises(ValueError, match="history/scale: given with current scaling"):
+        fwd(x, w, None, h, s, CUR, 0.0, False, False)
+    with pytest.raises(ValueError, match="history/scale: delayed scaling"):
+        fwd(x, w, None, None, None, DEL, 0.0, False, False)
+    with pytest.raises(ValueError, match=r"history: expected float32 \[3, L\]"):
+        fwd(x, w, None, torch.zeros(2, 4), s, DEL, 0.0, False, False)
+    with pytest.raises(ValueError, match="scale"):
+        fwd(x, w, None, h, torch.ones(2), DEL, 0.0, False, False)
+    with pytest.raises(ValueError, match="history"):
+        fwd(x, w, None, h.double(), s, DEL, 0.0, False, False)
+    y, xt, wt, sc = fwd(x, w, None, None, None, CUR, 0.0, True, True)
+    bwd = P.fp8_linear_bwd
+    dy = torch.randn(32, 48)
+    with pytest.raises(ValueError, match=r"xt: expected X\^T"):
+        bwd(dy, xt[:, :16].contiguous(), wt, sc, None, None, CUR, 0.0, True, True, torch.float32)
+    with pytest.raises(ValueError, match="xt"):
+        bwd(dy, xt.view(torch.uint8), wt, sc, None, None, CUR, 0.0, True, True, torch.float32)
+    with pytest.raises(ValueError, match=r"wt: expected W\^T"):
+        bwd(dy, xt, wt[:, :16].contiguous(), sc, None, None, CUR, 0.0, True, True, torch.float32)
+    with pytest.raises(ValueError, match="scalars"):
+        bwd(dy, xt, wt, sc[:2], None, None, CUR, 0.0, True, True, torch.float32)
+    with pytest.raises(ValueError, match="dy: with need_dw the rows"):
+        bwd(torch.randn(30, 48), xt, wt, sc, None, None, CUR, 0.0, False, True, torch.float32)
+    with pytest.raises(TypeError, match="dw_dtype"):
+        bwd(dy, xt, wt, sc, None, None, CUR, 0.0, True, True, torch.float64)
+
+
+def test_delayed_state_addressed_by_role():
+    """fp8_linear_fwd updates and records the x and w rows of the history and nothing of the
+    dy row; fp8_linear_bwd the dy row alone."""
+    x, w = torch.randn(32, 64) * 3, torch.randn(48, 64) * 0.5
+    h = torch.zeros(3, 4)
+    h[:, 0] = torch.tensor([5.0, 6.0, 7.0])
+    s = torch.tensor([2.0, 3.0, 4.0])
+    y, xt, wt, sc = P.fp8_linear_fwd(x, w, None, h, s, DEL, 0.0, True, True)
+    # each forward role: rolled, then the new amax in slot 0; the scale from the old slot-0 value
+    assert torch.equal(h[0], torch.tensor([x.abs().max().item(), 0.0, 0.0, 5.0]))
+    assert torch.equal(h[1], torch.tensor([w.abs().max().item(), 0.0, 0.0, 6.0]))
+    assert torch.equal(h[2], torch.tensor([7.0, 0.0, 0.0, 0.0]))
+    f32 = torch.tensor  # the scale is an fp32 quotient
+    assert s[0] == f32(448.0) / 5.0 and s[1] == f32(448.0) / 6.0 and s[2].item() == 4.0
+    dy = torch.randn(32, 48)
+    P.fp8_linear_bwd(dy, xt, wt, sc, h, s, DEL, 0.0, True, True, torch.float32)
+    assert torch.equal(h[2], torch.tensor([dy.abs().max().item(), 0.0, 0.0, 7.0]))
+    assert s[2] == f32(57344.0) / 7.0
+    # without the update flag: the state is only read
+    h0, s0 = h.clone(), s.clone()
+    P.fp8_linear_fwd(x, w, None, h, s, (0, 1, 1, 0, 0, 1), 0.0, True, True)
+    assert torch.equal(h, h0) and torch.equal(s, s0)
+
+
+# ----------------------------------------------------------------------------- GPU
+needs_fp8_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and F8._HAS_CUDA_KERNELS and F8.fp8_supported()[0]),
+                                   reason="needs a CUDA GPU with FP8 and a CUDA build of nvfp4")
+
+
+@needs_fp8_gpu
+@pytest.mark.parametrize("recipe", ["fp8", "fp8_delayed"])
+@pytest.mark.parametrize("shape", [((4, 50), 256, 384), (16, 64, 16), (1, 48, 32)], ids=["3d_pad", "m16", "m1"])
+@pytest.mark.parametrize("autocast", [torch.bfloat16, torch.float16, None], ids=["bf16", "f16", "f32"])
+def test_gpu_kernel_path_equals_torch_op_path(recipe, shape, autocast):
+    """The kernel path and the torch-op casts (fused_cast=False) on the GPU: the same y, dx,
+    dW, db and delayed state, bit for bit, over steps (both run torch._scaled_mm on the same
+    operands)."""
+    m, k, n = shape
+    torch.manual_seed(0)
+    base = torch.nn.Linear(k, n, bias=True)
+    r = F8.get_fp8_recipe(recipe).replace(amax_history_len=5)
+    fused = FP8Linear.from_linear(copy.deepcopy(base), r).cuda()
+    ref = FP8Linear.from_linear(copy.deepcopy(base), r.replace(fused_cast=False)).cuda()
+    lead = m if isinstance(m, tuple) else (m,)
+    g = torch.Generator().manual_seed(2)
+    for step in range(3):
+        x = (torch.randn(*lead, k, generator=g) * (step + 1)).cuda()
+        outs = []
+        for lin in (fused, ref):
+            xi = x.clone().requires_grad_(True)
+            with torch.autocast("cuda", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+                y = lin(xi)
+            y.float().square().sum().backward()
+            outs.append((y.detach(), xi.grad, lin.weight.grad.clone(), lin.bias.grad.clone()))
+            lin.zero_grad(set_to_none=True)
+        for name, a, b in zip(("y", "dx", "dw", "db"), *outs):
+            assert torch.equal(a, b), f"step {step}: {name}: {first_mismatch(a.float(), b.float())}"
+        if recipe == "fp8_delayed":
+            assert torch.equal(_bits(fused.fp8_amax_history), _bits(ref.fp8_amax_history)), f"step {step}"
+            assert torch.equal(_bits(fused.fp8_scale), _bits(ref.fp8_scale)), f"step {step}"
