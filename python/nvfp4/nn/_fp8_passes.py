@@ -5,7 +5,8 @@ NVFP4 Linear's passes (nvfp4.nn._passes).
 - ``fp8_linear_fwd``: casts X (and, for wgrad, Xᵀ) and W (and, for dgrad, Wᵀ) with
   nvfp4_fp8_cast, delayed scaling's history update of each role first, and runs the forward
   GEMM on torch._scaled_mm. Returns Y, the saved transposes and one float32 buffer of
-  scalars (1/s of X and of W, then scratch).
+  scalars (1/s of X and of W, then scratch), each in a 16-byte slot: cuBLASLt refuses scale
+  pointers that are not 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED).
 - ``fp8_linear_bwd``: casts dY both ways and runs dgrad and wgrad on torch._scaled_mm.
 
 What a call costs on the host is what the step at small sizes waits on, so a call makes
@@ -56,6 +57,10 @@ lib.define("fp8_linear_fwd(Tensor x, Tensor w, Tensor? bias, Tensor(a!)? history
 lib.define("fp8_linear_bwd(Tensor dy, Tensor xt, Tensor wt, Tensor scalars, Tensor(a!)? history, Tensor(b!)? scale, "
            "int[] cfg, float margin, bool need_dx, bool need_dw, ScalarType dw_dtype) -> (Tensor, Tensor)")
 
+
+# floats per scalar slot: torch._scaled_mm hands scale pointers to cuBLASLt, which needs them
+# 16-byte aligned
+_SLOT = 4
 
 def _cfg(cfg) -> None:
     # every entry is a 0/1 flag or a format code 0/1
@@ -170,7 +175,8 @@ def _fwd_check_slow(x, w, bias, history, scale, cfg, save_xt, save_wt):
 
 def _fwd_impl(x, w, bias, history, scale, cfg, margin, save_xt, save_wt):
     """x [m, k], w [n, k] -> y [m, n] in x's dtype, X's and W's transposes ([k, m] and
-    [k, n], FP8; (0,) when not saved) and scalars float32 [4] = (1/s_x, 1/s_w, scratch)."""
+    [k, n], FP8; (0,) when not saved) and scalars float32 [16]: 1/s_x at 0, 1/s_w at 4, scratch
+    at 8 and 12 (16-byte slots: _scaled_mm's scale pointers must be 16-byte aligned)."""
     _fwd_check(x, w, bias, history, scale, cfg, save_xt, save_wt)
     x, w = _aligned(x), _aligned(w)
     m, k = x.shape
@@ -179,20 +185,20 @@ def _fwd_impl(x, w, bias, history, scale, cfg, margin, save_xt, save_wt):
     fmt = cfg[Fp8Config.FWD_FORMAT]
     f8 = _FP8[fmt]
     dt, di, st = _device(x)
-    sc = torch.empty((4,), dtype=_F32, device=dev)
+    sc = torch.empty((4 * _SLOT,), dtype=_F32, device=dev)
     qx = torch.empty((m, k), dtype=f8, device=dev)
     qxt = torch.empty((k, m) if save_xt else (0,), dtype=f8, device=dev)
     qw = torch.empty((n, k), dtype=f8, device=dev)
     qwt = torch.empty((k, n) if save_wt else (0,), dtype=f8, device=dev)
     a = sc.data_ptr()
-    _cast(x, fmt, history, scale, ROLE_X, cfg, margin, qx, qxt, save_xt, a, a + 8, dt, di, st)
-    _cast(w, fmt, history, scale, ROLE_W, cfg, margin, qw, qwt, save_wt, a + 4, a + 12, dt, di, st)
+    _cast(x, fmt, history, scale, ROLE_X, cfg, margin, qx, qxt, save_xt, a, a + 32, dt, di, st)
+    _cast(w, fmt, history, scale, ROLE_W, cfg, margin, qw, qwt, save_wt, a + 16, a + 48, dt, di, st)
     fast = bool(cfg[Fp8Config.FAST_ACCUM])
     if bias is None:
-        y = _smm(qx, qw, sc[0], sc[1], x.dtype, fast)
+        y = _smm(qx, qw, sc[0], sc[_SLOT], x.dtype, fast)
     else:
         # the FP32 product takes the bias in FP32 and is rounded once
-        y = (_smm(qx, qw, sc[0], sc[1], _F32, fast) + bias.float()).to(x.dtype)
+        y = (_smm(qx, qw, sc[0], sc[_SLOT], _F32, fast) + bias.float()).to(x.dtype)
     return y, qxt, qwt, sc
 
 
@@ -202,7 +208,7 @@ def _fwd_fake(x, w, bias, history, scale, cfg, margin, save_xt, save_wt):
     n = w.shape[0]
     f8 = _FP8[cfg[Fp8Config.FWD_FORMAT]]
     return (x.new_empty((m, n)), x.new_empty((k, m) if save_xt else (0,), dtype=f8),
-            x.new_empty((k, n) if save_wt else (0,), dtype=f8), x.new_empty((4,), dtype=_F32))
+            x.new_empty((k, n) if save_wt else (0,), dtype=f8), x.new_empty((4 * _SLOT,), dtype=_F32))
 
 
 # ------------------------------------------------------------------------------ backward
@@ -212,7 +218,8 @@ def _bwd_check(dy, xt, wt, scalars, history, scale, cfg, need_dx, need_dw, dw_dt
     dev = dy.device
     # the common case (a layer's own call) in one expression; the rest names what is wrong
     if len(ds) == 2 and ds[1] % 16 == 0 and dy.dtype in _FLOATS and len(cfg) == Fp8Config.SIZE \
-            and scalars.dtype is _F32 and scalars.dim() == 1 and scalars.shape[0] == 4 and scalars.device == dev \
+            and scalars.dtype is _F32 and scalars.dim() == 1 and scalars.shape[0] == 4 * _SLOT \
+            and scalars.device == dev \
             and ((history is None and scale is None and not cfg[Fp8Config.DELAYED])
                  or (history is not None and scale is not None and cfg[Fp8Config.DELAYED]
                      and _state_ok(history, scale, dev))):
@@ -236,7 +243,7 @@ def _bwd_check_slow(dy, xt, wt, scalars, history, scale, cfg, need_dx, need_dw, 
     _cfg(cfg)
     if n % 16:
         raise ValueError(f"dy: out_features must be a multiple of 16 for FP8 GEMMs, got {n}")
-    check.tensor("scalars", scalars, (_F32,), (4,), dev, "dy")
+    check.tensor("scalars", scalars, (_F32,), (4 * _SLOT,), dev, "dy")
     f8 = _FP8[cfg[Fp8Config.FWD_FORMAT]]
     k = -1
     if need_dw:
@@ -270,7 +277,7 @@ def _bwd_impl(dy, xt, wt, scalars, history, scale, cfg, margin, need_dx, need_dw
     fmt = cfg[Fp8Config.BWD_FORMAT]
     f8 = _FP8[fmt]
     dt, di, st = _device(dy)
-    sc = torch.empty((2,), dtype=_F32, device=dev)  # 1/s of dY, scratch
+    sc = torch.empty((2 * _SLOT,), dtype=_F32, device=dev)  # 1/s of dY, scratch (16-byte slots)
     qdy = torch.empty((m, n) if need_dx else (0,), dtype=f8, device=dev)
     qdyt = torch.empty((n, m) if need_dw else (0,), dtype=f8, device=dev)
     a = sc.data_ptr()
@@ -286,11 +293,11 @@ def _bwd_impl(dy, xt, wt, scalars, history, scale, cfg, margin, need_dx, need_dw
                           need_dx, need_dw, a, h_addr if update else 0, dt, di, st, bool(update))
     else:
         _ops.fp8_cast_raw(t.data_ptr(), DTYPE_CODE[t.dtype], m, n, fmt, 0.0, 0, qdy.data_ptr(), qdyt.data_ptr(),
-                          need_dx, need_dw, a, a + 4, dt, di, st)
+                          need_dx, need_dw, a, a + 16, dt, di, st)
     sdy = sc[0]
     dx = dw = None
     if need_dx:  # dX = dY·W = dY (Wᵀ)ᵀ
-        dx = _smm(qdy, wt, sdy, scalars[1], dy.dtype, False)
+        dx = _smm(qdy, wt, sdy, scalars[_SLOT], dy.dtype, False)
     if need_dw:  # dW = dYᵀ·X = dYᵀ (Xᵀ)ᵀ, the inner dimension the token axis
         dw = _smm(qdyt, xt, sdy, scalars[0], _F32, False)
         if dw_dtype is not _F32:
