@@ -126,3 +126,21 @@ def test_converted_experts_compile_fullgraph():
     torch.compile(f, fullgraph=True, backend="aot_eager")(h, idx, w).backward()
     for got, exp in zip((h.grad, ex.gate_up_proj.grad, ex.down_proj.grad), want):
         assert torch.equal(got, exp)
+
+
+def test_grouped_experts_recipe_and_layer_index_refused_by_name():
+    """The converted experts take their recipe and layer index like the dense layers: a bad
+    value is refused by name and leaves the plans as they were."""
+    model = build(next(iter(CONFIGS)))
+    nn4.convert(model, REF)
+    m = next(m for m in model.modules() if isinstance(m, GroupedExperts))
+    before = m._plan
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="layer_index"):
+            m.layer_index = bad
+    assert m._plan is before
+    with pytest.raises(ValueError, match="recipe"):
+        m.recipe = "mx_baseline"
+    assert m._plan is before
+    m.layer_index = 3  # the plans follow: two projections, seed streams 3 and 4
+    assert m.layer_index == 3 and len(m._plan) == 2 and m._plan is not before

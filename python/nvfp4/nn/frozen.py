@@ -58,10 +58,10 @@ from torch import nn
 from torch.utils._pytree import tree_map
 
 from . import _passes
-from .._format import signs_to_mask, swizzled_shape
+from .._format import swizzled_shape
 from .. import _checks as check
-from .linear import _FLOATS, Linear, _make_cfg, _Plan, _uses_sr, check_counter_state, check_input
-from .recipe import QuantConfig, Recipe, get_recipe, layer_seed
+from .linear import _FLOATS, Linear, RecipeLayer, _Plan, _uses_sr, check_counter_state, check_input
+from .recipe import QuantConfig, Recipe, get_recipe
 
 __all__ = ["FrozenLinear", "FP4Weight", "dequantize_weight", "transpose_weight", "swizzle_bytes",
            "unswizzle_bytes", "recipe_from_dict", "requantize_writes", "FP4MergeWarning"]
@@ -299,7 +299,7 @@ class FP4Weight(torch.Tensor):
 
 
 # ------------------------------------------------------------------------------ the layer
-class FrozenLinear(nn.Linear):
+class FrozenLinear(RecipeLayer, nn.Linear):
     """A linear layer whose weight is stored only as NVFP4 (see the module docstring).
 
     A subclass of nn.Linear, so that code looking for linear layers (peft's LoRA, which wraps
@@ -420,30 +420,8 @@ class FrozenLinear(nn.Linear):
         return lin
 
     # -- configuration
-    @property
-    def recipe(self) -> Recipe:
-        return self._recipe
-
-    @recipe.setter
-    def recipe(self, recipe: Union[str, Recipe]) -> None:
-        self._recipe = _check_frozen_recipe(get_recipe(recipe))
-        self._plan = self._make_plan()
-
-    @property
-    def layer_index(self) -> int:
-        return self._layer_index
-
-    @layer_index.setter
-    def layer_index(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"layer_index: must be a non-negative int, got {value!r}")
-        self._layer_index = value
-        if "_recipe" in self.__dict__:
-            self._plan = self._make_plan()
-
-    def _make_plan(self) -> _Plan:
-        r, i = self._recipe, self._layer_index
-        return _Plan(r, _make_cfg(r, signs_to_mask(r.rht_signs), layer_seed(r.seed, i, 0), layer_seed(r.seed, i, 1)))
+    def _accept_recipe(self, r: Recipe) -> Recipe:
+        return _check_frozen_recipe(r)
 
     @property
     def weight_dtype(self) -> torch.dtype:

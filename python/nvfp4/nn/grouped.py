@@ -30,8 +30,8 @@ from .. import _ops
 from . import _grouped_passes
 from .._format import signs_to_mask
 from .._grouped import _raise_offs
-from .linear import _FLOATS, _Plan, _make_cfg, _uses_sr
-from .recipe import RECIPES, Recipe, get_recipe, layer_seed
+from .linear import _FLOATS, RecipeLayer, _Plan, _make_cfg, _uses_sr
+from .recipe import RECIPES, Recipe, layer_seed
 
 __all__ = ["GroupedLinear", "GroupedExperts", "grouped_linear", "grouped_mm_reference", "is_fused_experts"]
 
@@ -122,7 +122,7 @@ class _GroupedFn(torch.autograd.Function):
         return dx, dw, None, None, None, None
 
 
-class GroupedLinear(nn.Module):
+class GroupedLinear(RecipeLayer, nn.Module):
     """E expert projections [K -> N] with weights ``weight`` [E, N, K] (and ``bias`` [E, N] if
     bias=True), run on token-sorted rows: ``forward(x, offs)`` with x [T, K] (or [..., K]) and
     offs int32 [E] cumulative ends of each expert's rows, on x's device. Rows at or past
@@ -195,33 +195,11 @@ class GroupedLinear(nn.Module):
         if key in missing_keys:
             missing_keys.remove(key)
 
-    @property
-    def recipe(self) -> Recipe:
-        return self._recipe
-
-    @recipe.setter
-    def recipe(self, recipe: Union[str, Recipe]) -> None:
-        r = get_recipe(recipe)
+    def _accept_recipe(self, r: Recipe) -> Recipe:
         if r.quantized and not r.fused:
             raise ValueError(f"recipe: GroupedLinear runs NVFP4 recipes without double quantization (the fused "
                              f"ops); {r.name!r} has an MXFP4 operand or double quantization")
-        self._recipe = r
-        self._plan = self._make_plan(r)
-
-    @property
-    def layer_index(self) -> int:
-        return self._layer_index
-
-    @layer_index.setter
-    def layer_index(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"layer_index: must be a non-negative int, got {value!r}")
-        self._layer_index = value
-        self._plan = self._make_plan(self._recipe)
-
-    def _make_plan(self, r: Recipe) -> _Plan:
-        i = self._layer_index
-        return _Plan(r, _make_cfg(r, signs_to_mask(r.rht_signs), layer_seed(r.seed, i, 0), layer_seed(r.seed, i, 1)))
+        return r
 
     @property
     def active_recipe(self) -> Recipe:
@@ -295,7 +273,7 @@ def experts_shapes(m: nn.Module):
     return out
 
 
-class GroupedExperts(nn.Module):
+class GroupedExperts(RecipeLayer, nn.Module):
     """What convert() makes of a fused experts module (is_fused_experts), in place: the same
     object and Parameters, its class swapped for a subclass whose forward runs both projections
     through the grouped NVFP4 path (nvfp4.nn.GroupedLinear's ops) with the tokens sorted by
@@ -344,39 +322,23 @@ class GroupedExperts(nn.Module):
         """Back to the original class, in place."""
         for name in ("sr_step_up", "sr_step_down"):
             self._buffers.pop(name, None)
-        for a in ("precision", "check_offs", "_layer_index", "_recipe", "_plans"):
+        for a in ("precision", "check_offs", "_layer_index", "_recipe", "_plan"):
             self.__dict__.pop(a, None)
         self.__class__ = self._nvfp4_orig_class
         return self
 
-    @property
-    def recipe(self) -> Recipe:
-        return self._recipe
-
-    @recipe.setter
-    def recipe(self, recipe) -> None:
-        r = get_recipe(recipe)
+    def _accept_recipe(self, r: Recipe) -> Recipe:
         if r.quantized and not r.fused:
             raise ValueError(f"recipe: grouped experts run NVFP4 recipes without double quantization; {r.name!r} "
                              "has an MXFP4 operand or double quantization")
-        self._recipe = r
-        self._make_plans()
+        return r
 
-    @property
-    def layer_index(self) -> int:
-        return self._layer_index
-
-    @layer_index.setter
-    def layer_index(self, value: int) -> None:
-        self._layer_index = value
-        self._make_plans()
-
-    def _make_plans(self) -> None:
+    def _make_plan(self, r: Recipe):
         # two projections, two seed streams: layer indices i and i + 1
-        r, i = self._recipe, self._layer_index
+        i = self._layer_index
         mask = signs_to_mask(r.rht_signs)
-        self._plans = tuple(_Plan(r, _make_cfg(r, mask, layer_seed(r.seed, j, 0), layer_seed(r.seed, j, 1)))
-                            for j in (i, i + 1))
+        return tuple(_Plan(r, _make_cfg(r, mask, layer_seed(r.seed, j, 0), layer_seed(r.seed, j, 1)))
+                     for j in (i, i + 1))
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
@@ -408,7 +370,7 @@ class GroupedExperts(nn.Module):
         gid = ids_sorted.clamp(0, e - 1)
         has_gate = "gate_up_proj" in self._parameters
         up_name = "gate_up_proj" if has_gate else "up_proj"
-        y = grouped_linear(x, self._weight(up_name), offs, self._counter("sr_step_up"), self._plans[0], self.precision,
+        y = grouped_linear(x, self._weight(up_name), offs, self._counter("sr_step_up"), self._plan[0], self.precision,
                            self.check_offs)
         bias = getattr(self, up_name + "_bias", None)
         if isinstance(bias, torch.Tensor):
@@ -417,7 +379,7 @@ class GroupedExperts(nn.Module):
             y = self._apply_gate(y) if hasattr(self, "_apply_gate") else _default_gate(self, y)
         else:
             y = self.act_fn(y)
-        y = grouped_linear(y, self._weight("down_proj"), offs, self._counter("sr_step_down"), self._plans[1],
+        y = grouped_linear(y, self._weight("down_proj"), offs, self._counter("sr_step_down"), self._plan[1],
                            self.precision, self.check_offs)
         bias = getattr(self, "down_proj_bias", None)
         if isinstance(bias, torch.Tensor):

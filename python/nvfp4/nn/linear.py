@@ -195,7 +195,42 @@ class _LinearFn(torch.autograd.Function):
         return dx, dw, db, None, None, None, None
 
 
-class Linear(nn.Linear):
+class RecipeLayer:
+    """The recipe and layer index of an NVFP4 layer (Linear, FrozenLinear, GroupedLinear):
+    setting either rebuilds the layer's plan, the recipe's switches with this layer's seeds.
+    A layer refuses the recipes it cannot run in _accept_recipe."""
+
+    def _accept_recipe(self, r: Recipe) -> Recipe:
+        return r
+
+    @property
+    def recipe(self) -> Recipe:
+        return self._recipe
+
+    @recipe.setter
+    def recipe(self, recipe: Union[str, Recipe]) -> None:
+        r = self._accept_recipe(get_recipe(recipe))
+        self._recipe = r
+        self._plan = self._make_plan(r)
+
+    @property
+    def layer_index(self) -> int:
+        return self._layer_index
+
+    @layer_index.setter
+    def layer_index(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"layer_index: must be a non-negative int, got {value!r}")
+        self._layer_index = value
+        if "_recipe" in self.__dict__:  # set before the recipe in __init__
+            self._plan = self._make_plan(self._recipe)
+
+    def _make_plan(self, r: Recipe) -> _Plan:
+        i = self._layer_index
+        return _Plan(r, _make_cfg(r, signs_to_mask(r.rht_signs), layer_seed(r.seed, i, 0), layer_seed(r.seed, i, 1)))
+
+
+class Linear(RecipeLayer, nn.Linear):
     """A drop-in ``nn.Linear`` (same parameters, plus an ``sr_step`` buffer) whose GEMMs run
     in NVFP4.
 
@@ -276,33 +311,10 @@ class Linear(nn.Linear):
             missing_keys.remove(key)
 
     # -- configuration
-    @property
-    def recipe(self) -> Recipe:
-        return self._recipe
-
-    @recipe.setter
-    def recipe(self, recipe: Union[str, Recipe]) -> None:
-        r = get_recipe(recipe)
+    def _accept_recipe(self, r: Recipe) -> Recipe:
         if r.quantized:
             check_shapes(r, self.in_features, self.out_features)
-        self._recipe = r
-        self._plan = self._make_plan(self._recipe)
-
-    @property
-    def layer_index(self) -> int:
-        return self._layer_index
-
-    @layer_index.setter
-    def layer_index(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"layer_index: must be a non-negative int, got {value!r}")
-        self._layer_index = value
-        if "_recipe" in self.__dict__:
-            self._plan = self._make_plan(self._recipe)
-
-    def _make_plan(self, r: Recipe) -> _Plan:
-        i = self._layer_index
-        return _Plan(r, _make_cfg(r, signs_to_mask(r.rht_signs), layer_seed(r.seed, i, 0), layer_seed(r.seed, i, 1)))
+        return r
 
     @property
     def active_recipe(self) -> Recipe:
