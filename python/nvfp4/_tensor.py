@@ -232,12 +232,14 @@ class NVFP4Tensor(_TwoOrientations):
     # allocation can take those addresses while the record lives. A later GEMM proves the
     # buffers unchanged by reading the addresses it needs anyway and the version counters
     # (which every in-place change of a tensor's data or metadata advances: resize_,
-    # set_, as_strided_, t_, copy_, ...), and uses the recorded sizes; on any difference it
+    # set_, as_strided_, t_, copy_, ...), their shapes and contiguity (an assignment to
+    # `.data` swaps a tensor's view without advancing its counter: a shorter view of the
+    # same storage keeps the address), and uses the recorded sizes; on any difference it
     # checks again. So the record cannot go stale: it holds while the memory it describes
     # is the memory the tensor refers to. (Like the op layer's checks, it cannot see the
     # storage itself being resized: `x.untyped_storage().resize_()` is outside torch's
     # own guarantees.)
-    _seen = None  # (data, scales, amax addresses, their versions, rows, K/2, device, storages)
+    _seen = None  # (data, scales, amax addresses, their versions, rows, K/2, device, geometry, storages)
 
     def _gemm_operand(self) -> Optional[tuple]:
         """The record above, proven for this call, or None when the rowwise buffers are not
@@ -248,7 +250,9 @@ class NVFP4Tensor(_TwoOrientations):
             d = self.rowwise
             data, scales, amax = d.data, d.scales, d.amax
             if (data.data_ptr() == seen[0] and scales.data_ptr() == seen[1] and amax.data_ptr() == seen[2]
-                    and data._version == seen[3] and scales._version == seen[4] and amax._version == seen[5]):
+                    and data._version == seen[3] and scales._version == seen[4] and amax._version == seen[5]
+                    and data.shape == seen[9][0] and scales.shape == seen[9][1] and amax.shape == seen[9][2]
+                    and data.is_contiguous() and scales.is_contiguous()):
                 return seen
         return self._check_gemm_operand()
 
@@ -277,9 +281,10 @@ class NVFP4Tensor(_TwoOrientations):
         data, scales, amax = d.data, d.scales, d.amax
         ptrs = (data.data_ptr(), scales.data_ptr(), amax.data_ptr())
         if data.is_inference() or scales.is_inference() or amax.is_inference():
-            return (*ptrs, None, None, None, rows, kh, device, None)
+            return (*ptrs, None, None, None, rows, kh, device, None, None)
         held = (data.untyped_storage(), scales.untyped_storage(), amax.untyped_storage())
-        seen = (*ptrs, data._version, scales._version, amax._version, rows, kh, device, held)
+        geometry = (data.shape, scales.shape, amax.shape)  # contiguous: checked above, or just allocated
+        seen = (*ptrs, data._version, scales._version, amax._version, rows, kh, device, geometry, held)
         object.__setattr__(self, "_seen", seen)
         return seen
 

@@ -251,6 +251,32 @@ def test_buffer_moved_without_a_version_change_is_followed():
         nvfp4.gemm(a, b)
 
 
+TAMPER_DATA_VIEW = {  # `.data =` a view of the same storage: same address, no version change
+    "scales: a shorter flat view": lambda t: t.flatten()[:10],
+    "scales: transposed": lambda t: t.t(),
+    "codes: fewer rows": lambda t: t[:4],
+    "codes: a strided view of the same shape": lambda t: t.as_strided(t.shape, (1, t.shape[0])),
+    "amax: [1] as [1, 1]": lambda t: t.view(1, 1),
+}
+
+
+@pytest.mark.parametrize("recorded_by", ["quantize", "gemm"])
+@pytest.mark.parametrize("case", TAMPER_DATA_VIEW)
+def test_view_of_the_same_memory_swapped_in_is_checked_again(case, recorded_by):
+    """`.data =` with a view of the buffer's own storage keeps its address and its version
+    counter; the record compares shapes and strides too, so the GEMM answers as it would
+    without a record."""
+    field = {"scales": "scales", "codes": "data", "amax": "amax"}[case.split(":")[0]]
+    a, b = _fresh(recorded_by)
+    a0, b0 = _fresh()
+    for q in (a, a0):
+        t = getattr(q.rowwise, field)
+        t.data = TAMPER_DATA_VIEW[case](t)
+    got, want = (_outcome(lambda q=q, bq=bq: nvfp4.gemm(q, bq, out_dtype=torch.float32)) for q, bq in ((a, b), (a0, b0)))
+    assert isinstance(want, ValueError), f"{case}: the untouched road accepted a tampered buffer: {want!r}"
+    assert type(got) is type(want) and str(got) == str(want)
+
+
 def test_frozen_fields_replaced_by_force_are_checked():
     a, b, _ = _recorded()
     c = nvfp4.quantize(torch.randn(8, 64))
