@@ -18,45 +18,17 @@
 #include <string>
 #include <vector>
 
+#include "api_test.h"  // the harness: CHECK, EXPECT_BAD, EXPECT_STATUS, finish
 #include "nvfp4/nvfp4.h"
 
 namespace {
 
-int g_checks = 0, g_failures = 0;
+using api_test::expect_status;
+using api_test::finish;
+using api_test::g_checks;
+using api_test::g_failures;
 
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    ++g_checks;                                                                      \
-    if (!(cond)) {                                                                   \
-      ++g_failures;                                                                  \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                                \
-  } while (0)
-
-#define EXPECT_BAD(call, needle) expect_bad((call), (needle), #call, __LINE__)
-void expect_bad(nvfp4_status_t got, const char* needle, const char* expr, int line) {
-  ++g_checks;
-  const std::string msg = nvfp4_last_error();
-  if (got != NVFP4_ERROR_INVALID_ARGUMENT || msg.find(needle) == std::string::npos) {
-    ++g_failures;
-    std::fprintf(stderr, "line %d: %s\n  returned %d, message \"%s\", expected INVALID_ARGUMENT mentioning \"%s\"\n",
-                 line, expr, static_cast<int>(got), msg.c_str(), needle);
-  }
-}
-
-#define EXPECT_OK(call) expect_ok((call), #call, __LINE__)
-void expect_ok(nvfp4_status_t got, const char* expr, int line) {
-  ++g_checks;
-  if (got != NVFP4_SUCCESS) {
-    ++g_failures;
-    std::fprintf(stderr, "line %d: %s\n  returned %d: %s\n", line, expr, static_cast<int>(got), nvfp4_last_error());
-  }
-}
-
-int finish(const char* name) {
-  std::printf("%s: %d checks, %d failed\n", name, g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
-}
+#define EXPECT_OK(call) EXPECT_STATUS((call), NVFP4_SUCCESS)
 
 nvfp4_tensor_t desc(const void* p, nvfp4_dtype_t dt, std::vector<int64_t> shape) {
   nvfp4_tensor_t t;

@@ -12,37 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "api_test.h"  // the harness: CHECK, EXPECT_BAD, finish
 #include "nvfp4/nvfp4.h"
 #include "nvfp4/nvfp4.hpp"
 
 namespace {
 
-int g_checks = 0, g_failures = 0;
-
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    ++g_checks;                                                                      \
-    if (!(cond)) {                                                                   \
-      ++g_failures;                                                                  \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                                \
-  } while (0)
-
-#define EXPECT_BAD(call, needle) expect_bad((call), (needle), #call, __LINE__)
-void expect_bad(nvfp4_status_t got, const char* needle, const char* expr, int line) {
-  ++g_checks;
-  const std::string msg = nvfp4_last_error();
-  if (got != NVFP4_ERROR_INVALID_ARGUMENT || msg.find(needle) == std::string::npos) {
-    ++g_failures;
-    std::fprintf(stderr, "line %d: %s\n  returned %d, message \"%s\", expected INVALID_ARGUMENT mentioning \"%s\"\n",
-                 line, expr, static_cast<int>(got), msg.c_str(), needle);
-  }
-}
-
-int finish(const char* name) {
-  std::printf("%s: %d checks, %d failed\n", name, g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
-}
+using api_test::expect_status;
+using api_test::finish;
+using api_test::g_checks;
+using api_test::g_failures;
 
 namespace g = nvfp4::grouped;
 
