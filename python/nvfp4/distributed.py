@@ -71,6 +71,7 @@ from torch import nn
 
 from . import _ops
 from .nn import _passes
+from .nn.grouped import GroupedExperts, GroupedLinear
 from .nn.linear import Linear
 from .nn.recipe import Recipe
 
@@ -200,6 +201,15 @@ def _gather_spec(module: nn.Module) -> Optional[str]:
     """The name of the parameter an FP4 gather replaces, for the layer types that support
     it (the extension point for other layers)."""
     return "weight" if isinstance(module, Linear) else None
+
+
+def _no_gather_yet(module: nn.Module) -> Optional[str]:
+    """Why an NVFP4 layer of a type without an FP4 gather would silently gather its weights
+    in high precision (None: not such a layer)."""
+    if isinstance(module, (GroupedLinear, GroupedExperts)) and module.recipe.quantized:
+        return (f"a {type(module).__name__}: its experts' weights have no FP4 gather yet and would gather in "
+                "high precision")
+    return None
 
 
 def _fingerprint(layers: Sequence[nn.Module]) -> int:
@@ -629,7 +639,9 @@ def enable_fp4_all_gather(model: nn.Module, exclude: Sequence[str] = ()) -> List
     (the weights become new Parameters). `exclude`: fnmatch patterns of layer names to leave
     on the ordinary gather. Returns the names of the layers that gather in FP4. A layer whose
     recipe or state cannot use it (fp4_gather_refusal) is a ValueError naming it, unless
-    excluded. Without FSDP2 the wrapped weights behave as before."""
+    excluded; so is an NVFP4 layer of a type the FP4 gather does not cover yet (GroupedLinear,
+    GroupedExperts): excluded, it gathers its weights as FSDP2 does without this call.
+    Without FSDP2 the wrapped weights behave as before."""
     if isinstance(exclude, str):
         exclude = [exclude]
     chosen: Dict[nn.Module, str] = {}
@@ -638,8 +650,13 @@ def enable_fp4_all_gather(model: nn.Module, exclude: Sequence[str] = ()) -> List
     for pname, p in model.named_parameters(remove_duplicate=False):
         uses.setdefault(id(p), []).append(pname)
     for name, m in model.named_modules():
+        if _matches(name, exclude):
+            continue
         pname = _gather_spec(m)
-        if pname is None or _matches(name, exclude):
+        if pname is None:
+            why = _no_gather_yet(m)
+            if why:
+                refused.append(f"{name}: {why}")
             continue
         w = getattr(m, pname)
         if isinstance(getattr(w, "_local_tensor", None), torch.Tensor) or type(w).__name__ == "DTensor":

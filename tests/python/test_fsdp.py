@@ -301,6 +301,27 @@ def test_enable_refuses_by_name_and_excludes():
     assert all(type(p) is nn.Parameter for p in m.parameters())
 
 
+def test_enable_refuses_grouped_experts_by_name():
+    """GroupedLinear has no FP4 gather yet: enabling the gather on a model that holds one
+    names it instead of leaving its experts on the high-precision gather unsaid; excluded (the
+    layer or a pattern above it), it is left to FSDP2's ordinary gather and the rest converts."""
+    m = nn.Module()
+    m.proj = nn.Linear(32, 32)
+    m.moe = nn.Module()
+    m.moe.experts = nn4.GroupedLinear(4, 32, 32)
+    nn4.convert(m, "nvfp4", exclude=[])
+    assert isinstance(m.proj, nn4.Linear) and isinstance(m.moe.experts, nn4.GroupedLinear)
+    with pytest.raises(ValueError, match=r"moe\.experts: a GroupedLinear: its experts' weights have no FP4 gather"):
+        nd.enable_fp4_all_gather(m)
+    assert nd.fp4_all_gather_layers(m) == []  # nothing half done
+    w = m.moe.experts.weight
+    assert nd.enable_fp4_all_gather(m, exclude=["moe.*"]) == ["proj"] == nd.fp4_all_gather_layers(m)
+    assert m.moe.experts.weight is w  # untouched
+    assert nd.disable_fp4_all_gather(m) == ["proj"]
+    m.moe.experts.recipe = "bf16"  # nothing to quantize: nothing to refuse
+    assert nd.enable_fp4_all_gather(m) == ["proj"]
+
+
 def test_enabled_model_without_fsdp_is_unchanged(rng):
     """Without FSDP2 the wrapped weights behave as plain ones: forward, backward, optimizer
     and state_dict give the same bits."""
@@ -882,6 +903,23 @@ def test_train_example_fsdp_fp4_gather_gloo(tmp_path):
     root = 4 * (256 * 64 + 64 * 64 + 2 * 64 + 256 * 64)
     assert d["all_gather_bytes_per_step_per_rank"] == 2 * 2 * block + root, d
     assert {"train_curve", "val_curve", "final_val_loss", "memory", "recipe", "tokens_per_s"} <= set(b)
+
+
+@pytest.mark.skipif(SKIP_GLOO or not HAS_FSDP2, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
+def test_train_example_fsdp_moe_gloo(tmp_path):
+    """With --moe the example names the expert layers the FP4 gather leaves out (they gather
+    like the other parameters) and trains; only the dense NVFP4 Linears gather in FP4."""
+    import json
+    import math
+
+    args = ["--smoke", "--moe", "4", "--steps", "2", "--eval-interval", "2", "--out", str(tmp_path), "--fsdp",
+            "--fp4-all-gather"]
+    out = _torchrun(2, "examples/train.py", *args)
+    assert "2 expert layers gather in" in out, out[-2000:]
+    b = json.loads((tmp_path / "nvfp4-fsdp2-fp4ag-moe4x2.json").read_text())
+    assert b["steps"] == 2 and math.isfinite(b["final_val_loss"])
+    got = b["distributed"]["fp4_gathered_layers"]
+    assert len(got) == 4 and all(".attn." in n for n in got), got  # the MLPs are expert layers
 
 
 @pytest.mark.skipif(SKIP_GLOO or not HAS_FSDP2, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
