@@ -206,7 +206,8 @@ def _gather_spec(module: nn.Module) -> Optional[str]:
 def _no_gather_yet(module: nn.Module) -> Optional[str]:
     """Why an NVFP4 layer of a type without an FP4 gather would silently gather its weights
     in high precision (None: not such a layer)."""
-    if isinstance(module, (GroupedLinear, GroupedExperts)) and module.recipe.quantized:
+    if isinstance(module, (GroupedLinear, GroupedExperts)) and module.recipe.quantized \
+            and getattr(module, "precision", "nvfp4") == "nvfp4":
         return (f"a {type(module).__name__}: its experts' weights have no FP4 gather yet and would gather in "
                 "high precision")
     return None

@@ -318,6 +318,10 @@ def test_enable_refuses_grouped_experts_by_name():
     assert nd.enable_fp4_all_gather(m, exclude=["moe.*"]) == ["proj"] == nd.fp4_all_gather_layers(m)
     assert m.moe.experts.weight is w  # untouched
     assert nd.disable_fp4_all_gather(m) == ["proj"]
+    nn4.set_precision(m.moe.experts, "bf16")  # runs on the dense weight: nothing to refuse
+    assert nd.enable_fp4_all_gather(m) == ["proj"]
+    nd.disable_fp4_all_gather(m)
+    nn4.set_precision(m.moe.experts, "nvfp4")
     m.moe.experts.recipe = "bf16"  # nothing to quantize: nothing to refuse
     assert nd.enable_fp4_all_gather(m) == ["proj"]
 
