@@ -14,7 +14,7 @@
 #       dist (the distributed tests, NCCL), fsdp (FSDP2 with the FP4 weight all-gather: NCCL
 #       tests on the visible GPUs, then bench_fsdp.py for 400m and 1b: BF16 gather vs FP4 gather
 #       vs the BF16 model, bytes gathered), fsdptrain (train.py loss curves, 1 GPU vs all GPUs,
-#       FSDP_SEEDS seeds), recipes (the recipe comparison on the 85M model: RECIPES, SEEDS,
+#       FSDP_SEEDS seeds; FSDP_TRAIN_CONTROL=1 adds the all-GPU runs with the ordinary gather), recipes (the recipe comparison on the 85M model: RECIPES, SEEDS,
 #       STEPS, CORPUS, SIZE, RECIPES_BUDGET_MIN, RECIPES_RESUME)
 #       grouped (the grouped MoE path: its GPU tests, compute-sanitizer memcheck,
 #       bench_grouped_gemm.py, MoE train step), linhost (one Linear's host time, eager and compiled,
@@ -257,6 +257,12 @@ job_fsdptrain() {  # loss curves: the same global batch on 1 GPU and on all GPUs
       --nproc-per-node "$ngpu" examples/train.py --fsdp --fp4-all-gather --size "${FSDP_TRAIN_SIZE:-full}" \
       --steps "${FSDP_TRAIN_STEPS:-300}" --seed "$seed" --data /tmp/nvfp4_data --out "$OUT/fsdptrain" \
       --name "${ngpu}gpu-fp4ag-s$seed" 2>&1 | grep -v -E "Warning|warn|it/s\]|^\*+$|OMP_NUM" | tail -2
+    if [[ -n ${FSDP_TRAIN_CONTROL:-} ]]; then  # the same sharded run with the ordinary (BF16) gather
+      PYTHONPATH=$NEW timeout ${FSDP_TRAIN_TIMEOUT:-150} python3 -m torch.distributed.run --standalone \
+        --nproc-per-node "$ngpu" examples/train.py --fsdp --size "${FSDP_TRAIN_SIZE:-full}" \
+        --steps "${FSDP_TRAIN_STEPS:-300}" --seed "$seed" --data /tmp/nvfp4_data --out "$OUT/fsdptrain" \
+        --name "${ngpu}gpu-bf16ag-s$seed" 2>&1 | grep -v -E "Warning|warn|it/s\]|^\*+$|OMP_NUM" | tail -2
+    fi
   done
   step "final validation loss by GPU count (mean, spread over seeds)"
   python3 - "$OUT/fsdptrain" <<'PYEOF'
