@@ -14,8 +14,9 @@
 #       dist (the distributed tests, NCCL), fsdp (FSDP2 with the FP4 weight all-gather: NCCL
 #       tests on the visible GPUs, then bench_fsdp.py for 400m and 1b: BF16 gather vs FP4 gather
 #       vs the BF16 model, bytes gathered), fsdptrain (train.py loss curves, 1 GPU vs all GPUs,
-#       FSDP_SEEDS seeds; FSDP_TRAIN_CONTROL=1 adds the all-GPU runs with the ordinary gather), recipes (the recipe comparison on the 85M model: RECIPES, SEEDS,
-#       STEPS, CORPUS, SIZE, RECIPES_BUDGET_MIN, RECIPES_RESUME)
+#       FSDP_SEEDS seeds; FSDP_TRAIN_CONTROL=1 adds the all-GPU runs with the ordinary gather),
+#       recipes (the recipe comparison on the 85M model: RECIPES, SEEDS, STEPS, CORPUS, SIZE,
+#       RECIPES_BUDGET_MIN, RECIPES_RESUME)
 #       grouped (the grouped MoE path: its GPU tests, compute-sanitizer memcheck,
 #       bench_grouped_gemm.py, MoE train step), linhost (one Linear's host time, eager and compiled,
 #       bench_linear_host.py; with base, the baseline build too), fp8 (the FP8 baseline: its GPU tests,
