@@ -683,9 +683,9 @@ class _ExpertShardWeight(_ShardWeight):
             reg.experts_checked[module] = True
         else:
             bad = fp.max() != fp.min()
-            with torch.autograd._unsafe_preserve_version_counter((a, ta)):
-                a.masked_fill_(bad, float("nan"))
-                ta.masked_fill_(bad, float("nan"))
+            for t in (a, ta):
+                with torch.autograd._unsafe_preserve_version_counter(t):
+                    t.masked_fill_(bad, float("nan"))
         if out is not None:
             if not isinstance(out, _GatheredExperts):
                 raise RuntimeError(f"out: expected the gathered NVFP4 experts, got {type(out).__name__}")

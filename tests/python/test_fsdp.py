@@ -805,6 +805,30 @@ def _experts_gather_body(rank, world, dev, steps):
     odd = _build_moe(d, 3, rank, world, dev, fp4=True, seed=1)
     with pytest.raises(ValueError, match=r"blocks\.0\.up: 3 experts do not divide among 2 ranks"):
         odd(data[0][0].chunk(world)[rank], torch.tensor([5, 9, t], dtype=torch.int32, device=dev))
+    # ranks that disagree on an expert layer's recipe stop at its first gather, all of them
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(2)
+    mixed = MoENet(d, e).to(dev)
+    nn4.convert(mixed, _recipe(rank), exclude=[])
+    if rank == 1:
+        for m in mixed.modules():
+            if isinstance(m, nn4.GroupedLinear):
+                m.recipe = _recipe(rank, "no_sr")
+    nd.enable_fp4_all_gather(mixed)
+    for b in mixed.blocks:
+        fully_shard(b, mesh=_mesh(dev.type, world))
+    fully_shard(mixed, mesh=_mesh(dev.type, world))
+    with pytest.raises(ValueError, match=r"the ranks disagree on the recipe, precision or shape of blocks\.0\.up"):
+        mixed(data[0][0].chunk(world)[rank], offs)
+    # after a layer's first gather the check stays on the device (no host read): a rank that
+    # changes the recipe later makes the gathered amaxes NaN, never numbers of another scale
+    later = _build_moe(d, e, rank, world, dev, fp4=True, seed=3)
+    xr = data[0][0].chunk(world)[rank]
+    assert torch.isfinite(later(xr, offs)).all()
+    if rank == 1:
+        later.blocks[1].down.recipe = _recipe(rank, "no_sr")
+    assert not torch.isfinite(later(xr, offs)).any()
 
 
 @pytest.mark.skipif(SKIP_GLOO, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
