@@ -305,13 +305,14 @@ def shard_model(model, args, device):
 
     fp4 = []
     if args.fp4_all_gather:
-        # the experts of --moe have no FP4 gather yet: named here, they gather like the other parameters
-        from nvfp4.nn.grouped import GroupedExperts, GroupedLinear
-        experts = [n for n, m in model.named_modules() if isinstance(m, (GroupedLinear, GroupedExperts))]
+        # the fused experts of --moe (GroupedExperts) have no FP4 gather: named here, they gather
+        # like the other parameters
+        from nvfp4.nn.grouped import GroupedExperts
+        experts = [n for n, m in model.named_modules() if isinstance(m, GroupedExperts)]
         fp4 = nd.enable_fp4_all_gather(model, exclude=experts)
         if experts and args.rank == 0:
             print(f"FP4 all-gather: {len(fp4)} layers; {len(experts)} expert layers gather in "
-                  f"{'BF16' if args.amp_dtype else 'their parameter dtype'} (no FP4 gather for experts yet)")
+                  f"{'BF16' if args.amp_dtype else 'their parameter dtype'} (no FP4 gather for fused experts)")
     mesh = init_device_mesh(device.type, (args.world,))
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if args.amp_dtype \
         else MixedPrecisionPolicy()

@@ -45,13 +45,14 @@ needs the dense weight (``fwd_only``'s BF16 dgrad, ``set_precision(.., "bf16")``
 refused by name; leave them out with ``exclude``. DDP needs nothing of this: every rank
 holds the whole weight and quantizes it locally.
 
-Extension point for other layer types: a layer joins through ``_gather_spec`` (which
-parameter) and ``fp4_gather_refusal`` (which recipes), and its forward reads the gathered
-buffer (``gathered_weight_cache``) as nvfp4.nn.Linear.forward does. Grouped MoE experts
-(one weight [E, N, K]) also need: FSDP2's dim-0 shards made of whole experts (E a multiple
-of the world size) or of 16-row multiples, one amax per expert if their recipe scales each
-expert on its own (the all-reduce then carries E values for the layer), and the gathered
-buffer in the layout their grouped GEMM reads.
+GroupedLinear (MoE experts, one weight [E, N, K]) gathers in NVFP4 too, more simply: FSDP2
+shards dim 0, so with E a multiple of the world size each rank holds whole experts, and each
+expert is quantized with its own amax (as GroupedLinear's forward does), so no all-reduce.
+Each rank quantizes its experts both ways (W, and Wᵀ for dgrad: 2 x 0.5625 bytes an element,
+0.56x of BF16) with the forward's own kernel; the gathered slices, in rank order, are the
+batched quantization of all experts, which the layer's forward then reads. Ranks check once
+that they share the layer's configuration (one host read at the first gather). The fused
+experts of Hugging Face models (GroupedExperts) are refused by name.
 """
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ from torch import nn
 
 from . import _ops
 from .nn import _passes
+from .nn import _grouped_passes
 from .nn.grouped import GroupedExperts, GroupedLinear
 from .nn.linear import Linear
 from .nn.recipe import Recipe
@@ -178,8 +180,10 @@ def assemble_gathered(gathered: torch.Tensor, amax: torch.Tensor, layout: Gather
 # ------------------------------------------------------------------------------ which layers
 def fp4_gather_refusal(module: nn.Module) -> Optional[str]:
     """Why this layer's weight cannot travel in FP4 (None: it can)."""
+    if isinstance(module, GroupedLinear):
+        return _experts_refusal(module)
     if not isinstance(module, Linear):
-        return f"a {type(module).__name__}, not an nvfp4.nn.Linear"
+        return f"a {type(module).__name__}, not an nvfp4.nn.Linear or GroupedLinear"
     r: Recipe = module.recipe
     if not r.quantized:
         return f"recipe {r.name!r} runs in the compute dtype"
@@ -197,18 +201,29 @@ def fp4_gather_refusal(module: nn.Module) -> Optional[str]:
     return None
 
 
+def _experts_refusal(module: GroupedLinear) -> Optional[str]:
+    r: Recipe = module.recipe
+    if not r.quantized:
+        return f"recipe {r.name!r} runs in the compute dtype"
+    if not r.fprop or not r.dgrad:
+        return f"recipe {r.name!r} runs fprop or dgrad in the compute dtype, which needs the dense weight"
+    if module.precision != "nvfp4":
+        return f"the layer runs at precision {module.precision!r} (set_precision), which needs the dense weight"
+    return None
+
+
 def _gather_spec(module: nn.Module) -> Optional[str]:
     """The name of the parameter an FP4 gather replaces, for the layer types that support
     it (the extension point for other layers)."""
-    return "weight" if isinstance(module, Linear) else None
+    return "weight" if isinstance(module, (Linear, GroupedLinear)) else None
 
 
 def _no_gather_yet(module: nn.Module) -> Optional[str]:
     """Why an NVFP4 layer of a type without an FP4 gather would silently gather its weights
     in high precision (None: not such a layer)."""
-    if isinstance(module, (GroupedLinear, GroupedExperts)) and module.recipe.quantized \
+    if isinstance(module, GroupedExperts) and module.recipe.quantized \
             and getattr(module, "precision", "nvfp4") == "nvfp4":
-        return (f"a {type(module).__name__}: its experts' weights have no FP4 gather yet and would gather in "
+        return ("fused experts (nvfp4.nn.GroupedExperts): their weights have no FP4 gather and would gather in "
                 "high precision")
     return None
 
@@ -236,6 +251,21 @@ class _Registry:
         self._fingerprints: Dict[int, tuple] = {}
         # per layer: the all-gather input its last forward gather quantized (_Shard)
         self.shards = weakref.WeakKeyDictionary()
+        # GroupedLinear layers gathering in FP4 (not in `layers`: no amax all-reduce, no units)
+        self.experts = weakref.WeakKeyDictionary()
+        self.experts_checked = weakref.WeakKeyDictionary()  # layer -> True once ranks agreed
+        self._expert_fp: Dict[int, Tuple[tuple, torch.Tensor]] = {}
+
+    def expert_fingerprint(self, module: nn.Module, dev: torch.device) -> torch.Tensor:
+        """int64 [1] on the device: _fingerprint([module]), kept per layer and remade only
+        when its recipe object, precision or shape changed."""
+        key = (id(module.recipe), module.precision, tuple(module.weight.shape), dev)
+        got = self._expert_fp.get(id(module))
+        if got is None or got[0] != key:
+            t = torch.empty((1,), dtype=torch.int64, device=dev)
+            t.fill_(_fingerprint([module]))
+            got = self._expert_fp[id(module)] = (key, t, module.recipe)
+        return got[1]
 
     def head(self, unit: int, refused: int, fp: int, dev: torch.device) -> torch.Tensor:
         """int64 [refused, fingerprint, -fingerprint] on the device, kept per unit: a tensor
@@ -501,7 +531,7 @@ class _ShardWeight(torch.Tensor):
         def rewrap(t):
             if id(t) in wrappers:  # an in-place op returns its (wrapped) input
                 return wrappers[id(t)]
-            return _ShardWeight(t, registry) if func in _PRESERVE else t
+            return cls(t, registry) if func in _PRESERVE else t
 
         return pytree.tree_map_only(torch.Tensor, rewrap, out)
 
@@ -605,6 +635,115 @@ class _GatheredWeight(torch.Tensor):
             "with enable_fp4_all_gather(model, exclude=[...]) or call it without them")
 
 
+class _ExpertShardWeight(_ShardWeight):
+    """A GroupedLinear's master weight [E, N, K] (or FSDP2's shard of it: whole experts) that
+    FSDP2 all-gathers in NVFP4: each rank quantizes its experts as the layer's forward does
+    (one amax per expert), W and Wᵀ, and the gathered slices, in rank order, are the batched
+    quantization of all the experts. No all-reduce; one fingerprint of the layer's
+    configuration travels along (checked on the host at the first gather, on the device
+    after: a disagreement turns the amaxes to NaN)."""
+
+    def __repr__(self):
+        return f"_ExpertShardWeight({self._inner!r})"
+
+    def fsdp_pre_all_gather(self, mesh, outer_size, outer_stride, module, mp_policy):
+        name = self._registry.experts.get(module, type(module).__name__)
+        if len(outer_size) != 3:
+            raise ValueError(f"{name}: the experts' FP4 all-gather takes weights [E, N, K], got shape {list(outer_size)}")
+        e, n, k = outer_size
+        world = mesh.size()
+        if e % world:
+            raise ValueError(f"{name}: {e} experts do not divide among {world} ranks; the FP4 all-gather moves whole "
+                             "experts (leave the layer out with enable_fp4_all_gather(model, exclude=[...]) or use "
+                             "another world size)")
+        why = fp4_gather_refusal(module)
+        if why:
+            raise ValueError(f"fp4_all_gather: {name} can no longer take its weight in FP4: {why}")
+        local = self._inner
+        if tuple(local.shape) != (e // world, n, k):
+            raise RuntimeError(f"{name}: FSDP2's shard has shape {list(local.shape)}, expected "
+                               f"[{e // world}, {n}, {k}] (whole experts on dim 0)")
+        row, col = _grouped_passes.quantize_experts(local.detach(), module._plan.cfg, transposed=True)
+        fp = self._registry.expert_fingerprint(module, local.device)
+        return (*row, *col, fp), (e, n, k, name, module)
+
+    def fsdp_post_all_gather(self, all_gather_outputs, metadata, param_dtype, *, out=None):
+        e, n, k, name, module = metadata
+        d, sc, a, td, ts, ta, fp = all_gather_outputs
+        rs, cs = _ops.batched_shapes(e, n, k), _ops.batched_shapes(e, k, n)
+        row = (d.view(rs[0]), sc.view(rs[1]), a.view(rs[2]))
+        col = (td.view(cs[0]), ts.view(cs[1]), ta.view(cs[2]))
+        reg = self._registry
+        if module not in reg.experts_checked:
+            # once per layer, the same read on every rank: a named error everywhere, not a hang
+            fps = fp.tolist()
+            if len(set(fps)) != 1:
+                raise ValueError(f"fp4_all_gather: the ranks disagree on the recipe, precision or shape of {name} "
+                                 "(a recipe may differ across ranks in its seed only)")
+            reg.experts_checked[module] = True
+        else:
+            bad = fp.max() != fp.min()
+            for t in (a, ta):
+                with torch.autograd._unsafe_preserve_version_counter(t):
+                    t.masked_fill_(bad, float("nan"))
+        if out is not None:
+            if not isinstance(out, _GatheredExperts):
+                raise RuntimeError(f"out: expected the gathered NVFP4 experts, got {type(out).__name__}")
+            # FSDP2 refills its all-gather outputs in place, which the gathered weight views; a
+            # copy only if it ever hands over other storage
+            for dst, src in zip(out._row + out._col, row + col):
+                if dst.data_ptr() != src.data_ptr():
+                    with torch.autograd._unsafe_preserve_version_counter(dst):
+                        dst.copy_(src)
+            return None
+        return _GatheredExperts(row, col, e, n, k, param_dtype), (*row, *col)
+
+
+class _GatheredExperts(torch.Tensor):
+    """The unsharded expert weight FSDP2 hands to a GroupedLinear under the FP4 all-gather:
+    shape [E, N, K] and dtype of the weight, content only its batched NVFP4 quantization
+    (``nvfp4_batched_w``: W rowwise and Wᵀ, each (codes, scales, amax)). Its gradient is a
+    plain tensor, reduce-scattered by FSDP2. Ops that need the dense values are refused."""
+
+    @staticmethod
+    def __new__(cls, row, col, e: int, n: int, k: int, dtype: torch.dtype):
+        return torch.Tensor._make_wrapper_subclass(cls, (e, n, k), strides=(n * k, k, 1), dtype=dtype,
+                                                   device=row[0].device, requires_grad=False)
+
+    def __init__(self, row, col, e, n, k, dtype):
+        self._row, self._col, self._enk = tuple(row), tuple(col), (e, n, k)
+
+    def __repr__(self):
+        return f"_GatheredExperts(shape={list(self._enk)}, dtype={self.dtype}, nvfp4 codes only)"
+
+    @property
+    def nvfp4_batched_w(self):
+        return self._row, self._col
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        me = next(a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, _GatheredExperts))
+        e, n, k = me._enk
+        same = lambda: _GatheredExperts(me._row, me._col, e, n, k, me.dtype)  # noqa: E731
+        if func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
+            return same()
+        if func in (torch.ops.aten.as_strided.default, torch.ops.aten.view.default,
+                    torch.ops.aten._unsafe_view.default):
+            if tuple(args[1]) == (e, n, k) and (func is not torch.ops.aten.as_strided.default
+                                                or (tuple(args[2]) == (n * k, k, 1) and not (args[3:] and args[3]))):
+                return same()
+        name = str(func)
+        if name.startswith("aten.") and ("_like" in name or ".new_" in name or name.startswith("aten.new_")):
+            proto = torch.empty((e, n, k), dtype=me.dtype, device=me.device)
+            args, kwargs = pytree.tree_map_only(_GatheredExperts, lambda t: proto, (args, kwargs))
+            return func(*args, **kwargs)
+        raise RuntimeError(
+            f"{func}: this expert weight arrived through FSDP2's FP4 all-gather (nvfp4.distributed) and holds only "
+            "its NVFP4 quantization; the op needs the dense weight. Leave the layer out with "
+            "enable_fp4_all_gather(model, exclude=[...]) or call it without the FP4 gather")
+
+
 def gathered_weight_cache(weight: torch.Tensor) -> Optional[torch.Tensor]:
     """The buffer of an FP4-gathered weight (nvfp4.nn.Linear's weight-cache layout), or None
     for an ordinary weight."""
@@ -634,14 +773,16 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
 
 
 def enable_fp4_all_gather(model: nn.Module, exclude: Sequence[str] = ()) -> List[str]:
-    """Make FSDP2 all-gather the weights of `model`'s nvfp4.nn.Linear layers in NVFP4.
+    """Make FSDP2 all-gather the weights of `model`'s nvfp4.nn.Linear and GroupedLinear layers
+    in NVFP4.
 
     Call it after nvfp4.convert and before fully_shard and before building the optimizer
     (the weights become new Parameters). `exclude`: fnmatch patterns of layer names to leave
     on the ordinary gather. Returns the names of the layers that gather in FP4. A layer whose
     recipe or state cannot use it (fp4_gather_refusal) is a ValueError naming it, unless
-    excluded; so is an NVFP4 layer of a type the FP4 gather does not cover yet (GroupedLinear,
-    GroupedExperts): excluded, it gathers its weights as FSDP2 does without this call.
+    excluded; so is an NVFP4 layer of a type the FP4 gather does not cover (GroupedExperts, the
+    fused experts of Hugging Face models): excluded, it gathers its weights as FSDP2 does
+    without this call.
     Without FSDP2 the wrapped weights behave as before."""
     if isinstance(exclude, str):
         exclude = [exclude]
@@ -672,17 +813,22 @@ def enable_fp4_all_gather(model: nn.Module, exclude: Sequence[str] = ()) -> List
             refused.append(f"{name}: its weight is shared ({', '.join(uses[id(w)])}); a tied weight must stay one "
                            "Parameter")
             continue
-        if m.weight.dim() != 2:
+        if m.weight.dim() != (3 if isinstance(m, GroupedLinear) else 2):
             refused.append(f"{name}: weight of shape {list(m.weight.shape)}")
             continue
         chosen[m] = name
     if refused:
         raise ValueError("enable_fp4_all_gather: these layers cannot take their weights in FP4 (leave them out with "
                          "exclude=[...]): " + "; ".join(refused))
-    registry = _Registry(model, chosen)
+    dense = {m: name for m, name in chosen.items() if not isinstance(m, GroupedLinear)}
+    registry = _Registry(model, dense)
     for m, name in chosen.items():
         w = m.weight
-        m.weight = nn.Parameter(_ShardWeight(w.detach(), registry), requires_grad=w.requires_grad)
+        kind = _ShardWeight
+        if m not in dense:
+            registry.experts[m] = name
+            kind = _ExpertShardWeight
+        m.weight = nn.Parameter(kind(w.detach(), registry), requires_grad=w.requires_grad)
         hook = getattr(m, "register_state_dict_post_hook", None) or m._register_state_dict_hook
         m._nvfp4_fp4_gather_hook = hook(_unwrap_sd_weight)
     return list(chosen.values())
@@ -712,8 +858,8 @@ def fp4_all_gather_layers(model: nn.Module) -> List[str]:
     out = []
     for name, m in model.named_modules():
         w = getattr(m, "weight", None)
-        if isinstance(w, _ShardWeight) or isinstance(getattr(w, "_local_tensor", None), _ShardWeight) \
-                or isinstance(w, _GatheredWeight):
+        if isinstance(w, (_ShardWeight, _GatheredWeight, _GatheredExperts)) \
+                or isinstance(getattr(w, "_local_tensor", None), _ShardWeight):
             out.append(name)
     return out
 

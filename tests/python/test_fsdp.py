@@ -301,29 +301,58 @@ def test_enable_refuses_by_name_and_excludes():
     assert all(type(p) is nn.Parameter for p in m.parameters())
 
 
-def test_enable_refuses_grouped_experts_by_name():
-    """GroupedLinear has no FP4 gather yet: enabling the gather on a model that holds one
-    names it instead of leaving its experts on the high-precision gather unsaid; excluded (the
-    layer or a pattern above it), it is left to FSDP2's ordinary gather and the rest converts."""
+def test_enable_takes_grouped_linear_and_refuses_by_name():
+    """GroupedLinear gathers in FP4 as the Linears do; its refusals (a recipe or precision that
+    needs the dense weight) name the layer, and excluded it is left to FSDP2's gather."""
     m = nn.Module()
     m.proj = nn.Linear(32, 32)
     m.moe = nn.Module()
     m.moe.experts = nn4.GroupedLinear(4, 32, 32)
     nn4.convert(m, "nvfp4", exclude=[])
-    assert isinstance(m.proj, nn4.Linear) and isinstance(m.moe.experts, nn4.GroupedLinear)
-    with pytest.raises(ValueError, match=r"moe\.experts: a GroupedLinear: its experts' weights have no FP4 gather"):
+    assert nd.enable_fp4_all_gather(m) == ["proj", "moe.experts"] == nd.fp4_all_gather_layers(m)
+    assert type(m.moe.experts.weight).__name__ == "_ExpertShardWeight"
+    assert nd.disable_fp4_all_gather(m) == ["proj", "moe.experts"]
+    assert all(type(p) is nn.Parameter for p in m.parameters())
+    for change, why in [(lambda: nn4.set_precision(m.moe.experts, "bf16"), "precision 'bf16'"),
+                        (lambda: setattr(m.moe.experts, "recipe", "bf16"), "compute dtype"),
+                        (lambda: setattr(m.moe.experts, "recipe", "fwd_only"), "dense weight")]:
+        change()
+        with pytest.raises(ValueError, match=rf"moe\.experts: .*{why}"):
+            nd.enable_fp4_all_gather(m)
+        assert nd.fp4_all_gather_layers(m) == []  # nothing half done
+        w = m.moe.experts.weight
+        assert nd.enable_fp4_all_gather(m, exclude=["moe.*"]) == ["proj"]
+        assert m.moe.experts.weight is w  # untouched
+        nd.disable_fp4_all_gather(m)
+        nn4.set_precision(m.moe.experts, "nvfp4")
+        m.moe.experts.recipe = "nvfp4"
+
+
+class _FusedExperts(nn.Module):
+    """The Hugging Face fused-experts shape nvfp4.convert() turns into GroupedExperts."""
+
+    def __init__(self, d, e, f):
+        super().__init__()
+        self.num_experts = e
+        self.up_proj = nn.Parameter(torch.randn(e, f, d) * 0.1)
+        self.down_proj = nn.Parameter(torch.randn(e, d, f) * 0.1)
+
+    def act_fn(self, h):
+        return F.gelu(h)
+
+
+def test_enable_refuses_fused_experts_by_name():
+    """GroupedExperts (two 3D weights per module) has no FP4 gather: named, not left on the
+    high-precision gather unsaid; excluded, the rest converts."""
+    m = nn.Module()
+    m.proj = nn.Linear(32, 32)
+    m.mlp = _FusedExperts(32, 4, 64)
+    nn4.convert(m, "nvfp4", exclude=[])
+    assert isinstance(m.mlp, nn4.GroupedExperts)
+    with pytest.raises(ValueError, match=r"mlp: fused experts \(nvfp4\.nn\.GroupedExperts\): their weights have no FP4 gather"):
         nd.enable_fp4_all_gather(m)
-    assert nd.fp4_all_gather_layers(m) == []  # nothing half done
-    w = m.moe.experts.weight
-    assert nd.enable_fp4_all_gather(m, exclude=["moe.*"]) == ["proj"] == nd.fp4_all_gather_layers(m)
-    assert m.moe.experts.weight is w  # untouched
-    assert nd.disable_fp4_all_gather(m) == ["proj"]
-    nn4.set_precision(m.moe.experts, "bf16")  # runs on the dense weight: nothing to refuse
-    assert nd.enable_fp4_all_gather(m) == ["proj"]
-    nd.disable_fp4_all_gather(m)
-    nn4.set_precision(m.moe.experts, "nvfp4")
-    m.moe.experts.recipe = "bf16"  # nothing to quantize: nothing to refuse
-    assert nd.enable_fp4_all_gather(m) == ["proj"]
+    assert nd.fp4_all_gather_layers(m) == []
+    assert nd.enable_fp4_all_gather(m, exclude=["mlp"]) == ["proj"]
 
 
 def test_enabled_model_without_fsdp_is_unchanged(rng):
@@ -679,6 +708,155 @@ def test_fp4_gather_gloo():
     """Exactness, bytes and collectives against the ordinary gather; then the refusals (one
     process group for both: CI time)."""
     _spawn(_gather_and_refusal_body, 2, "cpu", 2)
+
+
+class MoEBlock(nn.Module):
+    def __init__(self, d, e):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.up = nn4.GroupedLinear(e, d, 2 * d)
+        self.down = nn4.GroupedLinear(e, 2 * d, d)
+
+    def forward(self, x, offs):
+        return x + self.down(F.gelu(self.up(self.norm(x), offs)), offs)
+
+
+class MoENet(nn.Module):
+    """Token-sorted rows through two blocks of expert layers and a dense head."""
+
+    def __init__(self, d, e):
+        super().__init__()
+        self.blocks = nn.ModuleList([MoEBlock(d, e) for _ in range(2)])
+        self.head = nn.Linear(d, 32)
+
+    def forward(self, x, offs):
+        for b in self.blocks:
+            x = b(x, offs)
+        return self.head(x)
+
+
+def _build_moe(d, e, rank, world, dev, fp4, seed=0):
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(seed)
+    model = MoENet(d, e).to(dev)
+    nn4.convert(model, _recipe(rank), exclude=[])
+    if fp4:
+        nd.enable_fp4_all_gather(model)
+    for b in model.blocks:
+        fully_shard(b, mesh=_mesh(dev.type, world))
+    fully_shard(model, mesh=_mesh(dev.type, world))
+    return model
+
+
+def _experts_gather_body(rank, world, dev, steps):
+    """The experts' FP4 gather against the ordinary gather: the same losses, gradients and
+    parameters bit for bit (FP32 masters: both quantize the same weights), each gathered W and
+    Wᵀ equal to quantizing the whole master weight; then the refusal of an expert count that
+    does not divide among the ranks."""
+    from nvfp4.nn import _grouped_passes as gp
+
+    d, e, t = 32, 4, 40
+    g = torch.Generator().manual_seed(7)
+    data = [(torch.randn(world * t, d, generator=g).to(dev), torch.randn(world * t, 32, generator=g).to(dev))
+            for _ in range(steps)]
+    offs = torch.tensor([7, 16, 16, t], dtype=torch.int32, device=dev)  # an expert without rows too
+    plain = _build_moe(d, e, rank, world, dev, fp4=False)
+    fp4 = _build_moe(d, e, rank, world, dev, fp4=True)
+    assert nd.fp4_all_gather_layers(fp4) == ["blocks.0.up", "blocks.0.down", "blocks.1.up", "blocks.1.down",
+                                             "head"]
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.0) for m in (plain, fp4)]
+    seen = []
+    impl = gp._gl_fwd_q_impl
+
+    def spy(x, w_data, w_scales, w_amax, *a):
+        seen.append((w_data.clone(), w_scales.clone(), w_amax.clone()))
+        return impl(x, w_data, w_scales, w_amax, *a)
+
+    for step, (x, y) in enumerate(data):
+        masters = [_full(m.weight).detach().clone() for m in fp4.modules() if isinstance(m, nn4.GroupedLinear)]
+        cfgs = [m._plan.cfg for m in fp4.modules() if isinstance(m, nn4.GroupedLinear)]
+        losses = []
+        for model, opt in zip((plain, fp4), opts):
+            seen.clear()
+            gp._gl_fwd_q_impl = spy
+            try:
+                xr, yr = x.chunk(world)[rank], y.chunk(world)[rank]
+                loss = F.mse_loss(model(xr, offs).float(), yr)
+                loss.backward()
+            finally:
+                gp._gl_fwd_q_impl = impl
+            assert len(seen) == (4 if model is fp4 else 0), len(seen)
+            if model is fp4:
+                for (gd, gs, ga), w, cfg in zip(seen, masters, cfgs):
+                    (wd, ws, wa), _ = gp.quantize_experts(w, cfg, transposed=False)
+                    assert torch.equal(gd, wd) and torch.equal(gs.view(torch.uint8), ws.view(torch.uint8))
+                    assert torch.equal(ga.view(torch.int32), wa.view(torch.int32)), f"rank {rank} step {step}"
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+        assert torch.equal(losses[0], losses[1]), f"step {step}: {losses}"
+    for (na, pa), (nb, pb) in zip(plain.named_parameters(), fp4.named_parameters()):
+        assert na == nb
+        assert_bytes_equal(_full(pb).detach(), _full(pa).detach(), nb)
+    sd = fp4.state_dict()["blocks.0.up.weight"]
+    assert type(getattr(sd, "_local_tensor", sd)) is torch.Tensor  # checkpoints hold the plain master
+    # 3 experts over 2 ranks: FSDP2's dim-0 shards would split the experts unevenly
+    odd = _build_moe(d, 3, rank, world, dev, fp4=True, seed=1)
+    with pytest.raises(ValueError, match=r"blocks\.0\.up: 3 experts do not divide among 2 ranks"):
+        odd(data[0][0].chunk(world)[rank], torch.tensor([5, 9, t], dtype=torch.int32, device=dev))
+    # ranks that disagree on an expert layer's recipe stop at its first gather, all of them
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(2)
+    mixed = MoENet(d, e).to(dev)
+    nn4.convert(mixed, _recipe(rank), exclude=[])
+    if rank == 1:
+        for m in mixed.modules():
+            if isinstance(m, nn4.GroupedLinear):
+                m.recipe = _recipe(rank, "no_sr")
+    nd.enable_fp4_all_gather(mixed)
+    for b in mixed.blocks:
+        fully_shard(b, mesh=_mesh(dev.type, world))
+    fully_shard(mixed, mesh=_mesh(dev.type, world))
+    with pytest.raises(ValueError, match=r"the ranks disagree on the recipe, precision or shape of blocks\.0\.up"):
+        mixed(data[0][0].chunk(world)[rank], offs)
+    # after a layer's first gather the check stays on the device (no host read): a rank that
+    # changes the recipe later makes the gathered amaxes NaN, never numbers of another scale
+    later = _build_moe(d, e, rank, world, dev, fp4=True, seed=3)
+    xr = data[0][0].chunk(world)[rank]
+    assert torch.isfinite(later(xr, offs)).all()
+    if rank == 1:
+        later.blocks[1].down.recipe = _recipe(rank, "no_sr")
+    assert not torch.isfinite(later(xr, offs)).any()
+
+
+@pytest.mark.skipif(SKIP_GLOO, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
+def test_experts_fp4_gather_gloo():
+    _spawn(_experts_gather_body, 2, "cpu", 3)
+
+
+def test_experts_shard_gathers_to_the_whole_quantization():
+    """Quantizing each rank's experts and concatenating in rank order gives the quantization
+    of all experts (W and Wᵀ, every byte), for uneven amaxes across experts; and the
+    gathered weight refuses dense ops."""
+    from nvfp4.nn import _grouped_passes as gp
+
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(6, 48, 32, generator=g) * torch.tensor([1e-3, 1.0, 30.0, 0.0, 1e3, 2.0]).view(6, 1, 1)
+    cfg = nn4.GroupedLinear(6, 32, 48)._plan.cfg
+    whole = gp.quantize_experts(w, cfg, transposed=True)
+    for world in (1, 2, 3, 6):
+        parts = [gp.quantize_experts(c, cfg, transposed=True) for c in w.chunk(world)]
+        for o in range(2):
+            for i in range(3):
+                got = torch.cat([p[o][i] for p in parts])
+                assert torch.equal(got.view(torch.uint8), whole[o][i].view(torch.uint8)), (world, o, i)
+    ge = nd._GatheredExperts(whole[0], whole[1], 6, 48, 32, torch.float32)
+    assert ge.nvfp4_batched_w[0] is not None and ge.shape == (6, 48, 32)
+    with pytest.raises(RuntimeError, match="holds only its NVFP4 quantization"):
+        ge + 1
+    assert type(torch.zeros_like(ge)) is torch.Tensor
 
 
 @pytest.mark.skipif(N_GPUS < 2, reason="needs 2 CUDA GPUs")

@@ -174,3 +174,41 @@ def test_fullgraph_compile_equals_eager(device):
     torch.compile(f, fullgraph=True, backend="aot_eager")(x, offs).backward()
     assert torch.equal(x.grad, want[0]) and torch.equal(layer.weight.grad, want[1])
     assert int(layer.sr_step) == 1
+
+
+def test_forward_on_a_quantized_weight_equals_the_forward_pass():
+    """grouped_linear_fwd_q (the forward on W already quantized, as FSDP2's FP4 all-gather of
+    the experts hands it) gives the bits of grouped_linear_fwd, which quantizes W itself; the
+    W it is given is refused by name when its parts do not fit, and its fake gives the
+    shapes without running anything."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from nvfp4.nn import _grouped_passes as gp
+
+    torch.manual_seed(0)
+    layer = GroupedLinear(4, 32, 48)
+    cfg = layer._plan.cfg
+    x = torch.randn(21, 32)
+    offs = torch.tensor([5, 5, 12, 21], dtype=torch.int32)
+    w = layer.weight.detach()
+    row, col = gp.quantize_experts(w, cfg, transposed=True)
+    a = gp.grouped_linear_fwd(x, w, offs, torch.zeros((), dtype=torch.int64), cfg, True, True)
+    b = gp.grouped_linear_fwd_q(x, row, offs, torch.zeros((), dtype=torch.int64), cfg, True)
+    assert len(b) == 5
+    assert torch.equal(a[0].view(torch.int32), b[0].view(torch.int32))
+    for u, v in zip(a[1:4] + a[4:7], b[1:4] + list(col)):  # Xᵀ from both; Wᵀ: the pass's and the given
+        assert torch.equal(u.view(torch.uint8), v.view(torch.uint8))
+    c = torch.zeros((), dtype=torch.int64)
+    bad = [((row[0].float(), row[1], row[2]), "w_data"), ((row[0], row[1][:, :64], row[2]), "w_scales"),
+           ((row[0], row[1], row[2][:3]), "w_amax"), ((row[0][:, :, :8], row[1], row[2]), "w_data"),
+           ((row[0].transpose(1, 2).contiguous().transpose(1, 2), row[1], row[2]), "w_data")]
+    for wq, name in bad:
+        with pytest.raises(ValueError, match=name):
+            gp.grouped_linear_fwd_q(x, wq, offs, c, cfg, True)
+    with pytest.raises(ValueError, match="offs"):
+        gp.grouped_linear_fwd_q(x, row, offs[:3], c, cfg, True)
+    with FakeTensorMode() as mode:
+        fx, fo, fc = mode.from_tensor(x), mode.from_tensor(offs), mode.from_tensor(c)
+        fw = [mode.from_tensor(t) for t in row]
+        out = torch.ops.nvfp4.grouped_linear_fwd_q(fx, *fw, fo, fc, cfg, True)
+        assert [tuple(t.shape) for t in out] == [tuple(t.shape) for t in b]

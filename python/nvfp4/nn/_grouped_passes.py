@@ -10,7 +10,7 @@ from .._ops import (DTYPE_CODE, RAGGED_K, RAGGED_M, _addr3, _aligned, _alloc3, _
                     _need_2d, _up, batched_shapes, grouped_col_shapes, grouped_row_shapes, lib)
 from ._passes import LinearConfig, _direct
 
-__all__ = ["grouped_linear_fwd", "grouped_linear_bwd"]
+__all__ = ["grouped_linear_fwd", "grouped_linear_fwd_q", "grouped_linear_bwd", "quantize_experts"]
 
 # ------------------------------------------------------------------------------ GroupedLinear's two passes
 # nvfp4.nn.GroupedLinear: one op per pass, as linear_fwd / linear_bwd for the dense layer, with
@@ -21,6 +21,8 @@ __all__ = ["grouped_linear_fwd", "grouped_linear_bwd"]
 #             then the step counter advances (after the quantization read it).
 lib.define("grouped_linear_fwd(Tensor x, Tensor w, Tensor offs, Tensor counter, int[] cfg, bool save_xt, "
            "bool save_wt) -> Tensor[]")
+lib.define("grouped_linear_fwd_q(Tensor x, Tensor w_data, Tensor w_scales, Tensor w_amax, Tensor offs, Tensor counter, "
+           "int[] cfg, bool save_xt) -> Tensor[]")
 lib.define("grouped_linear_bwd(Tensor dy, Tensor offs, Tensor xt_data, Tensor xt_scales, Tensor xt_amax, "
            "Tensor wt_data, Tensor wt_scales, Tensor wt_amax, Tensor(a!) counter, int[] cfg, int k, bool need_dx, "
            "bool need_dw, ScalarType dw_dtype) -> (Tensor, Tensor, Tensor)")
@@ -46,14 +48,35 @@ def _gl_fwd_impl(x, w, offs, counter, cfg, save_xt, save_wt):
         raise ValueError(f"counter: the layer's step counter is on {counter.device} but x is on {x.device}")
     x = _aligned(x)
     w = _aligned(w)
-    t, k = x.shape
     e, n, _ = w.shape
     fprop = bool(cfg[C.FPROP])
     dev = x.device
     dv = _device(x)
-    dt, di, st = dv
     y, xt, wt, err = _gl_fwd_outputs(x, w, offs, cfg, save_xt, save_wt)
-    xrow = _alloc3(grouped_row_shapes(t, k, e), dev) if fprop else None
+    wrow = _alloc3(batched_shapes(e, n, w.shape[2]), dev) if fprop else None
+    if fprop or save_wt:
+        _batched_w(w, cfg, _addr3(wrow) if fprop else (0, 0, 0), _addr3(wt) if save_wt else (0, 0, 0), dv)
+    _gl_x_and_fprop(x, offs, counter, cfg, save_xt, e, n, wrow, y, xt, err, dv)
+    return [y, *xt, *wt, err]
+
+
+def _batched_w(w, cfg, row, col, dv) -> None:
+    """W [E, N, K] quantized per expert (its own amax; 2D tiles or 1x16 blocks per the
+    recipe): rowwise into the `row` addresses, columnwise (Wᵀ) into `col` (0: not wanted)."""
+    e, n, k = w.shape
+    dt, di, st = dv
+    _ops.batched_quantize_raw(w.data_ptr(), DTYPE_CODE[w.dtype], e, n, k, *row, *col, cfg[LinearConfig.W_BLOCK], 0, 0,
+                              cfg[LinearConfig.SIGN_MASK], 0, 0, 0, dt, di, st)
+
+
+def _gl_x_and_fprop(x, offs, counter, cfg, save_xt, e, n, wrow, y, xt, err, dv) -> None:
+    """X quantized (rowwise for fprop, columnwise with the RHT for wgrad) and Y = X̂ Ŵᵀ per
+    group, W given quantized (wrow)."""
+    C = LinearConfig
+    t, k = x.shape
+    fprop = bool(cfg[C.FPROP])
+    dt, di, st = dv
+    xrow = _alloc3(grouped_row_shapes(t, k, e), x.device) if fprop else None
     cnt = counter.data_ptr()
     sign_mask = cfg[C.SIGN_MASK]
     xq = lambda row, col, rounding, rht: _ops.grouped_quantize_raw(  # noqa: E731
@@ -67,18 +90,78 @@ def _gl_fwd_impl(x, w, offs, counter, cfg, save_xt, save_wt):
     elif fprop or save_xt:
         xq(_addr3(xrow) if fprop else z, _addr3(xt) if save_xt else z,
            cfg[C.X_ROUND] if fprop else cfg[C.XT_ROUND], rht)
-    wrow = _alloc3(batched_shapes(e, n, k), dev) if fprop else None
-    if fprop or save_wt:
-        _ops.batched_quantize_raw(w.data_ptr(), DTYPE_CODE[w.dtype], e, n, k, *(_addr3(wrow) if fprop else z),
-                                *(_addr3(wt) if save_wt else z), cfg[C.W_BLOCK], 0, 0, sign_mask, 0, 0, 0, dt, di, st)
     if fprop:
         _grouped_gemm_run(RAGGED_M, _addr3(xrow), _addr3(wrow), offs, t, n, k, cfg[C.BACKEND], y, err, dv)
-    return [y, *xt, *wt, err]
 
 
 def _gl_fwd_fake(x, w, offs, counter, cfg, save_xt, save_wt):
     y, xt, wt, err = _gl_fwd_outputs(x, w, offs, cfg, save_xt, save_wt)
     return [y, *xt, *wt, err]
+
+
+# ------------------------------------------------------------------------------ forward on a quantized W
+# grouped_linear_fwd_q: the forward pass with W already quantized rowwise (the batched layout,
+# batched_shapes(E, N, K)): what FSDP2's FP4 all-gather of the experts hands the layer
+# (nvfp4.distributed). Returns [y, xt (3 tensors), offs_error]; Wᵀ comes with the gathered
+# weight too, so the pass has nothing else to make.
+def _gl_fwd_q_check(x, w_data, w_scales, w_amax, offs, counter):
+    _need_2d("x", x)
+    k = x.shape[1]
+    if w_data.dim() != 3 or w_data.dtype != torch.uint8 or w_data.shape[2] * 2 != k:
+        raise ValueError(f"w_data: expected uint8 [E, N, {k // 2}] (the codes of W [E, N, {k}]), got "
+                         f"{w_data.dtype} {tuple(w_data.shape)}")
+    e, n, _ = w_data.shape
+    d, sc, a = batched_shapes(e, n, k)
+    for name, t, dtype, shape in (("w_scales", w_scales, torch.float8_e4m3fn, sc), ("w_amax", w_amax, torch.float32, a)):
+        if t.dtype != dtype or tuple(t.shape) != shape:
+            raise ValueError(f"{name}: expected {dtype} {shape} for W [{e}, {n}, {k}], got {t.dtype} {tuple(t.shape)}")
+    for name, t in (("w_data", w_data), ("w_scales", w_scales), ("w_amax", w_amax)):
+        if t.device != x.device:
+            raise ValueError(f"{name}: on {t.device}, but x is on {x.device}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous")
+    _check_offs(offs, x, e)
+    if counter.device != x.device:
+        raise ValueError(f"counter: the layer's step counter is on {counter.device} but x is on {x.device}")
+    return e, n
+
+
+def _gl_fwd_q_outputs(x, e, n, cfg, save_xt):
+    t, k = x.shape
+    dev = x.device
+    y = torch.empty((t, n) if cfg[LinearConfig.FPROP] else (0,), dtype=x.dtype, device=dev)
+    xt = _alloc3(grouped_col_shapes(t, k, e), dev) if save_xt else _empty3(dev)
+    return y, xt, torch.empty((1,), dtype=torch.int32, device=dev)
+
+
+def _gl_fwd_q_impl(x, w_data, w_scales, w_amax, offs, counter, cfg, save_xt):
+    e, n = _gl_fwd_q_check(x, w_data, w_scales, w_amax, offs, counter)
+    x = _aligned(x)
+    w = tuple(_aligned(t) for t in (w_data, w_scales, w_amax))
+    y, xt, err = _gl_fwd_q_outputs(x, e, n, cfg, save_xt)
+    _gl_x_and_fprop(x, offs, counter, cfg, save_xt, e, n, w, y, xt, err, _device(x))
+    return [y, *xt, err]
+
+
+def _gl_fwd_q_fake(x, w_data, w_scales, w_amax, offs, counter, cfg, save_xt):
+    e, n = _gl_fwd_q_check(x, w_data, w_scales, w_amax, offs, counter)
+    y, xt, err = _gl_fwd_q_outputs(x, e, n, cfg, save_xt)
+    return [y, *xt, err]
+
+
+def quantize_experts(w: torch.Tensor, cfg, transposed: bool):
+    """W [E, N, K] quantized as GroupedLinear's forward pass quantizes it (the same kernel
+    and settings, each expert with its own amax): (rowwise triple, columnwise triple — Wᵀ,
+    quantized along N — or empty tensors). Experts are independent, so quantizing a rank's
+    experts gives that rank's slice of quantizing them all."""
+    w = _aligned(w)
+    e, n, k = w.shape
+    dev = w.device
+    row = _alloc3(batched_shapes(e, n, k), dev)
+    col = _alloc3(batched_shapes(e, k, _up(n, 16)), dev) if transposed else _empty3(dev)
+    if e:
+        _batched_w(w, cfg, _addr3(row), _addr3(col) if transposed else (0, 0, 0), _device(w))
+    return row, col
 
 
 def _gl_bwd_outputs(dy, offs, k, need_dx, need_dw, dw_dtype):
@@ -134,8 +217,10 @@ def _gl_bwd_fake(dy, offs, xt_data, xt_scales, xt_amax, wt_data, wt_scales, wt_a
 
 for _k in ("CPU", "CUDA"):
     lib.impl("grouped_linear_fwd", lambda *a: _gl_fwd_impl(*a), _k)
+    lib.impl("grouped_linear_fwd_q", lambda *a: _gl_fwd_q_impl(*a), _k)
     lib.impl("grouped_linear_bwd", lambda *a: _gl_bwd_impl(*a), _k)
 torch.library.register_fake("nvfp4::grouped_linear_fwd", _gl_fwd_fake, lib=lib)
+torch.library.register_fake("nvfp4::grouped_linear_fwd_q", _gl_fwd_q_fake, lib=lib)
 torch.library.register_fake("nvfp4::grouped_linear_bwd", _gl_bwd_fake, lib=lib)
 
 
@@ -146,6 +231,13 @@ def grouped_linear_fwd(x, w, offs, counter, cfg, save_xt, save_wt):
     if _direct(x, w, offs, counter):
         return _gl_fwd_impl(x, w, offs, counter, cfg, save_xt, save_wt)
     return torch.ops.nvfp4.grouped_linear_fwd(x, w, offs, counter, cfg, save_xt, save_wt)
+
+
+def grouped_linear_fwd_q(x, w, offs, counter, cfg, save_xt):
+    """[y, xt (3 tensors), offs_error] with w = (data, scales, amax) of W already quantized."""
+    if _direct(x, *w, offs, counter):
+        return _gl_fwd_q_impl(x, *w, offs, counter, cfg, save_xt)
+    return torch.ops.nvfp4.grouped_linear_fwd_q(x, *w, offs, counter, cfg, save_xt)
 
 
 def grouped_linear_bwd(dy, offs, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):

@@ -84,7 +84,18 @@ class _GroupedFn(torch.autograd.Function):
         fp4_dgrad = r.dgrad and need_dx
         fp4_wgrad = r.wgrad and need_dw
         xt = wt = (None, None, None)
-        if r.fprop or fp4_wgrad or fp4_dgrad:
+        gathered = getattr(weight, "nvfp4_batched_w", None)  # FSDP2's FP4 all-gather: (Ŵ, Ŵᵀ) given
+        if gathered is not None:
+            if not r.fprop or (need_dx and not fp4_dgrad):
+                raise RuntimeError("GroupedLinear: an FP4-gathered weight holds only its quantization; this recipe "
+                                   f"({r.name}) needs the dense weight")
+            out = _grouped_passes.grouped_linear_fwd_q(x, gathered[0], offs, counter, plan.cfg, fp4_wgrad)
+            y, xt, err = out[0], tuple(out[1:4]), out[4]
+            if fp4_dgrad:
+                wt = gathered[1]
+            if check:
+                _raise_offs(err)
+        elif r.fprop or fp4_wgrad or fp4_dgrad:
             out = _grouped_passes.grouped_linear_fwd(x, weight, offs, counter, plan.cfg, fp4_wgrad, fp4_dgrad)
             y, xt, wt, err = out[0], tuple(out[1:4]), tuple(out[4:7]), out[7]
             if check:
