@@ -803,7 +803,7 @@ def _experts_gather_body(rank, world, dev, steps):
     assert type(getattr(sd, "_local_tensor", sd)) is torch.Tensor  # checkpoints hold the plain master
     # 3 experts over 2 ranks: FSDP2's dim-0 shards would split the experts unevenly
     odd = _build_moe(d, 3, rank, world, dev, fp4=True, seed=1)
-    with pytest.raises(ValueError, match=r"blocks\.0\.up: 3 experts do not divide among 2 ranks"):
+    with pytest.raises(ValueError, match=rf"blocks\.0\.up: 3 experts do not divide among {world} ranks"):
         odd(data[0][0].chunk(world)[rank], torch.tensor([5, 9, t], dtype=torch.int32, device=dev))
     # ranks that disagree on an expert layer's recipe stop at its first gather, all of them
     from torch.distributed.fsdp import fully_shard
@@ -834,6 +834,11 @@ def _experts_gather_body(rank, world, dev, steps):
 @pytest.mark.skipif(SKIP_GLOO, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
 def test_experts_fp4_gather_gloo():
     _spawn(_experts_gather_body, 2, "cpu", 3)
+
+
+@pytest.mark.skipif(N_GPUS < 2, reason="needs 2 CUDA GPUs")
+def test_experts_fp4_gather_nccl():
+    _spawn(_experts_gather_body, 2 if N_GPUS < 4 else 4, "cuda", 3)
 
 
 def test_experts_shard_gathers_to_the_whole_quantization():
