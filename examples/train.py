@@ -303,16 +303,7 @@ def shard_model(model, args, device):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    fp4 = []
-    if args.fp4_all_gather:
-        # the fused experts of --moe (GroupedExperts) have no FP4 gather: named here, they gather
-        # like the other parameters
-        from nvfp4.nn.grouped import GroupedExperts
-        experts = [n for n, m in model.named_modules() if isinstance(m, GroupedExperts)]
-        fp4 = nd.enable_fp4_all_gather(model, exclude=experts)
-        if experts and args.rank == 0:
-            print(f"FP4 all-gather: {len(fp4)} layers; {len(experts)} expert layers gather in "
-                  f"{'BF16' if args.amp_dtype else 'their parameter dtype'} (no FP4 gather for fused experts)")
+    fp4 = nd.enable_fp4_all_gather(model) if args.fp4_all_gather else []
     mesh = init_device_mesh(device.type, (args.world,))
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if args.amp_dtype \
         else MixedPrecisionPolicy()

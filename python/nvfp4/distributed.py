@@ -51,8 +51,9 @@ expert is quantized with its own amax (as GroupedLinear's forward does), so no a
 Each rank quantizes its experts both ways (W, and Wᵀ for dgrad: 2 x 0.5625 bytes an element,
 0.56x of BF16) with the forward's own kernel; the gathered slices, in rank order, are the
 batched quantization of all experts, which the layer's forward then reads. Ranks check once
-that they share the layer's configuration (one host read at the first gather). The fused
-experts of Hugging Face models (GroupedExperts) are refused by name.
+that they share the layer's configuration (one host read at the first gather). Fused experts
+(GroupedExperts, Hugging Face's MoE layout) gather both projections the same way; their
+transposed layout (gpt-oss) is refused by name.
 """
 from __future__ import annotations
 
@@ -180,10 +181,10 @@ def assemble_gathered(gathered: torch.Tensor, amax: torch.Tensor, layout: Gather
 # ------------------------------------------------------------------------------ which layers
 def fp4_gather_refusal(module: nn.Module) -> Optional[str]:
     """Why this layer's weight cannot travel in FP4 (None: it can)."""
-    if isinstance(module, GroupedLinear):
+    if isinstance(module, (GroupedLinear, GroupedExperts)):
         return _experts_refusal(module)
     if not isinstance(module, Linear):
-        return f"a {type(module).__name__}, not an nvfp4.nn.Linear or GroupedLinear"
+        return f"a {type(module).__name__}, not an nvfp4.nn.Linear, GroupedLinear or GroupedExperts"
     r: Recipe = module.recipe
     if not r.quantized:
         return f"recipe {r.name!r} runs in the compute dtype"
@@ -201,7 +202,10 @@ def fp4_gather_refusal(module: nn.Module) -> Optional[str]:
     return None
 
 
-def _experts_refusal(module: GroupedLinear) -> Optional[str]:
+def _experts_refusal(module: nn.Module) -> Optional[str]:
+    if getattr(module, "is_transposed", False):
+        return ("its experts' weights are stored transposed ([E, in, out], read through a transposed copy each "
+                "forward); the FP4 gather quantizes [E, out, in] weights")
     r: Recipe = module.recipe
     if not r.quantized:
         return f"recipe {r.name!r} runs in the compute dtype"
@@ -212,27 +216,34 @@ def _experts_refusal(module: GroupedLinear) -> Optional[str]:
     return None
 
 
-def _gather_spec(module: nn.Module) -> Optional[str]:
-    """The name of the parameter an FP4 gather replaces, for the layer types that support
-    it (the extension point for other layers)."""
-    return "weight" if isinstance(module, (Linear, GroupedLinear)) else None
+def _gather_params(module: nn.Module) -> Tuple[str, ...]:
+    """The parameters an FP4 gather replaces, for the layer types that support it (the
+    extension point for other layers): a Linear's or GroupedLinear's weight, the two
+    projections of fused experts."""
+    if isinstance(module, (Linear, GroupedLinear)):
+        return ("weight",)
+    if isinstance(module, GroupedExperts):
+        return ("gate_up_proj" if "gate_up_proj" in module._parameters else "up_proj", "down_proj")
+    return ()
 
 
-def _no_gather_yet(module: nn.Module) -> Optional[str]:
-    """Why an NVFP4 layer of a type without an FP4 gather would silently gather its weights
-    in high precision (None: not such a layer)."""
-    if isinstance(module, GroupedExperts) and module.recipe.quantized \
-            and getattr(module, "precision", "nvfp4") == "nvfp4":
-        return ("fused experts (nvfp4.nn.GroupedExperts): their weights have no FP4 gather and would gather in "
-                "high precision")
-    return None
+def _shapes(m: nn.Module) -> tuple:
+    return tuple(tuple(getattr(m, p).shape) for p in _gather_params(m))
+
+
+def _experts_cfg(module: nn.Module):
+    """The LinearConfig list the layer's forward quantizes its expert weights with (fused
+    experts have one plan per projection; they differ in their seeds only, which W's
+    round-to-nearest quantization does not read)."""
+    plan = module._plan
+    return (plan[0] if isinstance(plan, tuple) else plan).cfg
 
 
 def _fingerprint(layers: Sequence[nn.Module]) -> int:
     """The configuration of a unit's layers that every rank must share (their recipes
     without the seed: ranks draw their own stochastic-rounding bits; precision and shape),
     as a 48-bit integer."""
-    key = repr([(dataclasses.replace(m.recipe, seed=0), m.precision, tuple(m.weight.shape)) for m in layers])
+    key = repr([(dataclasses.replace(m.recipe, seed=0), m.precision, _shapes(m)) for m in layers])
     return int.from_bytes(hashlib.sha1(key.encode()).digest()[:6], "little")
 
 
@@ -259,7 +270,7 @@ class _Registry:
     def expert_fingerprint(self, module: nn.Module, dev: torch.device) -> torch.Tensor:
         """int64 [1] on the device: _fingerprint([module]), kept per layer and remade only
         when its recipe object, precision or shape changed."""
-        key = (id(module.recipe), module.precision, tuple(module.weight.shape), dev)
+        key = (id(module.recipe), module.precision, _shapes(module), dev)
         got = self._expert_fp.get(id(module))
         if got is None or got[0] != key:
             t = torch.empty((1,), dtype=torch.int64, device=dev)
@@ -636,12 +647,12 @@ class _GatheredWeight(torch.Tensor):
 
 
 class _ExpertShardWeight(_ShardWeight):
-    """A GroupedLinear's master weight [E, N, K] (or FSDP2's shard of it: whole experts) that
-    FSDP2 all-gathers in NVFP4: each rank quantizes its experts as the layer's forward does
-    (one amax per expert), W and Wᵀ, and the gathered slices, in rank order, are the batched
-    quantization of all the experts. No all-reduce; one fingerprint of the layer's
-    configuration travels along (checked on the host at the first gather, on the device
-    after: a disagreement turns the amaxes to NaN)."""
+    """An expert weight [E, N, K] (GroupedLinear's, or a projection of GroupedExperts; or
+    FSDP2's shard of it: whole experts) that FSDP2 all-gathers in NVFP4: each rank quantizes
+    its experts as the layer's forward does (one amax per expert), W and Wᵀ, and the
+    gathered slices, in rank order, are the batched quantization of all the experts. No
+    all-reduce; one fingerprint of the layer's configuration travels along (checked on the
+    host at the first gather, on the device after: a disagreement turns the amaxes to NaN)."""
 
     def __repr__(self):
         return f"_ExpertShardWeight({self._inner!r})"
@@ -663,7 +674,7 @@ class _ExpertShardWeight(_ShardWeight):
         if tuple(local.shape) != (e // world, n, k):
             raise RuntimeError(f"{name}: FSDP2's shard has shape {list(local.shape)}, expected "
                                f"[{e // world}, {n}, {k}] (whole experts on dim 0)")
-        row, col = _grouped_passes.quantize_experts(local.detach(), module._plan.cfg, transposed=True)
+        row, col = _grouped_passes.quantize_experts(local.detach(), _experts_cfg(module), transposed=True)
         fp = self._registry.expert_fingerprint(module, local.device)
         return (*row, *col, fp), (e, n, k, name, module)
 
@@ -754,18 +765,19 @@ def gathered_weight_cache(weight: torch.Tensor) -> Optional[torch.Tensor]:
 def _unwrap_sd_weight(module, state_dict, prefix, *args):
     """state_dict hook: checkpoints hold the plain master weight (a DTensor of plain shards
     under FSDP2), so they load anywhere, with or without the FP4 gather, on any world size."""
-    key = prefix + "weight"
-    v = state_dict.get(key)
-    if v is None:
-        return
-    local = getattr(v, "_local_tensor", None)
-    if isinstance(local, _ShardWeight):
-        from torch.distributed.tensor import DTensor
+    for p in _gather_params(module):
+        key = prefix + p
+        v = state_dict.get(key)
+        if v is None:
+            continue
+        local = getattr(v, "_local_tensor", None)
+        if isinstance(local, _ShardWeight):
+            from torch.distributed.tensor import DTensor
 
-        state_dict[key] = DTensor.from_local(local._inner, v.device_mesh, v.placements, run_check=False,
-                                             shape=v.shape, stride=v.stride())
-    elif isinstance(v, _ShardWeight):
-        state_dict[key] = v._inner
+            state_dict[key] = DTensor.from_local(local._inner, v.device_mesh, v.placements, run_check=False,
+                                                 shape=v.shape, stride=v.stride())
+        elif isinstance(v, _ShardWeight):
+            state_dict[key] = v._inner
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:
@@ -773,16 +785,14 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
 
 
 def enable_fp4_all_gather(model: nn.Module, exclude: Sequence[str] = ()) -> List[str]:
-    """Make FSDP2 all-gather the weights of `model`'s nvfp4.nn.Linear and GroupedLinear layers
-    in NVFP4.
+    """Make FSDP2 all-gather the weights of `model`'s nvfp4.nn.Linear, GroupedLinear and
+    GroupedExperts layers in NVFP4.
 
     Call it after nvfp4.convert and before fully_shard and before building the optimizer
     (the weights become new Parameters). `exclude`: fnmatch patterns of layer names to leave
     on the ordinary gather. Returns the names of the layers that gather in FP4. A layer whose
     recipe or state cannot use it (fp4_gather_refusal) is a ValueError naming it, unless
-    excluded; so is an NVFP4 layer of a type the FP4 gather does not cover (GroupedExperts, the
-    fused experts of Hugging Face models): excluded, it gathers its weights as FSDP2 does
-    without this call.
+    excluded. Fused experts (GroupedExperts) gather both projections.
     Without FSDP2 the wrapped weights behave as before."""
     if isinstance(exclude, str):
         exclude = [exclude]
@@ -794,41 +804,46 @@ def enable_fp4_all_gather(model: nn.Module, exclude: Sequence[str] = ()) -> List
     for name, m in model.named_modules():
         if _matches(name, exclude):
             continue
-        pname = _gather_spec(m)
-        if pname is None:
-            why = _no_gather_yet(m)
-            if why:
-                refused.append(f"{name}: {why}")
+        pnames = _gather_params(m)
+        if not pnames:
             continue
-        w = getattr(m, pname)
-        if isinstance(getattr(w, "_local_tensor", None), torch.Tensor) or type(w).__name__ == "DTensor":
-            raise ValueError(f"model: layer {name} is already sharded; call enable_fp4_all_gather before fully_shard")
-        if isinstance(w, _ShardWeight):
-            raise ValueError(f"model: layer {name} already gathers in FP4 (enable_fp4_all_gather was called)")
+        ws = [getattr(m, p) for p in pnames]
+        for w in ws:
+            if isinstance(getattr(w, "_local_tensor", None), torch.Tensor) or type(w).__name__ == "DTensor":
+                raise ValueError(f"model: layer {name} is already sharded; call enable_fp4_all_gather before "
+                                 "fully_shard")
+            if isinstance(w, _ShardWeight):
+                raise ValueError(f"model: layer {name} already gathers in FP4 (enable_fp4_all_gather was called)")
         why = fp4_gather_refusal(m)
         if why:
             refused.append(f"{name}: {why}")
             continue
-        if len(uses.get(id(w), [])) > 1:
-            refused.append(f"{name}: its weight is shared ({', '.join(uses[id(w)])}); a tied weight must stay one "
+        shared = [(p, w) for p, w in zip(pnames, ws) if len(uses.get(id(w), [])) > 1]
+        if shared:
+            p, w = shared[0]
+            what = "its weight" if p == "weight" else f"its {p}"
+            refused.append(f"{name}: {what} is shared ({', '.join(uses[id(w)])}); a tied weight must stay one "
                            "Parameter")
             continue
-        if m.weight.dim() != (3 if isinstance(m, GroupedLinear) else 2):
-            refused.append(f"{name}: weight of shape {list(m.weight.shape)}")
+        dims = 2 if isinstance(m, Linear) else 3
+        bad = [(p, w) for p, w in zip(pnames, ws) if w.dim() != dims]
+        if bad:
+            refused.append(f"{name}: {bad[0][0]} of shape {list(bad[0][1].shape)}")
             continue
         chosen[m] = name
     if refused:
         raise ValueError("enable_fp4_all_gather: these layers cannot take their weights in FP4 (leave them out with "
                          "exclude=[...]): " + "; ".join(refused))
-    dense = {m: name for m, name in chosen.items() if not isinstance(m, GroupedLinear)}
+    dense = {m: name for m, name in chosen.items() if isinstance(m, Linear)}
     registry = _Registry(model, dense)
     for m, name in chosen.items():
-        w = m.weight
         kind = _ShardWeight
         if m not in dense:
             registry.experts[m] = name
             kind = _ExpertShardWeight
-        m.weight = nn.Parameter(kind(w.detach(), registry), requires_grad=w.requires_grad)
+        for p in _gather_params(m):
+            w = getattr(m, p)
+            setattr(m, p, nn.Parameter(kind(w.detach(), registry), requires_grad=w.requires_grad))
         hook = getattr(m, "register_state_dict_post_hook", None) or m._register_state_dict_hook
         m._nvfp4_fp4_gather_hook = hook(_unwrap_sd_weight)
     return list(chosen.values())
@@ -839,13 +854,17 @@ def disable_fp4_all_gather(model: nn.Module) -> List[str]:
     with). Returns the layers changed."""
     done = []
     for name, m in model.named_modules():
-        w = getattr(m, "weight", None)
-        local = getattr(w, "_local_tensor", None)
-        if isinstance(local, _ShardWeight):
-            raise ValueError(f"model: layer {name} is sharded by FSDP2 already; the FP4 gather it was built with "
-                             "stays (build the model again without enable_fp4_all_gather)")
-        if isinstance(w, _ShardWeight):
-            m.weight = nn.Parameter(w._inner, requires_grad=w.requires_grad)
+        changed = False
+        for p in _gather_params(m):
+            w = getattr(m, p, None)
+            local = getattr(w, "_local_tensor", None)
+            if isinstance(local, _ShardWeight):
+                raise ValueError(f"model: layer {name} is sharded by FSDP2 already; the FP4 gather it was built "
+                                 "with stays (build the model again without enable_fp4_all_gather)")
+            if isinstance(w, _ShardWeight):
+                setattr(m, p, nn.Parameter(w._inner, requires_grad=w.requires_grad))
+                changed = True
+        if changed:
             h = m.__dict__.pop("_nvfp4_fp4_gather_hook", None)
             if h is not None:
                 h.remove()
@@ -857,10 +876,12 @@ def fp4_all_gather_layers(model: nn.Module) -> List[str]:
     """The layers of `model` whose weights gather in FP4."""
     out = []
     for name, m in model.named_modules():
-        w = getattr(m, "weight", None)
-        if isinstance(w, (_ShardWeight, _GatheredWeight, _GatheredExperts)) \
-                or isinstance(getattr(w, "_local_tensor", None), _ShardWeight):
-            out.append(name)
+        for p in _gather_params(m):
+            w = getattr(m, p, None)
+            if isinstance(w, (_ShardWeight, _GatheredWeight, _GatheredExperts)) \
+                    or isinstance(getattr(w, "_local_tensor", None), _ShardWeight):
+                out.append(name)
+                break
     return out
 
 

@@ -341,15 +341,23 @@ class _FusedExperts(nn.Module):
         return F.gelu(h)
 
 
-def test_enable_refuses_fused_experts_by_name():
-    """GroupedExperts (two 3D weights per module) has no FP4 gather: named, not left on the
-    high-precision gather unsaid; excluded, the rest converts."""
+def test_enable_takes_fused_experts_and_refuses_the_transposed_layout():
+    """GroupedExperts gathers both of its projections in FP4; the transposed layout (gpt-oss:
+    [E, in, out], read through a transposed copy) is refused by name; excluded, the rest
+    converts."""
     m = nn.Module()
     m.proj = nn.Linear(32, 32)
     m.mlp = _FusedExperts(32, 4, 64)
     nn4.convert(m, "nvfp4", exclude=[])
     assert isinstance(m.mlp, nn4.GroupedExperts)
-    with pytest.raises(ValueError, match=r"mlp: fused experts \(nvfp4\.nn\.GroupedExperts\): their weights have no FP4 gather"):
+    assert nd.enable_fp4_all_gather(m) == ["proj", "mlp"] == nd.fp4_all_gather_layers(m)
+    assert {type(m.mlp.up_proj).__name__, type(m.mlp.down_proj).__name__} == {"_ExpertShardWeight"}
+    sd = m.state_dict()
+    assert type(sd["mlp.up_proj"]) is torch.Tensor and type(sd["mlp.down_proj"]) is torch.Tensor
+    assert nd.disable_fp4_all_gather(m) == ["proj", "mlp"]
+    assert all(type(p) is nn.Parameter for p in m.parameters())
+    m.mlp.is_transposed = True
+    with pytest.raises(ValueError, match=r"mlp: its experts' weights are stored transposed"):
         nd.enable_fp4_all_gather(m)
     assert nd.fp4_all_gather_layers(m) == []
     assert nd.enable_fp4_all_gather(m, exclude=["mlp"]) == ["proj"]
@@ -836,6 +844,62 @@ def test_experts_fp4_gather_gloo():
     _spawn(_experts_gather_body, 2, "cpu", 3)
 
 
+class FusedMoENet(nn.Module):
+    """Fixed top-2 routing through fused experts (GroupedExperts once converted)."""
+
+    def __init__(self, d, e):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.mlp = _FusedExperts(d, e, 2 * d)
+        self.head = nn.Linear(d, 32)
+
+    def forward(self, x, idx, w):
+        return self.head(x + self.mlp(self.norm(x), idx, w))
+
+
+def _fused_experts_gather_body(rank, world, dev, steps):
+    """GroupedExperts under FSDP2: the FP4 gather of both projections against the ordinary
+    gather, losses and parameters bit for bit."""
+    from torch.distributed.fsdp import fully_shard
+
+    d, e, t = 32, 4, 24
+    g = torch.Generator().manual_seed(11)
+    data = [(torch.randn(world * t, d, generator=g).to(dev), torch.randn(world * t, 32, generator=g).to(dev),
+             torch.randint(0, e, (world * t, 2), generator=g).to(dev)) for _ in range(steps)]
+
+    def build(fp4):
+        torch.manual_seed(0)
+        model = FusedMoENet(d, e).to(dev)
+        nn4.convert(model, _recipe(rank), exclude=[])
+        assert isinstance(model.mlp, nn4.GroupedExperts)
+        if fp4:
+            assert nd.enable_fp4_all_gather(model) == ["mlp", "head"]
+        fully_shard(model.mlp, mesh=_mesh(dev.type, world))
+        fully_shard(model, mesh=_mesh(dev.type, world))
+        return model
+
+    plain, fp4 = build(False), build(True)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.0) for m in (plain, fp4)]
+    for step, (x, y, idx) in enumerate(data):
+        losses = []
+        for model, opt in zip((plain, fp4), opts):
+            xr, yr, ir = x.chunk(world)[rank], y.chunk(world)[rank], idx.chunk(world)[rank]
+            loss = F.mse_loss(model(xr, ir, torch.full(ir.shape, 0.5, device=dev)).float(), yr)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+        assert torch.equal(losses[0], losses[1]), f"step {step}: {losses}"
+    for (na, pa), (nb, pb) in zip(plain.named_parameters(), fp4.named_parameters()):
+        assert na == nb
+        assert_bytes_equal(_full(pb).detach(), _full(pa).detach(), nb)
+
+
+@pytest.mark.skipif(SKIP_GLOO, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
+def test_fused_experts_fp4_gather_gloo():
+    _spawn(_fused_experts_gather_body, 2, "cpu", 3)
+
+
 @pytest.mark.skipif(N_GPUS < 2, reason="needs 2 CUDA GPUs")
 def test_experts_fp4_gather_nccl():
     _spawn(_experts_gather_body, 2 if N_GPUS < 4 else 4, "cuda", 3)
@@ -1094,19 +1158,19 @@ def test_train_example_fsdp_fp4_gather_gloo(tmp_path):
 
 @pytest.mark.skipif(SKIP_GLOO or not HAS_FSDP2, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
 def test_train_example_fsdp_moe_gloo(tmp_path):
-    """With --moe the example names the expert layers the FP4 gather leaves out (they gather
-    like the other parameters) and trains; only the dense NVFP4 Linears gather in FP4."""
+    """With --moe the fused experts gather in FP4 too (both projections of each MLP), and the
+    example trains."""
     import json
     import math
 
     args = ["--smoke", "--moe", "4", "--steps", "2", "--eval-interval", "2", "--out", str(tmp_path), "--fsdp",
             "--fp4-all-gather"]
-    out = _torchrun(2, "examples/train.py", *args)
-    assert "2 expert layers gather in" in out, out[-2000:]
+    _torchrun(2, "examples/train.py", *args)
     b = json.loads((tmp_path / "nvfp4-fsdp2-fp4ag-moe4x2.json").read_text())
     assert b["steps"] == 2 and math.isfinite(b["final_val_loss"])
     got = b["distributed"]["fp4_gathered_layers"]
-    assert len(got) == 4 and all(".attn." in n for n in got), got  # the MLPs are expert layers
+    assert sorted(got) == sorted([f"blocks.{i}.attn.{p}" for i in range(2) for p in ("qkv", "proj")]
+                                 + [f"blocks.{i}.mlp.experts" for i in range(2)]), got
 
 
 @pytest.mark.skipif(SKIP_GLOO or not HAS_FSDP2, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
