@@ -67,7 +67,9 @@ def build(name, a, dev, mesh, rank):
     return model, converted
 
 
-def time_variant(name, a, dev, mesh, rank, world, batches):
+def trainer(name, a, dev, mesh, rank, batches):
+    """(model, optimizer, converted layers, step(i) -> loss) of one variant: AdamW, BF16
+    autocast on a GPU, batch i % len(batches)."""
     model, converted = build(name, a, dev, mesh, rank)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
     amp = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
@@ -82,6 +84,11 @@ def time_variant(name, a, dev, mesh, rank, world, batches):
         opt.zero_grad(set_to_none=True)
         return loss
 
+    return model, opt, converted, step
+
+
+def time_variant(name, a, dev, mesh, rank, world, batches):
+    model, opt, converted, step = trainer(name, a, dev, mesh, rank, batches)
     for i in range(a.warmup):
         step(i)
     with nd.count_collectives() as c:
@@ -187,18 +194,7 @@ def count_variant(name, a, dev, mesh, rank, world, batches):
     for h in _HOOKS:
         setattr(nd._ShardWeight, h, scoped(h))
     try:
-        model, converted = build(name, a, dev, mesh, rank)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
-        amp = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
-
-        def step(i):
-            x, y = batches[i % len(batches)]
-            with amp:
-                logits = model(x)
-            F.cross_entropy(logits.float().reshape(-1, T.VOCAB), y.reshape(-1)).backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
+        model, opt, converted, step = trainer(name, a, dev, mesh, rank, batches)
         for i in range(a.warmup):
             step(i)
         sync(dev)

@@ -39,9 +39,9 @@ quantized from the sharded master weight (FP32 under a BF16 MixedPrecisionPolicy
 gathered weight is bit for bit the one a single process quantizes from the same master
 weight.
 
-Not covered: the 1x16 weight recipes (``no_2d``, ``fp4_all_the_way``: their Wᵀ is not a
-transpose of W's codes), the MXFP4 and double-quantization recipes, layers whose forward
-needs the dense weight (``fwd_only``'s BF16 dgrad, ``set_precision(.., "bf16")``): they are
+Not covered: on Linear layers the 1x16 weight recipes (``no_2d``, ``fp4_all_the_way``:
+their Wᵀ is not a transpose of W's codes), the MXFP4 and double-quantization recipes,
+layers whose forward needs the dense weight (``fwd_only``'s BF16 dgrad, ``set_precision(.., "bf16")``): they are
 refused by name; leave them out with ``exclude``. DDP needs nothing of this: every rank
 holds the whole weight and quantizes it locally.
 
@@ -181,16 +181,18 @@ def assemble_gathered(gathered: torch.Tensor, amax: torch.Tensor, layout: Gather
 # ------------------------------------------------------------------------------ which layers
 def fp4_gather_refusal(module: nn.Module) -> Optional[str]:
     """Why this layer's weight cannot travel in FP4 (None: it can)."""
-    if isinstance(module, (GroupedLinear, GroupedExperts)):
-        return _experts_refusal(module)
-    if not isinstance(module, Linear):
+    experts = isinstance(module, (GroupedLinear, GroupedExperts))
+    if not experts and not isinstance(module, Linear):
         return f"a {type(module).__name__}, not an nvfp4.nn.Linear, GroupedLinear or GroupedExperts"
+    if getattr(module, "is_transposed", False):
+        return ("its experts' weights are stored transposed ([E, in, out], read through a transposed copy each "
+                "forward); the FP4 gather quantizes [E, out, in] weights")
     r: Recipe = module.recipe
     if not r.quantized:
         return f"recipe {r.name!r} runs in the compute dtype"
     if not r.fused:
         return f"recipe {r.name!r} has MXFP4 or double-quantized operands (per-operand path)"
-    if r.w.block != "2d":
+    if not experts and r.w.block != "2d":  # expert layers gather W and Wᵀ both, any block
         return (f"recipe {r.name!r} quantizes W in 1x16 blocks: Wᵀ (dgrad) is not the transpose of W's codes, "
                 f"it would need a second gather")
     if not r.fprop or not r.dgrad:
@@ -199,20 +201,6 @@ def fp4_gather_refusal(module: nn.Module) -> Optional[str]:
         return f"the layer runs at precision {module.precision!r} (set_precision), which needs the dense weight"
     if getattr(module, "weight_reuse", None) is not None:
         return "weight_reuse is set: the gathered weight is already quantized once per gather"
-    return None
-
-
-def _experts_refusal(module: nn.Module) -> Optional[str]:
-    if getattr(module, "is_transposed", False):
-        return ("its experts' weights are stored transposed ([E, in, out], read through a transposed copy each "
-                "forward); the FP4 gather quantizes [E, out, in] weights")
-    r: Recipe = module.recipe
-    if not r.quantized:
-        return f"recipe {r.name!r} runs in the compute dtype"
-    if not r.fprop or not r.dgrad:
-        return f"recipe {r.name!r} runs fprop or dgrad in the compute dtype, which needs the dense weight"
-    if module.precision != "nvfp4":
-        return f"the layer runs at precision {module.precision!r} (set_precision), which needs the dense weight"
     return None
 
 
@@ -589,11 +577,53 @@ class _ShardWeight(torch.Tensor):
         return _GatheredWeight(buf, layout.n, layout.k, param_dtype), (buf,)
 
 
-class _GatheredWeight(torch.Tensor):
+class _CodesOnly(torch.Tensor):
+    """Base of the unsharded weights FSDP2 hands to a layer under the FP4 all-gather: the
+    weight's shape and dtype, content only its NVFP4 quantization. Detach, alias and views of
+    the whole keep it (FSDP2 and nn.Parameter make them); factories that take only the
+    shape, dtype and device (zeros_like for a missing gradient) give a plain tensor; a
+    subclass may take ops of its own (`_op`); anything else needs the dense values and is
+    refused by name."""
+
+    _what = "weight"
+
+    def _same(self) -> "_CodesOnly":
+        raise NotImplementedError
+
+    def _op(self, func, args, kwargs):
+        return NotImplemented
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        me = next(a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, _CodesOnly))
+        shape, strides = tuple(me.shape), tuple(me.stride())
+        if func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
+            return me._same()
+        if func in (torch.ops.aten.as_strided.default, torch.ops.aten.view.default,
+                    torch.ops.aten._unsafe_view.default):
+            if tuple(args[1]) == shape and (func is not torch.ops.aten.as_strided.default
+                                            or (tuple(args[2]) == strides and not (args[3:] and args[3]))):
+                return me._same()
+        out = me._op(func, args, kwargs)
+        if out is not NotImplemented:
+            return out
+        name = str(func)
+        if name.startswith("aten.") and ("_like" in name or ".new_" in name or name.startswith("aten.new_")):
+            proto = torch.empty(shape, dtype=me.dtype, device=me.device)
+            args, kwargs = pytree.tree_map_only(_CodesOnly, lambda t: proto, (args, kwargs))
+            return func(*args, **kwargs)
+        raise RuntimeError(
+            f"{func}: this {me._what} arrived through FSDP2's FP4 all-gather (nvfp4.distributed) and holds only its "
+            "NVFP4 quantization; the op needs the dense weight. Layers whose forward uses the dense weight "
+            "(set_precision(.., 'bf16'), recipes without FP4 fprop/dgrad) cannot use the FP4 gather: leave them out "
+            "with enable_fp4_all_gather(model, exclude=[...]) or call it without them")
+
+
+class _GatheredWeight(_CodesOnly):
     """The unsharded weight FSDP2 hands to an nvfp4.nn.Linear under the FP4 all-gather: shape
     and dtype of the weight, content only its NVFP4 quantization (the Linear's weight-cache
-    layout, `_buf`). Its gradient is a plain tensor, reduce-scattered by FSDP2. Ops that
-    need the dense values are refused by name."""
+    layout, `_buf`). Its gradient is a plain tensor, reduce-scattered by FSDP2."""
 
     @staticmethod
     def __new__(cls, buf: torch.Tensor, n: int, k: int, dtype: torch.dtype):
@@ -611,39 +641,20 @@ class _GatheredWeight(torch.Tensor):
     def nvfp4_w_cache(self) -> torch.Tensor:
         return self._buf
 
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        me = next(a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, _GatheredWeight))
-        n, k = me._nk
-        if func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
-            return _GatheredWeight(me._buf, n, k, me.dtype)
-        if func in (torch.ops.aten.as_strided.default, torch.ops.aten.view.default,
-                    torch.ops.aten._unsafe_view.default):
-            if tuple(args[1]) == (n, k) and (func is not torch.ops.aten.as_strided.default
-                                             or (tuple(args[2]) == (k, 1) and not (args[3:] and args[3]))):
-                return _GatheredWeight(me._buf, n, k, me.dtype)
-        if func is getattr(torch.ops.nvfp4, "linear_fwd").default:
-            # nvfp4.nn.Linear's forward with the gathered weight as its weight cache: the op
-            # reads W from the cache and only needs the weight's shape from its argument.
-            a = list(args)
-            if a[7] != _passes.W_REUSE or a[8] is not me._buf:
-                raise RuntimeError("linear_fwd: an FP4-gathered weight must be passed with its own buffer as the "
-                                   "weight cache (w_mode W_REUSE)")
-            a[1] = torch.empty((1, 1), dtype=me.dtype, device=me.device).expand(n, k)
-            return func(*a, **kwargs)
-        name = str(func)
-        if name.startswith("aten.") and ("_like" in name or ".new_" in name or name.startswith("aten.new_")):
-            # factories that only take the shape, dtype and device (e.g. zeros_like for a
-            # missing gradient)
-            proto = torch.empty((n, k), dtype=me.dtype, device=me.device)
-            args, kwargs = pytree.tree_map_only(_GatheredWeight, lambda t: proto, (args, kwargs))
-            return func(*args, **kwargs)
-        raise RuntimeError(
-            f"{func}: this weight arrived through FSDP2's FP4 all-gather (nvfp4.distributed) and holds only its "
-            "NVFP4 quantization; the op needs the dense weight. Layers whose forward uses the dense weight "
-            "(set_precision(.., 'bf16'), recipes without FP4 fprop/dgrad) cannot use the FP4 gather: leave them out "
-            "with enable_fp4_all_gather(model, exclude=[...]) or call it without them")
+    def _same(self):
+        return _GatheredWeight(self._buf, *self._nk, self.dtype)
+
+    def _op(self, func, args, kwargs):
+        if func is not getattr(torch.ops.nvfp4, "linear_fwd").default:
+            return NotImplemented
+        # nvfp4.nn.Linear's forward with the gathered weight as its weight cache: the op reads
+        # W from the cache and only needs the weight's shape from its argument.
+        a = list(args)
+        if a[7] != _passes.W_REUSE or a[8] is not self._buf:
+            raise RuntimeError("linear_fwd: an FP4-gathered weight must be passed with its own buffer as the "
+                               "weight cache (w_mode W_REUSE)")
+        a[1] = torch.empty((1, 1), dtype=self.dtype, device=self.device).expand(*self._nk)
+        return func(*a, **kwargs)
 
 
 class _ExpertShardWeight(_ShardWeight):
@@ -693,7 +704,8 @@ class _ExpertShardWeight(_ShardWeight):
                                  "(a recipe may differ across ranks in its seed only)")
             reg.experts_checked[module] = True
         else:
-            bad = fp.max() != fp.min()
+            lo, hi = torch.aminmax(fp)
+            bad = lo != hi
             for t in (a, ta):
                 with torch.autograd._unsafe_preserve_version_counter(t):
                     t.masked_fill_(bad, float("nan"))
@@ -710,11 +722,13 @@ class _ExpertShardWeight(_ShardWeight):
         return _GatheredExperts(row, col, e, n, k, param_dtype), (*row, *col)
 
 
-class _GatheredExperts(torch.Tensor):
+class _GatheredExperts(_CodesOnly):
     """The unsharded expert weight FSDP2 hands to a GroupedLinear under the FP4 all-gather:
     shape [E, N, K] and dtype of the weight, content only its batched NVFP4 quantization
     (``nvfp4_batched_w``: W rowwise and Wᵀ, each (codes, scales, amax)). Its gradient is a
-    plain tensor, reduce-scattered by FSDP2. Ops that need the dense values are refused."""
+    plain tensor, reduce-scattered by FSDP2."""
+
+    _what = "expert weight"
 
     @staticmethod
     def __new__(cls, row, col, e: int, n: int, k: int, dtype: torch.dtype):
@@ -731,28 +745,8 @@ class _GatheredExperts(torch.Tensor):
     def nvfp4_batched_w(self):
         return self._row, self._col
 
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        me = next(a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, _GatheredExperts))
-        e, n, k = me._enk
-        same = lambda: _GatheredExperts(me._row, me._col, e, n, k, me.dtype)  # noqa: E731
-        if func in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
-            return same()
-        if func in (torch.ops.aten.as_strided.default, torch.ops.aten.view.default,
-                    torch.ops.aten._unsafe_view.default):
-            if tuple(args[1]) == (e, n, k) and (func is not torch.ops.aten.as_strided.default
-                                                or (tuple(args[2]) == (n * k, k, 1) and not (args[3:] and args[3]))):
-                return same()
-        name = str(func)
-        if name.startswith("aten.") and ("_like" in name or ".new_" in name or name.startswith("aten.new_")):
-            proto = torch.empty((e, n, k), dtype=me.dtype, device=me.device)
-            args, kwargs = pytree.tree_map_only(_GatheredExperts, lambda t: proto, (args, kwargs))
-            return func(*args, **kwargs)
-        raise RuntimeError(
-            f"{func}: this expert weight arrived through FSDP2's FP4 all-gather (nvfp4.distributed) and holds only "
-            "its NVFP4 quantization; the op needs the dense weight. Leave the layer out with "
-            "enable_fp4_all_gather(model, exclude=[...]) or call it without the FP4 gather")
+    def _same(self):
+        return _GatheredExperts(self._row, self._col, *self._enk, self.dtype)
 
 
 def gathered_weight_cache(weight: torch.Tensor) -> Optional[torch.Tensor]:

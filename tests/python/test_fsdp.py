@@ -312,6 +312,10 @@ def test_enable_takes_grouped_linear_and_refuses_by_name():
     assert nd.enable_fp4_all_gather(m) == ["proj", "moe.experts"] == nd.fp4_all_gather_layers(m)
     assert type(m.moe.experts.weight).__name__ == "_ExpertShardWeight"
     assert nd.disable_fp4_all_gather(m) == ["proj", "moe.experts"]
+    m.moe.experts.recipe = "no_2d"  # 1x16 weight blocks: refused on a Linear, taken on experts
+    assert nd.enable_fp4_all_gather(m) == ["proj", "moe.experts"]
+    nd.disable_fp4_all_gather(m)
+    m.moe.experts.recipe = "nvfp4"
     assert all(type(p) is nn.Parameter for p in m.parameters())
     for change, why in [(lambda: nn4.set_precision(m.moe.experts, "bf16"), "precision 'bf16'"),
                         (lambda: setattr(m.moe.experts, "recipe", "bf16"), "compute dtype"),
@@ -492,6 +496,13 @@ def _gather_capture(model, store):
 
 def _full(p):
     return p.full_tensor() if hasattr(p, "full_tensor") else p
+
+
+def _assert_same_parameters(a, b):
+    """The two sharded models' parameters, gathered in full, bit for bit and in the same order."""
+    for (na, pa), (nb, pb) in zip(a.named_parameters(), b.named_parameters()):
+        assert na == nb
+        assert_bytes_equal(_full(pb).detach(), _full(pa).detach(), nb)
 
 
 @contextlib.contextmanager
@@ -804,9 +815,7 @@ def _experts_gather_body(rank, world, dev, steps):
             opt.zero_grad(set_to_none=True)
             losses.append(loss.detach())
         assert torch.equal(losses[0], losses[1]), f"step {step}: {losses}"
-    for (na, pa), (nb, pb) in zip(plain.named_parameters(), fp4.named_parameters()):
-        assert na == nb
-        assert_bytes_equal(_full(pb).detach(), _full(pa).detach(), nb)
+    _assert_same_parameters(plain, fp4)
     sd = fp4.state_dict()["blocks.0.up.weight"]
     assert type(getattr(sd, "_local_tensor", sd)) is torch.Tensor  # checkpoints hold the plain master
     # 3 experts over 2 ranks: FSDP2's dim-0 shards would split the experts unevenly
@@ -890,9 +899,7 @@ def _fused_experts_gather_body(rank, world, dev, steps):
             opt.zero_grad(set_to_none=True)
             losses.append(loss.detach())
         assert torch.equal(losses[0], losses[1]), f"step {step}: {losses}"
-    for (na, pa), (nb, pb) in zip(plain.named_parameters(), fp4.named_parameters()):
-        assert na == nb
-        assert_bytes_equal(_full(pb).detach(), _full(pa).detach(), nb)
+    _assert_same_parameters(plain, fp4)
 
 
 @pytest.mark.skipif(SKIP_GLOO, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
@@ -978,14 +985,15 @@ def test_experts_shard_gathers_to_the_whole_quantization():
 
     g = torch.Generator().manual_seed(3)
     w = torch.randn(6, 48, 32, generator=g) * torch.tensor([1e-3, 1.0, 30.0, 0.0, 1e3, 2.0]).view(6, 1, 1)
-    cfg = nn4.GroupedLinear(6, 32, 48)._plan.cfg
-    whole = gp.quantize_experts(w, cfg, transposed=True)
-    for world in (1, 2, 3, 6):
-        parts = [gp.quantize_experts(c, cfg, transposed=True) for c in w.chunk(world)]
-        for o in range(2):
-            for i in range(3):
-                got = torch.cat([p[o][i] for p in parts])
-                assert torch.equal(got.view(torch.uint8), whole[o][i].view(torch.uint8)), (world, o, i)
+    for recipe in ("nvfp4", "no_2d"):  # 16x16 tiles and 1x16 blocks: experts gather W and Wᵀ both
+        cfg = nn4.GroupedLinear(6, 32, 48, recipe=recipe)._plan.cfg
+        whole = gp.quantize_experts(w, cfg, transposed=True)
+        for world in (1, 2, 3, 6):
+            parts = [gp.quantize_experts(c, cfg, transposed=True) for c in w.chunk(world)]
+            for o in range(2):
+                for i in range(3):
+                    got = torch.cat([p[o][i] for p in parts])
+                    assert torch.equal(got.view(torch.uint8), whole[o][i].view(torch.uint8)), (recipe, world, o, i)
     ge = nd._GatheredExperts(whole[0], whole[1], 6, 48, 32, torch.float32)
     assert ge.nvfp4_batched_w[0] is not None and ge.shape == (6, 48, 32)
     with pytest.raises(RuntimeError, match="holds only its NVFP4 quantization"):
