@@ -51,12 +51,13 @@ def build(name, a, dev, mesh, rank):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     margs = argparse.Namespace(d_model=a.d_model, n_layers=a.n_layers, n_heads=a.n_heads, seq_len=a.seq_len, seed=0,
-                               master_dtype=torch.float32)
+                               master_dtype=torch.float32, moe=a.moe, moe_top_k=a.moe_top_k, moe_ffn=a.moe_ffn)
     model = T.build_model(margs, dev)
     converted = []
     if name != "bf16":
-        nn4.convert(model, nn4.get_recipe(a.recipe, backend=a.backend, seed=1000 + rank), include="blocks.*")
-        converted = [m for m in model.modules() if isinstance(m, nn4.Linear)]
+        nn4.convert(model, nn4.get_recipe(a.recipe, backend=a.backend, seed=1000 + rank), include="blocks.*",
+                    exclude=list(nn4.DEFAULT_EXCLUDE) + list(nn4.ROUTER_NAMES))
+        converted = [m for m in model.modules() if isinstance(m, (nn4.Linear, nn4.GroupedExperts))]
     if name == "nvfp4_fp4gather":
         nd.enable_fp4_all_gather(model)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if dev.type == "cuda" \
@@ -87,6 +88,23 @@ def trainer(name, a, dev, mesh, rank, batches):
     return model, opt, converted, step
 
 
+def converted_bytes(converted):
+    """(FP4 bytes, BF16 bytes) of the converted layers' weights as a gather moves them: a dense
+    weight [N, K] as N*K/2 code bytes + N*K/16 scale bytes (Wᵀ is rebuilt from its 2D tiles);
+    an expert weight [E, N, K] as W and Wᵀ both (1D blocks of each orientation)."""
+    fp4 = bf16 = 0
+    for m in converted:
+        if isinstance(m, nn4.GroupedExperts):
+            for p in (m.up_proj, m.down_proj):
+                e, n, k = p.shape
+                fp4 += e * (n * (k // 2 + k // 16) + k * (n // 2 + n // 16))
+                bf16 += 2 * e * n * k
+        else:
+            fp4 += m.out_features * (m.in_features // 2 + m.in_features // 16)
+            bf16 += 2 * m.out_features * m.in_features
+    return fp4, bf16
+
+
 def time_variant(name, a, dev, mesh, rank, world, batches):
     model, opt, converted, step = trainer(name, a, dev, mesh, rank, batches)
     for i in range(a.warmup):
@@ -106,8 +124,7 @@ def time_variant(name, a, dev, mesh, rank, world, batches):
         times.append(time.perf_counter() - t0)
     med = torch.tensor([statistics.median(times)], dtype=torch.float64, device=dev)
     dist.all_reduce(med, op=dist.ReduceOp.MAX)  # the slowest rank's median
-    lin_fp4 = sum(m.out_features * (m.in_features // 2 + m.in_features // 16) for m in converted)
-    lin_bf16 = sum(2 * m.out_features * m.in_features for m in converted)
+    lin_fp4, lin_bf16 = converted_bytes(converted)
     row = {"step_ms": 1e3 * med.item(), "loss": loss.detach().item(), "all_gather_bytes": c.all_gather_bytes,
            "all_gather_calls": c.all_gather_calls, "all_reduce_calls": c.all_reduce_calls,
            "reduce_scatter_bytes": c.reduce_scatter_bytes, "converted_layers": len(converted),
@@ -149,6 +166,7 @@ def op_counts(events):
     """{scope: {"calls", "ops", "work_ops", "launches"}} of one profiled step; scope "step"
     counts everything, the hook names what ran inside that hook."""
     out = {k: {"calls": 0, "ops": 0, "work_ops": 0, "launches": 0} for k in ("step",) + _HOOKS}
+    names = {}  # top-level ops of the step by name
     for e in events:
         sc = _scope_of(e)
         rows = [out["step"]] + ([out[sc]] if sc in out else [])
@@ -159,11 +177,28 @@ def op_counts(events):
         for r in rows:
             if _is_op(e) and not parent_op:
                 r["ops"] += 1
+                if r is out["step"]:
+                    names[e.name] = names.get(e.name, 0) + 1
             if _is_op(e) and not e.cpu_children and e.name not in _NO_WORK:
                 r["work_ops"] += 1
             if any(k in e.name for k in _LAUNCH):
                 r["launches"] += 1
+    out["op_names"] = names
     return out
+
+
+def kernel_times(events, top=15):
+    """{"kernel_ms": GPU kernel time of the step summed over streams, "top": [(name, ms, launches)]}."""
+    from torch.autograd import DeviceType
+
+    tot = {}
+    for e in events:
+        if e.device_type == DeviceType.CUDA:
+            name = e.name if len(e.name) <= 90 else e.name[:87] + "..."
+            t, c = tot.get(name, (0.0, 0))
+            tot[name] = (t + e.time_range.elapsed_us() / 1e3, c + 1)
+    rows = sorted(((k, t, c) for k, (t, c) in tot.items()), key=lambda r: -r[1])
+    return {"kernel_ms": sum(r[1] for r in rows), "top": rows[:top]}
 
 
 def count_variant(name, a, dev, mesh, rank, world, batches):
@@ -172,13 +207,13 @@ def count_variant(name, a, dev, mesh, rank, world, batches):
 
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    saved = {h: getattr(nd._ShardWeight, h) for h in _HOOKS}
+    # the experts' class defines hooks of its own: both classes' hooks counted alike
+    classes = (nd._ShardWeight, nd._ExpertShardWeight)
+    saved = {(c, h): c.__dict__[h] for c in classes for h in _HOOKS}
     host = {h: [0, 0.0] for h in _HOOKS}  # calls, seconds: filled during the last (unprofiled) step
     timing = [False]
 
-    def scoped(h):
-        f = saved[h]
-
+    def scoped(h, f):
         @functools.wraps(f)
         def g(*args, **kwargs):
             t0 = time.perf_counter()
@@ -191,8 +226,8 @@ def count_variant(name, a, dev, mesh, rank, world, batches):
                     host[h][1] += time.perf_counter() - t0
         return g
 
-    for h in _HOOKS:
-        setattr(nd._ShardWeight, h, scoped(h))
+    for (c, h), f in saved.items():
+        setattr(c, h, scoped(h, f))
     try:
         model, opt, converted, step = trainer(name, a, dev, mesh, rank, batches)
         for i in range(a.warmup):
@@ -203,6 +238,7 @@ def count_variant(name, a, dev, mesh, rank, world, batches):
             step(a.warmup)
             sync(dev)
         counts = op_counts(prof.events())
+        counts["kernels"] = kernel_times(prof.events())
         counts["converted_layers"] = len(converted)
         # the host's time in each hook (on a GPU the time to issue its work; on the CPU its
         # work too), and the step's, without the profiler
@@ -217,8 +253,17 @@ def count_variant(name, a, dev, mesh, rank, world, batches):
         del model, opt
         return counts
     finally:
-        for h, f in saved.items():
-            setattr(nd._ShardWeight, h, f)
+        for (c, h), f in saved.items():
+            setattr(c, h, f)
+
+
+def print_op_diff(rows, a="nvfp4", b="nvfp4_fp4gather", top=12):
+    """The top-level ops whose count per step differs most between two variants."""
+    if a not in rows or b not in rows:
+        return
+    na, nb = rows[a].get("op_names", {}), rows[b].get("op_names", {})
+    diff = sorted(((nb.get(k, 0) - na.get(k, 0), k) for k in set(na) | set(nb)), key=lambda d: -abs(d[0]))
+    print(f"  ops per step, {b} minus {a}: " + ", ".join(f"{k} {d:+d}" for d, k in diff[:top] if d))
 
 
 def print_counts(a, world, rows):
@@ -228,6 +273,11 @@ def print_counts(a, world, rows):
         s = c["step"]
         print(f"  {name:16s} step: {s['ops']:6d} ops {s['work_ops']:6d} work {s['launches']:6d} launches"
               f"  ({c['converted_layers']} converted layers; host {c['host_step_ms']:.1f} ms to issue the step)")
+        k = c.get("kernels")
+        if k and k["top"]:
+            print(f"  {'':16s} GPU kernels {k['kernel_ms']:.2f} ms a step (summed over streams); the largest:")
+            for name, ms, n in k["top"]:
+                print(f"  {'':16s}   {ms:8.3f} ms {n:5d}x  {name}")
         for h in _HOOKS:
             r = c[h]
             if r["calls"]:
@@ -242,7 +292,7 @@ def sync(dev):
 
 
 def print_table(results):
-    print(f"{'size/bs':9s} {'GPUs':>4s} {'bf16 ms':>9s} {'nvfp4 ms':>9s} {'fp4gath ms':>10s} {'fp4g/bf16g':>10s} "
+    print(f"{'size/bs':16s} {'GPUs':>4s} {'bf16 ms':>9s} {'nvfp4 ms':>9s} {'fp4gath ms':>10s} {'fp4g/bf16g':>10s} "
           f"{'nvfp4/bf16':>10s} {'fp4g/bf16':>10s} {'AG GB bf16g':>11s} {'AG GB fp4g':>10s} {'AG ratio':>8s} "
           f"{'lin ratio':>9s}  device")
     for r in results:
@@ -260,7 +310,11 @@ def print_table(results):
               f"{f['converted_fp4_bytes'] / f['converted_bf16_bytes']:9.4f}") if ("all_gather_bytes" in q and
                                                                                   q.get("all_gather_bytes")) else ""
         label = f"{r['size']}/b{r['model']['batch_size_per_rank']}"
-        print(f"{label:9s} {r['world']:4d} {ms(b)} {ms(q)} {ms(f):>10s} {ratio(f, q)} {ratio(q, b)} {ratio(f, b)} "
+        if r["model"].get("moe"):
+            label += f"/moe{r['model']['moe']['experts']}"
+        if r.get("nccl_env", {}).get("NCCL_P2P_DISABLE") == "1":
+            label += "/no-p2p"
+        print(f"{label:16s} {r['world']:4d} {ms(b)} {ms(q)} {ms(f):>10s} {ratio(f, q)} {ratio(q, b)} {ratio(f, b)} "
               f"{ag}  {r['device']}")
 
 
@@ -269,6 +323,10 @@ def main(argv=None):
     ap.add_argument("--size", default="400m", choices=sorted(T.SIZES))
     ap.add_argument("--batch-size", type=int, default=None, help="sequences per rank (default: the size's)")
     ap.add_argument("--seq-len", type=int, default=None)
+    ap.add_argument("--moe", type=int, default=0, metavar="E",
+                    help="every block's MLP a mixture of E experts (train.py's MoEMLP; --size moe: 32)")
+    ap.add_argument("--moe-top-k", type=int, default=2)
+    ap.add_argument("--moe-ffn", type=int, default=None, help="hidden units per expert (default d_model)")
     ap.add_argument("--recipe", default="nvfp4")
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--variants", default=",".join(VARIANTS))
@@ -289,6 +347,14 @@ def main(argv=None):
     a.d_model, a.n_layers, a.n_heads = size["d_model"], size["n_layers"], size["n_heads"]
     a.seq_len = a.seq_len or size["seq_len"]
     a.batch_size = a.batch_size or size["batch_size"]
+    if a.size == "moe" and not a.moe:
+        a.moe = 32
+    if a.moe:
+        a.moe_ffn = a.moe_ffn or a.d_model
+        if not 1 <= a.moe_top_k <= a.moe:
+            ap.error("--moe-top-k must lie in [1, --moe]")
+    elif a.moe_ffn is not None:
+        ap.error("--moe-ffn: needs --moe")
     a.steps = a.steps or (2 if a.smoke else 10)
     a.warmup = a.warmup or (1 if a.smoke else 3)
     for v in a.variants.split(","):
@@ -321,7 +387,12 @@ def main(argv=None):
                "torch": torch.__version__, "nvfp4": nvfp4.__version__, "recipe": a.recipe,
                "date": time.strftime("%Y-%m-%d"),
                "model": {"d_model": a.d_model, "n_layers": a.n_layers, "seq_len": a.seq_len,
-                         "batch_size_per_rank": a.batch_size},
+                         "batch_size_per_rank": a.batch_size,
+                         "moe": {"experts": a.moe, "top_k": a.moe_top_k, "ffn": a.moe_ffn} if a.moe else None},
+               # NCCL's transport settings (NCCL_P2P_DISABLE=1: no NVLink/PCIe peer copies, a slower link)
+               "nccl_env": {k: v for k, v in sorted(os.environ.items())
+                            if k in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_P2P_LEVEL",
+                                     "NCCL_NET", "NCCL_ALGO", "NCCL_PROTO")},
                "rows": {}}
     try:
         if a.count_ops:
@@ -329,6 +400,7 @@ def main(argv=None):
                     if v != "bf16"}
             if rank == 0:
                 print_counts(a, world, rows)
+                print_op_diff(rows)
                 if a.json:
                     with open(a.json, "w") as fh:
                         json.dump({**{k: v for k, v in results.items() if k != "rows"}, "op_counts": rows}, fh,

@@ -196,9 +196,28 @@ def profile_steps(step, dev, n):
         short = e.name[:120]
         top[short] = top.get(short, 0.0) + (e.time_range.end - e.time_range.start)
     us = 1e-3 / n  # profiler times are in us; report ms per step
+    # What holds the host back: calls that wait for the GPU (synchronizations, scalar reads of
+    # device tensors), and the host ops with the most time of their own.
+    waits: dict = {}
+    host: dict = {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CPU:
+            continue
+        if e.name in _WAITS:
+            c, t = waits.get(e.name, (0, 0.0))
+            waits[e.name] = (c + 1, t + (e.time_range.end - e.time_range.start))
+        host[e.name] = host.get(e.name, 0.0) + e.self_cpu_time_total
     return {"kernels_per_step": len(kernels) / n, "gpu_busy_ms": busy * us, "wall_ms": wall * 1e3 / n,
             "by_kind_ms": {k: v * us for k, v in sorted(by_kind.items())},
-            "top_kernels_ms": {k: v * us for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:16]}}
+            "top_kernels_ms": {k: v * us for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:16]},
+            # (the profile's own final synchronization is one of the n steps' waits)
+            "host_waits_per_step": {k: {"calls": c / n, "ms": t * us} for k, (c, t) in sorted(waits.items())},
+            "top_host_self_ms": {k: v * us for k, v in sorted(host.items(), key=lambda kv: -kv[1])[:10]}}
+
+
+# Host calls that wait for the GPU (a step that makes them cannot run ahead of its kernels).
+_WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+          "aten::_local_scalar_dense", "aten::item", "aten::is_nonzero")
 
 
 def time_steps(model, args, dev, batches, mode):
@@ -419,6 +438,11 @@ def main(argv=None):
                 kinds = "  ".join(f"{k} {v:.2f}" for k, v in p["by_kind_ms"].items())
                 print(f"{'':27s}profile: {p['kernels_per_step']:.0f} kernels/step, GPU busy {p['gpu_busy_ms']:.2f} ms "
                       f"of {p['wall_ms']:.2f} ms wall; by kind (ms): {kinds}", flush=True)
+                waits = p.get("host_waits_per_step") or {}
+                print(f"{'':27s}host waits per step: " + (", ".join(
+                    f"{k} {v['calls']:.1f}x {v['ms']:.2f} ms" for k, v in waits.items()) or "none") + "; host self "
+                      "time (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in list(p["top_host_self_ms"].items())[:6]),
+                      flush=True)
             del model
             if dev.type == "cuda":
                 torch.cuda.empty_cache()

@@ -61,6 +61,7 @@ import contextlib
 import dataclasses
 import fnmatch
 import hashlib
+import math
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -657,6 +658,30 @@ class _GatheredWeight(_CodesOnly):
         return func(*a, **kwargs)
 
 
+def _packed_experts_parts(e: int, n: int, k: int):
+    """[(offset, shape, dtype)] of W's and Wᵀ's batched triples (codes, scales, amaxes) in
+    one byte buffer, each part 16-byte aligned."""
+    parts, off = [], 0
+    for shape, dt in zip(_ops.batched_shapes(e, n, k) + _ops.batched_shapes(e, k, _ops._up(n, 16)),
+                         (torch.uint8, torch.float8_e4m3fn, torch.float32) * 2):
+        parts.append((off, shape, dt))
+        off += -(-math.prod(shape) * dt.itemsize // 16) * 16
+    return parts, off
+
+
+def _packed_experts_nbytes(e: int, n: int, k: int) -> int:
+    return _packed_experts_parts(e, n, k)[1]
+
+
+def _packed_experts(buf: torch.Tensor, e: int, n: int, k: int):
+    """(row, col) triples viewed in a byte buffer of _packed_experts_nbytes bytes."""
+    parts, total = _packed_experts_parts(e, n, k)
+    if buf.dtype != torch.uint8 or buf.numel() != total:
+        raise RuntimeError(f"expert weight buffer: expected {total} bytes, got {buf.dtype} [{buf.numel()}]")
+    v = [buf[o:o + math.prod(s) * dt.itemsize].view(dt).view(s) for o, s, dt in parts]
+    return tuple(v[:3]), tuple(v[3:])
+
+
 class _ExpertShardWeight(_ShardWeight):
     """An expert weight [E, N, K] (GroupedLinear's, or a projection of GroupedExperts; or
     FSDP2's shard of it: whole experts) that FSDP2 all-gathers in NVFP4: each rank quantizes
@@ -685,30 +710,46 @@ class _ExpertShardWeight(_ShardWeight):
         if tuple(local.shape) != (e // world, n, k):
             raise RuntimeError(f"{name}: FSDP2's shard has shape {list(local.shape)}, expected "
                                f"[{e // world}, {n}, {k}] (whole experts on dim 0)")
-        row, col = _grouped_passes.quantize_experts(local.detach(), _experts_cfg(module), transposed=True)
+        cfg = _experts_cfg(module)
+        if world == 1:
+            # One rank: one byte buffer that holds both orientations (FSDP2 copies a single
+            # rank's all-gather input to its output, and only its first input), viewed back
+            # after the "gather"; nothing to check across ranks.
+            buf = torch.empty((_packed_experts_nbytes(e, n, k),), dtype=torch.uint8, device=local.device)
+            _grouped_passes.quantize_experts(local.detach(), cfg, transposed=True, out=_packed_experts(buf, e, n, k))
+            return (buf,), (e, n, k, name, module)
+        row, col = _grouped_passes.quantize_experts(local.detach(), cfg, transposed=True)
         fp = self._registry.expert_fingerprint(module, local.device)
         return (*row, *col, fp), (e, n, k, name, module)
 
-    def fsdp_post_all_gather(self, all_gather_outputs, metadata, param_dtype, *, out=None):
-        e, n, k, name, module = metadata
-        d, sc, a, td, ts, ta, fp = all_gather_outputs
-        rs, cs = _ops.batched_shapes(e, n, k), _ops.batched_shapes(e, k, n)
-        row = (d.view(rs[0]), sc.view(rs[1]), a.view(rs[2]))
-        col = (td.view(cs[0]), ts.view(cs[1]), ta.view(cs[2]))
+    def _check_ranks_agree(self, module, name, fp, amaxes):
+        """The gathered fingerprints (int64 [world]) of one layer: read on the host at the
+        layer's first gather (the same read on every rank: a named error everywhere, not a
+        hang), compared on the device after (a disagreement turns the amaxes to NaN)."""
         reg = self._registry
         if module not in reg.experts_checked:
-            # once per layer, the same read on every rank: a named error everywhere, not a hang
-            fps = fp.tolist()
-            if len(set(fps)) != 1:
+            if len(set(fp.tolist())) != 1:
                 raise ValueError(f"fp4_all_gather: the ranks disagree on the recipe, precision or shape of {name} "
                                  "(a recipe may differ across ranks in its seed only)")
             reg.experts_checked[module] = True
+            return
+        lo, hi = torch.aminmax(fp)
+        bad = lo != hi
+        for t in amaxes:
+            with torch.autograd._unsafe_preserve_version_counter(t):
+                t.masked_fill_(bad, float("nan"))
+
+    def fsdp_post_all_gather(self, all_gather_outputs, metadata, param_dtype, *, out=None):
+        e, n, k, name, module = metadata
+        reg = self._registry
+        if len(all_gather_outputs) == 1:  # one rank: the packed buffer of fsdp_pre_all_gather
+            row, col = _packed_experts(all_gather_outputs[0], e, n, k)
         else:
-            lo, hi = torch.aminmax(fp)
-            bad = lo != hi
-            for t in (a, ta):
-                with torch.autograd._unsafe_preserve_version_counter(t):
-                    t.masked_fill_(bad, float("nan"))
+            d, sc, a, td, ts, ta, fp = all_gather_outputs
+            rs, cs = _ops.batched_shapes(e, n, k), _ops.batched_shapes(e, k, n)
+            row = (d.view(rs[0]), sc.view(rs[1]), a.view(rs[2]))
+            col = (td.view(cs[0]), ts.view(cs[1]), ta.view(cs[2]))
+            self._check_ranks_agree(module, name, fp, (a, ta))
         if out is not None:
             if not isinstance(out, _GatheredExperts):
                 raise RuntimeError(f"out: expected the gathered NVFP4 experts, got {type(out).__name__}")
@@ -719,7 +760,10 @@ class _ExpertShardWeight(_ShardWeight):
                     with torch.autograd._unsafe_preserve_version_counter(dst):
                         dst.copy_(src)
             return None
-        return _GatheredExperts(row, col, e, n, k, param_dtype), (*row, *col)
+        # FSDP2 frees and reallocates the storages of these between gathers: for one rank the
+        # packed buffer (whose storage the six views share), else the six outputs
+        inner = tuple(all_gather_outputs) if len(all_gather_outputs) == 1 else (*row, *col)
+        return _GatheredExperts(row, col, e, n, k, param_dtype), inner
 
 
 class _GatheredExperts(_CodesOnly):

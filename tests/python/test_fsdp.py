@@ -793,7 +793,9 @@ def _experts_gather_body(rank, world, dev, steps):
         return impl(x, w_data, w_scales, w_amax, *a)
 
     for step, (x, y) in enumerate(data):
-        masters = [_full(m.weight).detach().clone() for m in fp4.modules() if isinstance(m, nn4.GroupedLinear)]
+        # (on one rank full_tensor() is the local shard itself, the FP4-gathered subclass: its inner tensor)
+        masters = [getattr(w, "_inner", w) for w in (_full(m.weight).detach().clone() for m in fp4.modules()
+                                                     if isinstance(m, nn4.GroupedLinear))]
         cfgs = [m._plan.cfg for m in fp4.modules() if isinstance(m, nn4.GroupedLinear)]
         losses = []
         for model, opt in zip((plain, fp4), opts):
@@ -818,6 +820,8 @@ def _experts_gather_body(rank, world, dev, steps):
     _assert_same_parameters(plain, fp4)
     sd = fp4.state_dict()["blocks.0.up.weight"]
     assert type(getattr(sd, "_local_tensor", sd)) is torch.Tensor  # checkpoints hold the plain master
+    if world == 1:  # nothing divides unevenly or disagrees on one rank
+        return
     # 3 experts over 2 ranks: FSDP2's dim-0 shards would split the experts unevenly
     odd = _build_moe(d, 3, rank, world, dev, fp4=True, seed=1)
     with pytest.raises(ValueError, match=rf"blocks\.0\.up: 3 experts do not divide among {world} ranks"):
@@ -851,6 +855,14 @@ def _experts_gather_body(rank, world, dev, steps):
 @pytest.mark.skipif(SKIP_GLOO, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
 def test_experts_fp4_gather_gloo():
     _spawn(_experts_gather_body, 2, "cpu", 3)
+
+
+@pytest.mark.skipif(SKIP_GLOO, reason="CPU/gloo variant left to CI (NVFP4_SKIP_GLOO set)")
+def test_experts_fp4_gather_one_rank_gloo():
+    """FSDP2 on one rank copies only the first all-gather input to its output: the experts'
+    gather then travels as one packed buffer, viewed back; the same bits as the ordinary
+    gather."""
+    _spawn(_experts_gather_body, 1, "cpu", 3)
 
 
 class FusedMoENet(nn.Module):

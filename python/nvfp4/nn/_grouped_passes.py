@@ -149,16 +149,27 @@ def _gl_fwd_q_fake(x, w_data, w_scales, w_amax, offs, counter, cfg, save_xt):
     return [y, *xt, err]
 
 
-def quantize_experts(w: torch.Tensor, cfg, transposed: bool):
+def quantize_experts(w: torch.Tensor, cfg, transposed: bool, out=None):
     """W [E, N, K] quantized as GroupedLinear's forward pass quantizes it (the same kernel
     and settings, each expert with its own amax): (rowwise triple, columnwise triple — Wᵀ,
     quantized along N — or empty tensors). Experts are independent, so quantizing a rank's
-    experts gives that rank's slice of quantizing them all."""
+    experts gives that rank's slice of quantizing them all. `out`: the two triples to write
+    (contiguous, of batched_shapes' shapes and _alloc3's dtypes; the caller's)."""
     w = _aligned(w)
     e, n, k = w.shape
     dev = w.device
-    row = _alloc3(batched_shapes(e, n, k), dev)
-    col = _alloc3(batched_shapes(e, k, _up(n, 16)), dev) if transposed else _empty3(dev)
+    if out is not None:
+        row, col = out
+        if not transposed:
+            raise ValueError("out: given for both orientations, but transposed is False")
+        for t, shape, dt in zip(row + col, batched_shapes(e, n, k) + batched_shapes(e, k, _up(n, 16)),
+                                (torch.uint8, torch.float8_e4m3fn, torch.float32) * 2):
+            if tuple(t.shape) != tuple(shape) or t.dtype != dt or not t.is_contiguous() or t.device != dev:
+                raise ValueError(f"out: expected a contiguous {dt} tensor of shape {list(shape)} on {dev}, got "
+                                 f"{t.dtype} {list(t.shape)} on {t.device}")
+    else:
+        row = _alloc3(batched_shapes(e, n, k), dev)
+        col = _alloc3(batched_shapes(e, k, _up(n, 16)), dev) if transposed else _empty3(dev)
     if e:
         _batched_w(w, cfg, _addr3(row), _addr3(col) if transposed else (0, 0, 0), _device(w))
     return row, col
