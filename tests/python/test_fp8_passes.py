@@ -360,3 +360,49 @@ def test_gpu_kernel_path_equals_torch_op_path(recipe, shape, autocast):
         if recipe == "fp8_delayed":
             assert torch.equal(_bits(fused.fp8_amax_history), _bits(ref.fp8_amax_history)), f"step {step}"
             assert torch.equal(_bits(fused.fp8_scale), _bits(ref.fp8_scale)), f"step {step}"
+
+
+@pytest.mark.parametrize("recipe", ["fp8", "fp8_delayed"])
+def test_direct_eager_road_equals_the_dispatched_ops(kernel_path_on_cpu, monkeypatch, recipe):
+    """Plain eager calls run the passes' implementations without the dispatcher (one call
+    each per pass); every pass through the dispatcher gives the same outputs, gradients and
+    delayed-scaling state, bit for bit (the same function on the same inputs)."""
+    torch.manual_seed(5)
+    layers = [FP8Linear(32, 48, bias=True, recipe=recipe) for _ in range(2)]
+    layers[1].load_state_dict(layers[0].state_dict())
+    xs = [torch.randn(24, 32) for _ in range(3)]
+    runs = []
+    for layer, direct in zip(layers, (True, False)):
+        calls = {"fwd": 0, "bwd": 0}
+        fwd_impl, bwd_impl = P._fwd_impl, P._bwd_impl
+
+        def spy_fwd(*a):
+            calls["fwd"] += 1
+            return fwd_impl(*a)
+
+        def spy_bwd(*a):
+            calls["bwd"] += 1
+            return bwd_impl(*a)
+
+        monkeypatch.setattr(P, "_fwd_impl", spy_fwd)
+        monkeypatch.setattr(P, "_bwd_impl", spy_bwd)
+        if not direct:
+            monkeypatch.setattr(P, "_direct", lambda *a: False)
+        out = []
+        for x in xs:
+            x = x.clone().requires_grad_(True)
+            y = layer(x)
+            y.backward(torch.ones_like(y))
+            out += [y.detach(), x.grad, layer.weight.grad.clone(), layer.bias.grad.clone()]
+            layer.weight.grad = layer.bias.grad = None
+        out += [b.clone() for b in layer.buffers()]
+        # direct: the implementations called by name; dispatched: reached through the
+        # dispatcher's registration (which the spies do not replace)
+        n = 3 if direct else 0
+        assert calls == {"fwd": n, "bwd": n}, (direct, calls)
+        monkeypatch.undo()
+        monkeypatch.setattr(F8, "_KERNEL_DEVICES", frozenset({"cpu"}) | F8._KERNEL_DEVICES)
+        runs.append(out)
+    assert len(runs[0]) == len(runs[1])
+    for i, (a, b) in enumerate(zip(*runs)):
+        assert a.dtype == b.dtype and torch.equal(_bits(a), _bits(b)), i

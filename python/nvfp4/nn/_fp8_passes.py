@@ -318,5 +318,21 @@ for _k in ("CPU", "CUDA"):
 torch.library.register_fake("nvfp4::fp8_linear_fwd", _fwd_fake, lib=lib)
 torch.library.register_fake("nvfp4::fp8_linear_bwd", _bwd_fake, lib=lib)
 
-fp8_linear_fwd = torch.ops.nvfp4.fp8_linear_fwd
-fp8_linear_bwd = torch.ops.nvfp4.fp8_linear_bwd
+# Plain eager calls run the implementations without the dispatcher where nothing else could
+# act on the call (nvfp4._ops.direct: not compiling or tracing, no dispatch or profiler mode,
+# plain cpu/cuda tensors), as the NVFP4 Linear's passes do; the same function, the same bits.
+# The dispatcher's share of a call is host time the FP8 step at small sizes waits on.
+_direct = _ops.direct
+
+
+def fp8_linear_fwd(x, w, bias, history, scale, cfg, margin, save_xt, save_wt):
+    if _direct(x, w, bias, history, scale):
+        return _fwd_impl(x, w, bias, history, scale, cfg, margin, save_xt, save_wt)
+    return torch.ops.nvfp4.fp8_linear_fwd(x, w, bias, history, scale, cfg, margin, save_xt, save_wt)
+
+
+def fp8_linear_bwd(dy, xt, wt, scalars, history, scale, cfg, margin, need_dx, need_dw, dw_dtype):
+    if _direct(dy, xt, wt, scalars, history, scale):
+        return _bwd_impl(dy, xt, wt, scalars, history, scale, cfg, margin, need_dx, need_dw, dw_dtype)
+    return torch.ops.nvfp4.fp8_linear_bwd(dy, xt, wt, scalars, history, scale, cfg, margin, need_dx, need_dw,
+                                          dw_dtype)
