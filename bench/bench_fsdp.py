@@ -167,11 +167,17 @@ def op_counts(events):
     counts everything, the hook names what ran inside that hook."""
     out = {k: {"calls": 0, "ops": 0, "work_ops": 0, "launches": 0} for k in ("step",) + _HOOKS}
     names = {}  # top-level ops of the step by name
+    host = {k: {} for k in ("step",) + _HOOKS}  # host self time (us) by event name, per scope
     for e in events:
         sc = _scope_of(e)
         rows = [out["step"]] + ([out[sc]] if sc in out else [])
+        if e.device_type == torch.autograd.DeviceType.CPU:
+            for k in ("step",) + ((sc,) if sc in host else ()):
+                host[k][e.name] = host[k].get(e.name, 0.0) + e.self_cpu_time_total
         if e.name.startswith("bench::"):
-            out[e.name[len("bench::"):]]["calls"] += 1
+            # (on a GPU the profiler also shows each range on the device's timeline: counted once)
+            if e.device_type == torch.autograd.DeviceType.CPU:
+                out[e.name[len("bench::"):]]["calls"] += 1
             continue
         parent_op = e.cpu_parent is not None and _is_op(e.cpu_parent)
         for r in rows:
@@ -184,6 +190,8 @@ def op_counts(events):
             if any(k in e.name for k in _LAUNCH):
                 r["launches"] += 1
     out["op_names"] = names
+    for k, d in host.items():  # the largest ten (under the profiler, which inflates every event alike)
+        out[k]["host_self_us"] = dict(sorted(d.items(), key=lambda kv: -kv[1])[:10])
     return out
 
 
@@ -284,6 +292,10 @@ def print_counts(a, world, rows):
                 print(f"  {'':16s} {h}: {r['calls']} calls, per call {r['ops'] / r['calls']:.1f} ops "
                       f"{r['work_ops'] / r['calls']:.1f} work {r['launches'] / r['calls']:.1f} launches, "
                       f"host {r['host_us_per_call']:.0f} us")
+                print(f"  {'':16s}   host self time in it, us per call (profiled): " + ", ".join(
+                    f"{n} {t / r['calls']:.0f}" for n, t in list(r.get("host_self_us", {}).items())[:6]))
+        print(f"  {'':16s} host self time of the step, ms (profiled): " + ", ".join(
+            f"{n} {t / 1e3:.1f}" for n, t in list(s.get("host_self_us", {}).items())[:8]))
 
 
 def sync(dev):
