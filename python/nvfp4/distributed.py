@@ -741,7 +741,6 @@ class _ExpertShardWeight(_ShardWeight):
 
     def fsdp_post_all_gather(self, all_gather_outputs, metadata, param_dtype, *, out=None):
         e, n, k, name, module = metadata
-        reg = self._registry
         if len(all_gather_outputs) == 1:  # one rank: the packed buffer of fsdp_pre_all_gather
             row, col = _packed_experts(all_gather_outputs[0], e, n, k)
         else:
