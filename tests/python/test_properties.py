@@ -229,6 +229,7 @@ def test_ops_gemm_named_error_or_reference(trip, bias):
 @SETTINGS
 @given(x=tensors(min_dims=0, max_dims=3, last=(16,), floats_only=True), features=often([16], [32]))
 def test_linear_named_error_or_a_result_of_the_right_shape(x, features):
+    torch.manual_seed(0)  # the same layer for every example: a failure reproduces from x alone
     layer = nvfp4.nn.Linear(features, 16, recipe=nvfp4.nn.get_recipe("nvfp4", backend="reference"))
     y, err = outcome(lambda: layer(x))
     if err is not None:
@@ -239,6 +240,13 @@ def test_linear_named_error_or_a_result_of_the_right_shape(x, features):
         xf = x.float()
         good = torch.isfinite(xf).all() and xf.abs().max() < 1e30
         if good:
-            want = torch.nn.functional.linear(xf, layer.weight.float(), layer.bias.float())
-            rel = ((y.float() - want).norm() / want.norm().clamp_min(1e-30)).item()
-            assert rel < 0.3, rel
+            w, b = layer.weight.float(), layer.bias.float()
+            want = torch.nn.functional.linear(xf, w, b)
+            # FP4 error against the size of the terms, not of their sum: a sum that cancels
+            # (|want| far below |x|·|W|) has no relative accuracy to ask for. Round to
+            # nearest moves a value by at most its distance to the nearest grid point, so
+            # each term's error stays below its magnitude; 0.5 of the whole is far from any
+            # example seen (typically ~0.1)
+            mag = torch.nn.functional.linear(xf.abs(), w.abs(), b.abs())
+            rel = ((y.float() - want).norm() / mag.norm().clamp_min(1e-30)).item()
+            assert rel < 0.5, rel
