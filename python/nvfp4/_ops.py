@@ -767,10 +767,13 @@ def batched_shapes(e, rows, cols):
     return (e, rows, cols // 2), (e, _up(rows, 128), _up(cols // 16, 4)), (e,)
 
 
+# The dtypes of a packed direction's three tensors: E2M1 codes (two per byte), E4M3 block
+# scales, the FP32 amax (one per tensor, or per expert).
+TRIPLE_DTYPES = (torch.uint8, torch.float8_e4m3fn, torch.float32)
+
+
 def _alloc3(shapes, device):
-    d, s, a = shapes
-    return (torch.empty(d, dtype=torch.uint8, device=device), torch.empty(s, dtype=torch.float8_e4m3fn, device=device),
-            torch.empty(a, dtype=torch.float32, device=device))
+    return tuple(torch.empty(shape, dtype=dt, device=device) for shape, dt in zip(shapes, TRIPLE_DTYPES))
 
 
 def _addr3(ts) -> Tuple[int, int, int]:

@@ -662,8 +662,8 @@ def _packed_experts_parts(e: int, n: int, k: int):
     """[(offset, shape, dtype)] of W's and Wᵀ's batched triples (codes, scales, amaxes) in
     one byte buffer, each part 16-byte aligned."""
     parts, off = [], 0
-    for shape, dt in zip(_ops.batched_shapes(e, n, k) + _ops.batched_shapes(e, k, _ops._up(n, 16)),
-                         (torch.uint8, torch.float8_e4m3fn, torch.float32) * 2):
+    rs, cs = _grouped_passes.experts_shapes(e, n, k)
+    for shape, dt in zip(rs + cs, _ops.TRIPLE_DTYPES * 2):
         parts.append((off, shape, dt))
         off += -(-math.prod(shape) * dt.itemsize // 16) * 16
     return parts, off
@@ -745,7 +745,7 @@ class _ExpertShardWeight(_ShardWeight):
             row, col = _packed_experts(all_gather_outputs[0], e, n, k)
         else:
             d, sc, a, td, ts, ta, fp = all_gather_outputs
-            rs, cs = _ops.batched_shapes(e, n, k), _ops.batched_shapes(e, k, n)
+            rs, cs = _grouped_passes.experts_shapes(e, n, k)
             row = (d.view(rs[0]), sc.view(rs[1]), a.view(rs[2]))
             col = (td.view(cs[0]), ts.view(cs[1]), ta.view(cs[2]))
             self._check_ranks_agree(module, name, fp, (a, ta))

@@ -6,11 +6,18 @@ from __future__ import annotations
 import torch
 
 from .. import _ops
-from .._ops import (DTYPE_CODE, RAGGED_K, RAGGED_M, _addr3, _aligned, _alloc3, _check_offs, _device, _empty3, _grouped_gemm_run,
-                    _need_2d, _up, batched_shapes, grouped_col_shapes, grouped_row_shapes, lib)
+from .._ops import (DTYPE_CODE, RAGGED_K, RAGGED_M, TRIPLE_DTYPES, _addr3, _aligned, _alloc3, _check_offs, _device,
+                    _empty3, _grouped_gemm_run, _need_2d, _up, batched_shapes, grouped_col_shapes, grouped_row_shapes,
+                    lib)
 from ._passes import LinearConfig, _direct
 
-__all__ = ["grouped_linear_fwd", "grouped_linear_fwd_q", "grouped_linear_bwd", "quantize_experts"]
+__all__ = ["grouped_linear_fwd", "grouped_linear_fwd_q", "grouped_linear_bwd", "quantize_experts", "experts_shapes"]
+
+
+def experts_shapes(e: int, n: int, k: int):
+    """(W's, Wᵀ's) batched shapes for expert weights W [E, N, K]: W quantized along K, Wᵀ
+    [E, K, N] along N (N padded to 16)."""
+    return batched_shapes(e, n, k), batched_shapes(e, k, _up(n, 16))
 
 # ------------------------------------------------------------------------------ GroupedLinear's two passes
 # nvfp4.nn.GroupedLinear: one op per pass, as linear_fwd / linear_bwd for the dense layer, with
@@ -34,7 +41,7 @@ def _gl_fwd_outputs(x, w, offs, cfg, save_xt, save_wt):
     dev = x.device
     y = torch.empty((t, n) if cfg[LinearConfig.FPROP] else (0,), dtype=x.dtype, device=dev)
     xt = _alloc3(grouped_col_shapes(t, k, e), dev) if save_xt else _empty3(dev)
-    wt = _alloc3(batched_shapes(e, k, _up(n, 16)), dev) if save_wt else _empty3(dev)
+    wt = _alloc3(experts_shapes(e, n, k)[1], dev) if save_wt else _empty3(dev)
     return y, xt, wt, torch.empty((1,), dtype=torch.int32, device=dev)
 
 
@@ -53,7 +60,7 @@ def _gl_fwd_impl(x, w, offs, counter, cfg, save_xt, save_wt):
     dev = x.device
     dv = _device(x)
     y, xt, wt, err = _gl_fwd_outputs(x, w, offs, cfg, save_xt, save_wt)
-    wrow = _alloc3(batched_shapes(e, n, w.shape[2]), dev) if fprop else None
+    wrow = _alloc3(experts_shapes(e, n, w.shape[2])[0], dev) if fprop else None
     if fprop or save_wt:
         _batched_w(w, cfg, _addr3(wrow) if fprop else (0, 0, 0), _addr3(wt) if save_wt else (0, 0, 0), dv)
     _gl_x_and_fprop(x, offs, counter, cfg, save_xt, e, n, wrow, y, xt, err, dv)
@@ -111,8 +118,8 @@ def _gl_fwd_q_check(x, w_data, w_scales, w_amax, offs, counter):
         raise ValueError(f"w_data: expected uint8 [E, N, {k // 2}] (the codes of W [E, N, {k}]), got "
                          f"{w_data.dtype} {tuple(w_data.shape)}")
     e, n, _ = w_data.shape
-    d, sc, a = batched_shapes(e, n, k)
-    for name, t, dtype, shape in (("w_scales", w_scales, torch.float8_e4m3fn, sc), ("w_amax", w_amax, torch.float32, a)):
+    _, sc, a = experts_shapes(e, n, k)[0]
+    for name, t, dtype, shape in (("w_scales", w_scales, TRIPLE_DTYPES[1], sc), ("w_amax", w_amax, TRIPLE_DTYPES[2], a)):
         if t.dtype != dtype or tuple(t.shape) != shape:
             raise ValueError(f"{name}: expected {dtype} {shape} for W [{e}, {n}, {k}], got {t.dtype} {tuple(t.shape)}")
     for name, t in (("w_data", w_data), ("w_scales", w_scales), ("w_amax", w_amax)):
@@ -154,7 +161,7 @@ def quantize_experts(w: torch.Tensor, cfg, transposed: bool, out=None):
     and settings, each expert with its own amax): (rowwise triple, columnwise triple — Wᵀ,
     quantized along N — or empty tensors). Experts are independent, so quantizing a rank's
     experts gives that rank's slice of quantizing them all. `out`: the two triples to write
-    (contiguous, of batched_shapes' shapes and _alloc3's dtypes; the caller's)."""
+    (contiguous, of experts_shapes' shapes and TRIPLE_DTYPES; the caller's)."""
     w = _aligned(w)
     e, n, k = w.shape
     dev = w.device
@@ -162,14 +169,15 @@ def quantize_experts(w: torch.Tensor, cfg, transposed: bool, out=None):
         row, col = out
         if not transposed:
             raise ValueError("out: given for both orientations, but transposed is False")
-        for t, shape, dt in zip(row + col, batched_shapes(e, n, k) + batched_shapes(e, k, _up(n, 16)),
-                                (torch.uint8, torch.float8_e4m3fn, torch.float32) * 2):
+        rs, cs = experts_shapes(e, n, k)
+        for t, shape, dt in zip(row + col, rs + cs, TRIPLE_DTYPES * 2):
             if tuple(t.shape) != tuple(shape) or t.dtype != dt or not t.is_contiguous() or t.device != dev:
                 raise ValueError(f"out: expected a contiguous {dt} tensor of shape {list(shape)} on {dev}, got "
                                  f"{t.dtype} {list(t.shape)} on {t.device}")
     else:
-        row = _alloc3(batched_shapes(e, n, k), dev)
-        col = _alloc3(batched_shapes(e, k, _up(n, 16)), dev) if transposed else _empty3(dev)
+        rs, cs = experts_shapes(e, n, k)
+        row = _alloc3(rs, dev)
+        col = _alloc3(cs, dev) if transposed else _empty3(dev)
     if e:
         _batched_w(w, cfg, _addr3(row), _addr3(col) if transposed else (0, 0, 0), _device(w))
     return row, col
