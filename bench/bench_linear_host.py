@@ -42,6 +42,8 @@ def _stub_library():
     """No-op library entry points (gemm_raw answers workspace-size queries with 0)."""
     _ops.quantize_raw = lambda *a: None
     _ops.gemm_raw = lambda *a: 0
+    _ops.quantize_dec_raw = lambda *a: None
+    _ops.gemm_dec_raw = lambda *a: 0
 
 
 @contextlib.contextmanager
@@ -91,10 +93,14 @@ def _counts(fn, ctx=contextlib.nullcontext):
     """Per call: profiler events by name (the profiler sends nvfp4's passes through the
     dispatcher), library calls, and passes run directly / dispatched in plain eager."""
     lib = collections.Counter()
-    real = {name: getattr(_ops, name) for name in ("quantize_raw", "gemm_raw")}
+    # the codes road's entry points and the decoded road's (where the GEMM runner takes decoded
+    # operands: nvfp4.nn._passes)
+    real = {name: getattr(_ops, name) for name in ("quantize_raw", "gemm_raw", "quantize_dec_raw", "gemm_dec_raw")}
+    size_arg = {"gemm_raw": 19, "gemm_dec_raw": 23}  # workspace_bytes: -1 in a size query
     for name, f in real.items():
         def spy(*a, _f=f, _name=name):
-            if not (_name == "gemm_raw" and len(a) > 19 and a[19] == -1):  # size queries are not runs
+            i = size_arg.get(_name)
+            if not (i is not None and len(a) > i and a[i] == -1):  # size queries are not runs
                 lib[_name] += 1
             return _f(*a)
         setattr(_ops, name, spy)

@@ -404,6 +404,93 @@ NB_MODULE(_C, m) {
           return int64_t{0};
         });
 
+  // ---- decoded operands (nvfp4_quantize_decoded, nvfp4_gemm_decoded) on raw addresses ----
+  // quantize_dec_raw(x, dtype, rows, cols, (row data, scales, amax), (row values, amax),
+  //                  (col data, scales, amax), (col values, amax), block, rounding, layout, rht,
+  //                  sign_mask, seed, offset, offset_device, device_type, device_id, stream):
+  //   each of the four outputs is requested iff its amax address is not 0.
+  m.def("quantize_dec_raw",
+        [](uintptr_t x, int dtype, int64_t rows, int64_t cols, uintptr_t rd, uintptr_t rs, uintptr_t ra, uintptr_t rv,
+           uintptr_t rva, uintptr_t cd, uintptr_t cs, uintptr_t ca, uintptr_t cv, uintptr_t cva, int block,
+           int rounding, int layout, uint32_t rht, uint32_t sign_mask, uint64_t seed, uint64_t offset,
+           uintptr_t offset_device, int dev_type, int dev_id, uintptr_t stream) {
+          nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), rows, cols, dev_type, dev_id);
+          nvfp4_quant_config_t cfg;
+          nvfp4_quant_config_default(&cfg);
+          cfg.block = static_cast<nvfp4_block_t>(block);
+          cfg.rounding = static_cast<nvfp4_rounding_t>(rounding);
+          cfg.scale_layout = static_cast<nvfp4_scale_layout_t>(layout);
+          cfg.rht = rht;
+          cfg.rht_sign_mask = sign_mask;
+          cfg.seed = seed;
+          cfg.offset = offset;
+          cfg.offset_device = reinterpret_cast<const uint64_t*>(offset_device);
+          const int64_t rp = (rows + 15) / 16 * 16;
+          nvfp4_quantized_t row = raw_q(rd, rs, ra, rows, cols, layout, dev_type, dev_id);
+          nvfp4_quantized_t col = raw_q(cd, cs, ca, cols, rp, layout, dev_type, dev_id);
+          nvfp4_decoded_t rdec{raw2(rv, NVFP4_DTYPE_BFLOAT16, rows, cols, dev_type, dev_id),
+                               raw1(rva, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id)};
+          nvfp4_decoded_t cdec{raw2(cv, NVFP4_DTYPE_BFLOAT16, cols, rp, dev_type, dev_id),
+                               raw1(cva, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id)};
+          nb::gil_scoped_release nogil;
+          check(nvfp4_quantize_decoded(&in, &cfg, ra ? &row : nullptr, ca ? &col : nullptr, rva ? &rdec : nullptr,
+                                       cva ? &cdec : nullptr, stream_of(stream)));
+        });
+
+  // gemm_dec_raw(a (data, scales, amax), a decoded (values, amax), b (...), b decoded (...), m, n, k,
+  //              layout, c, c_dtype, bias, bias_dtype, beta, d, d_dtype, backend, workspace,
+  //              workspace_bytes, device_type, device_id, stream): an operand is decoded iff its
+  //              decoded amax address is not 0 (its codes are then not passed). workspace_bytes
+  //              == -1: returns the workspace size the call needs.
+  m.def("gemm_dec_raw",
+        [](uintptr_t ad, uintptr_t as, uintptr_t aa, uintptr_t av, uintptr_t ava, uintptr_t bd, uintptr_t bs,
+           uintptr_t ba, uintptr_t bv, uintptr_t bva, int64_t M, int64_t N, int64_t K, int layout, uintptr_t c,
+           int c_dtype, uintptr_t bias, int bias_dtype, float beta, uintptr_t d, int d_dtype, int backend,
+           uintptr_t ws, int64_t ws_bytes, int dev_type, int dev_id, uintptr_t stream) {
+          nvfp4_quantized_t a = raw_q(ad, as, aa, M, K, layout, dev_type, dev_id);
+          nvfp4_quantized_t b = raw_q(bd, bs, ba, N, K, layout, dev_type, dev_id);
+          nvfp4_decoded_t adec{raw2(av, NVFP4_DTYPE_BFLOAT16, M, K, dev_type, dev_id),
+                               raw1(ava, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id)};
+          nvfp4_decoded_t bdec{raw2(bv, NVFP4_DTYPE_BFLOAT16, N, K, dev_type, dev_id),
+                               raw1(bva, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id)};
+          nvfp4_tensor_t dt = raw2(d, dtype_arg(d_dtype, "out"), M, N, dev_type, dev_id);
+          nvfp4_tensor_t ct = c ? raw2(c, dtype_arg(c_dtype, "c"), M, N, dev_type, dev_id) : nvfp4_tensor_t{};
+          nvfp4_tensor_t bt = bias ? raw1(bias, dtype_arg(bias_dtype, "bias"), N, dev_type, dev_id) : nvfp4_tensor_t{};
+          nvfp4_gemm_args_t args = raw_gemm_args(a, b, layout, c ? &ct : nullptr, bias ? &bt : nullptr, beta, &dt,
+                                                 backend);
+          if (ava) args.a = nullptr;
+          if (bva) args.b = nullptr;
+          const nvfp4_decoded_t* pa = ava ? &adec : nullptr;
+          const nvfp4_decoded_t* pb = bva ? &bdec : nullptr;
+          if (ws_bytes < 0) {
+            size_t bytes = 0;
+            check(nvfp4_gemm_decoded_workspace_size(&args, pa, pb, &bytes));
+            return static_cast<int64_t>(bytes);
+          }
+          nb::gil_scoped_release nogil;
+          check(nvfp4_gemm_decoded(&args, pa, pb, reinterpret_cast<void*>(ws), static_cast<size_t>(ws_bytes),
+                                   stream_of(stream)));
+          return int64_t{0};
+        });
+
+  // gemm_takes_decoded_raw(the arguments of gemm_raw but the workspace): 1 if the runner
+  // nvfp4_gemm would choose reads decoded operands (nvfp4_gemm_takes_decoded).
+  m.def("gemm_takes_decoded_raw",
+        [](uintptr_t ad, uintptr_t as, uintptr_t aa, uintptr_t bd, uintptr_t bs, uintptr_t ba, int64_t M, int64_t N,
+           int64_t K, int layout, uintptr_t c, int c_dtype, uintptr_t bias, int bias_dtype, float beta, uintptr_t d,
+           int d_dtype, int backend, int dev_type, int dev_id) {
+          nvfp4_quantized_t a = raw_q(ad, as, aa, M, K, layout, dev_type, dev_id);
+          nvfp4_quantized_t b = raw_q(bd, bs, ba, N, K, layout, dev_type, dev_id);
+          nvfp4_tensor_t dt = raw2(d, dtype_arg(d_dtype, "out"), M, N, dev_type, dev_id);
+          nvfp4_tensor_t ct = c ? raw2(c, dtype_arg(c_dtype, "c"), M, N, dev_type, dev_id) : nvfp4_tensor_t{};
+          nvfp4_tensor_t bt = bias ? raw1(bias, dtype_arg(bias_dtype, "bias"), N, dev_type, dev_id) : nvfp4_tensor_t{};
+          nvfp4_gemm_args_t args = raw_gemm_args(a, b, layout, c ? &ct : nullptr, bias ? &bt : nullptr, beta, &dt,
+                                                 backend);
+          int takes = 0;
+          check(nvfp4_gemm_takes_decoded(&args, &takes));
+          return takes != 0;
+        });
+
   // The GEMM runner table (nvfp4_runner_*), for nvfp4.device_info() and the build checks.
   m.def("runner_count", []() { return nvfp4_runner_count(); });
   m.def("runner_info", [](int index) {

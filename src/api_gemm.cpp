@@ -162,6 +162,109 @@ GemmJob make_gemm_job(const FormatSpec& f, const Args* args, std::vector<ByteRan
   return job;
 }
 
+// A decoded operand (nvfp4_decoded_t): values bfloat16 [rows, K], amax float32 [1], on d's
+// device. Adds their byte ranges to `in`.
+void check_decoded(const nvfp4_decoded_t& dec, const nvfp4_tensor_t& ref, const char* name, int64_t rows,
+                   int64_t k, std::vector<ByteRange>& in) {
+  const std::string n(name);
+  check_descriptor(&dec.values, (n + ".values").c_str());
+  check_descriptor(&dec.amax, (n + ".amax").c_str());
+  if (dec.values.dtype != NVFP4_DTYPE_BFLOAT16)
+    invalid(n + ".values: dtype must be bfloat16 (the decoded values), got " + dtype_name(dec.values.dtype));
+  check_shape2(&dec.values, (n + ".values").c_str(), rows, k);
+  if (dec.amax.dtype != NVFP4_DTYPE_FLOAT32 || numel(dec.amax) != 1)
+    invalid(n + ".amax: must be float32 with 1 element, got " + dtype_name(dec.amax.dtype) + " " + shape_str(dec.amax));
+  check_same_device(ref, &dec.values, (n + ".values").c_str());
+  check_same_device(ref, &dec.amax, (n + ".amax").c_str());
+  // (ByteRange keeps the name's pointer: string literals only)
+  const bool is_a = n == "a_decoded";
+  in.push_back(byte_range(dec.values, is_a ? "a_decoded.values" : "b_decoded.values"));
+  in.push_back(byte_range(dec.amax, is_a ? "a_decoded.amax" : "b_decoded.amax"));
+}
+
+// nvfp4_gemm_decoded's arguments: each operand either its codes (args->a) or its decoded
+// values (a_dec), never both, never neither; the rest as nvfp4_gemm's. CUDA only.
+GemmJob make_decoded_job(const nvfp4_gemm_args_t* args, const nvfp4_decoded_t* a_dec, const nvfp4_decoded_t* b_dec,
+                         std::vector<ByteRange>* reads = nullptr) {
+  const FormatSpec& f = kNvfp4Format;
+  if (!args) invalid("args: null");
+  if ((args->a != nullptr) == (a_dec != nullptr))
+    invalid(args->a ? "a_decoded: give A either as codes (args->a) or decoded, not both"
+                    : "a_decoded: null, and args->a is null too (A is needed in one form)");
+  if ((args->b != nullptr) == (b_dec != nullptr))
+    invalid(args->b ? "b_decoded: give B either as codes (args->b) or decoded, not both"
+                    : "b_decoded: null, and args->b is null too (B is needed in one form)");
+  const nvfp4_scale_layout_t layout = checked_layout(args->scale_layout, "scale_layout");
+  checked_enum(args->backend, NVFP4_BACKEND_CUDNN + 1, "backend", "AUTO, REFERENCE, CUTLASS or CUDNN");
+  check_descriptor(args->d, "d");
+  const nvfp4_tensor_t& ref = *args->d;
+  // M, N, K from whichever form each operand has.
+  auto dims = [](const nvfp4_quantized_t* q, const nvfp4_decoded_t* dec, const char* cn, const char* dn,
+                 int64_t& rows, int64_t& k) {
+    if (q) {
+      check_descriptor(&q->data, cn);
+      if (q->data.ndim != 2) invalid(std::string(cn) + ": must have 2 dimensions [rows, K/2], got " + shape_str(q->data));
+      rows = q->data.shape[0];
+      k = checked_mul(q->data.shape[1], 2, cn);
+    } else {
+      check_descriptor(&dec->values, dn);
+      if (dec->values.ndim != 2)
+        invalid(std::string(dn) + ": must have 2 dimensions [rows, K], got " + shape_str(dec->values));
+      rows = dec->values.shape[0];
+      k = dec->values.shape[1];
+    }
+  };
+  int64_t M = 0, N = 0, K = 0, Kb = 0;
+  dims(args->a, a_dec, "a.data", "a_decoded.values", M, K);
+  dims(args->b, b_dec, "b.data", "b_decoded.values", N, Kb);
+  if (Kb != K) invalid("b: K mismatch: a has K=" + std::to_string(K) + ", b has K=" + std::to_string(Kb));
+  if (K % f.block != 0 || K == 0)
+    invalid("a: K must be a positive multiple of " + std::to_string(f.block) + ", got " + std::to_string(K));
+  checked_mul(M, K, "a");
+  checked_mul(N, K, "b");
+  const bool swizzled = layout == NVFP4_SCALES_SWIZZLED;
+  GemmJob job;
+  job.format = f.id;
+  job.m = M;
+  job.n = N;
+  job.k = K;
+  job.layout = layout;
+  std::vector<ByteRange> in;
+  if (args->a) {
+    const QuantizedDesc a = quantized_desc(*args->a);
+    check_quantized(f, ref, a, "a", M, K, swizzled);
+    job.a = static_cast<const uint8_t*>(a.data->data);
+    job.sfa = static_cast<const uint8_t*>(a.scales->data);
+    job.amax_a = static_cast<const float*>(a.amax->data);
+    in.push_back(byte_range(*a.data, "a.data"));
+    in.push_back(byte_range(*a.scales, "a.scales"));
+    in.push_back(byte_range(*a.amax, "a.amax"));
+  } else {
+    check_decoded(*a_dec, ref, "a_decoded", M, K, in);
+    job.a_dec = a_dec->values.data;
+    job.amax_a = static_cast<const float*>(a_dec->amax.data);
+  }
+  if (args->b) {
+    const QuantizedDesc b = quantized_desc(*args->b);
+    check_quantized(f, ref, b, "b", N, K, swizzled);
+    job.b = static_cast<const uint8_t*>(b.data->data);
+    job.sfb = static_cast<const uint8_t*>(b.scales->data);
+    job.amax_b = static_cast<const float*>(b.amax->data);
+    in.push_back(byte_range(*b.data, "b.data"));
+    in.push_back(byte_range(*b.scales, "b.scales"));
+    in.push_back(byte_range(*b.amax, "b.amax"));
+  } else {
+    check_decoded(*b_dec, ref, "b_decoded", N, K, in);
+    job.b_dec = b_dec->values.data;
+    job.amax_b = static_cast<const float*>(b_dec->amax.data);
+  }
+  check_gemm_epilogue(args->c, args->bias, args->beta, args->d, M, N, job, std::move(in), reads);
+  if (!on_cuda(ref))
+    raise(NVFP4_ERROR_NOT_SUPPORTED, "a_decoded/b_decoded: decoded operands are read by CUDA runners only; CPU "
+                                     "tensors take nvfp4_gemm with the codes");
+  return job;
+}
+
 // The two entry points of every format: the workspace query and the run.
 template <class Args>
 nvfp4_status_t workspace_size(const FormatSpec& f, const Args* args, size_t* bytes) {
@@ -198,6 +301,45 @@ NVFP4_API nvfp4_status_t nvfp4_gemm(const nvfp4_gemm_args_t* args, void* workspa
   return run(kNvfp4Format, args, workspace, workspace_bytes, stream);
 }
 
+NVFP4_API nvfp4_status_t nvfp4_gemm_decoded_workspace_size(const nvfp4_gemm_args_t* args,
+                                                           const nvfp4_decoded_t* a_decoded,
+                                                           const nvfp4_decoded_t* b_decoded, size_t* bytes) {
+  return guarded([&]() -> nvfp4_status_t {
+    if (!bytes) invalid("bytes: null");
+    *bytes = 0;
+    check_gemm_settings();
+    GemmJob job = make_decoded_job(args, a_decoded, b_decoded);
+    return gemm_query(job, *args->d, args->backend, bytes);
+  });
+}
+
+NVFP4_API nvfp4_status_t nvfp4_gemm_decoded(const nvfp4_gemm_args_t* args, const nvfp4_decoded_t* a_decoded,
+                                            const nvfp4_decoded_t* b_decoded, void* workspace,
+                                            size_t workspace_bytes, nvfp4_stream_t stream) {
+  return guarded([&]() -> nvfp4_status_t {
+    std::vector<ByteRange> buffers;
+    check_gemm_settings();
+    GemmJob job = make_decoded_job(args, a_decoded, b_decoded, &buffers);
+    return gemm_execute(job, *args->d, args->backend, buffers, workspace, workspace_bytes, stream);
+  });
+}
+
+NVFP4_API nvfp4_status_t nvfp4_gemm_takes_decoded(const nvfp4_gemm_args_t* args, int* takes) {
+  return guarded([&]() -> nvfp4_status_t {
+    if (!takes) invalid("takes: null");
+    *takes = 0;
+    check_gemm_settings();
+    GemmJob job = make_gemm_job(kNvfp4Format, args);
+    if (!on_cuda(*args->d)) return NVFP4_SUCCESS;
+#if defined(NVFP4_WITH_CUDA)
+    DeviceGuard g(*args->d);
+    return gemm_takes_decoded(job, args->backend, true, takes);
+#else
+    return NVFP4_SUCCESS;
+#endif
+  });
+}
+
 NVFP4_API nvfp4_status_t nvfp4_mx_gemm_workspace_size(const nvfp4_mx_gemm_args_t* args, size_t* bytes) {
   return workspace_size(kMxfp4Format, args, bytes);
 }
@@ -225,7 +367,8 @@ NVFP4_API const char* nvfp4_gemm_env_key(void) {
       "NVFP4_CUDNN_PATH",          "NVFP4_CUDNN_EPILOGUE",      "NVFP4_CUDNN_AUTOTUNE",      "NVFP4_SM90_SMALL_M",
       "NVFP4_SM90_SMALL_M_KERNEL", "NVFP4_SM90_SWIZZLE",        "NVFP4_SM90_RASTER",
       "NVFP4_SM90_TILE",           "NVFP4_SM90_STREAM_SPLIT",   "NVFP4_SM90_STREAM_PREFETCH",
-      "NVFP4_SM90_STREAM_AFIRST",  "NVFP4_SM90_DIRECT",         "NVFP4_SM90_SPLITS"};
+      "NVFP4_SM90_STREAM_AFIRST",  "NVFP4_SM90_DIRECT",         "NVFP4_SM90_SPLITS",
+      "NVFP4_SM90_DECODED"};
   thread_local std::string key;
   key.clear();
   for (const char* name : kNames) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/rht.h"
+#include "core/swizzle.h"
 #include "format.h"
 #include "internal.h"
 #include "mx_internal.h"
@@ -352,9 +353,153 @@ nvfp4_status_t dequantize(const typename F::Quantized* q, nvfp4_scale_layout_t l
   });
 }
 
+// nvfp4_quantize_decoded: nvfp4_quantize's checks and kernels, each orientation with its
+// codes, its decoded values (bfloat16, the values the codes stand for without the
+// per-tensor scale) or both.
+nvfp4_status_t quantize_decoded(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg_in,
+                                const nvfp4_quantized_t* rowwise, const nvfp4_quantized_t* columnwise,
+                                const nvfp4_decoded_t* rdec, const nvfp4_decoded_t* cdec, nvfp4_stream_t stream) {
+  const FormatSpec& f = kNvfp4Format;
+  return guarded([&]() -> nvfp4_status_t {
+    check_quant_settings();
+    check_descriptor(input, "input");
+    const nvfp4_quant_config_t cfg = Nvfp4::checked(cfg_in);
+    if (!rowwise && !columnwise && !rdec && !cdec)
+      invalid("rowwise/columnwise/rowwise_decoded/columnwise_decoded: at least one output must be requested");
+    if (!is_float_io(input->dtype))
+      invalid(std::string("input: dtype must be float32, float16 or bfloat16, got ") + dtype_name(input->dtype));
+    if (input->ndim < 1) invalid("input: must have at least 1 dimension");
+    // The decoded values are defined where the codes' value is the block's value: the
+    // default recipe options (a 4over6 or MS-EDEN scale and the per-row amax change that).
+    if (cfg.scale_select != NVFP4_SELECT_NONE)
+      invalid("cfg.scale_select: the decoded outputs are defined for NONE (the default options) only");
+    if (cfg.amax_mode != NVFP4_AMAX_TENSOR)
+      invalid("cfg.amax_mode: the decoded outputs are defined for TENSOR (the default options) only");
+    if (cfg.rounding == NVFP4_ROUND_EDEN)
+      invalid("cfg.rounding: the decoded outputs are defined for NEAREST and STOCHASTIC rounding only");
+
+    QuantJob job = Nvfp4::job(cfg);
+    job.x = input->data;
+    job.dtype = input->dtype;
+    job.cols = input->shape[input->ndim - 1];
+    job.rows = 1;
+    for (int i = 0; i + 1 < input->ndim; ++i) job.rows = checked_mul(job.rows, input->shape[i], "input");
+    if (job.cols % f.block != 0)
+      invalid("input: last dimension must be a multiple of " + std::to_string(f.block) + f.block_note + ", got " +
+              std::to_string(job.cols));
+    const bool swizzled = Nvfp4::swizzled(cfg);
+    std::vector<ByteRange> outs;
+    float* second_amax[2] = {nullptr, nullptr};  // a decoded output's own amax, where codes have theirs
+    auto direction = [&](const nvfp4_quantized_t* q, const nvfp4_decoded_t* dec, bool col) {
+      if (!q && !dec) return;
+      int64_t rows = job.rows, cols = job.cols;
+      if (col) {
+        rows = job.cols;
+        cols = checked_round_up(job.rows, f.block, "columnwise");
+        checked_mul(rows, cols, "columnwise");
+      }
+      QuantOut& o = col ? job.col : job.row;
+      if (q) {
+        static const char* const kNames[2][4] = {
+            {"rowwise", "rowwise.data", "rowwise.scales", "rowwise.amax"},
+            {"columnwise", "columnwise.data", "columnwise.scales", "columnwise.amax"}};
+        const char* const* n = kNames[col ? 1 : 0];
+        const QuantizedDesc d = quantized_desc(*q);
+        check_quantized(f, *input, d, n[0], rows, cols, swizzled);
+        outs.push_back(byte_range(*d.data, n[1]));
+        outs.push_back(byte_range(*d.scales, n[2]));
+        outs.push_back(byte_range(*d.amax, n[3]));
+        o.data = static_cast<uint8_t*>(q->data.data);
+        o.scales = static_cast<uint8_t*>(q->scales.data);
+        o.amax = static_cast<float*>(q->amax.data);
+      }
+      if (dec) {
+        const std::string n = col ? "columnwise_decoded" : "rowwise_decoded";
+        check_descriptor(&dec->values, (n + ".values").c_str());
+        check_descriptor(&dec->amax, (n + ".amax").c_str());
+        if (dec->values.dtype != NVFP4_DTYPE_BFLOAT16)
+          invalid(n + ".values: dtype must be bfloat16, got " + dtype_name(dec->values.dtype));
+        check_shape2(&dec->values, (n + ".values").c_str(), rows, cols);
+        if (dec->amax.dtype != NVFP4_DTYPE_FLOAT32 || numel(dec->amax) != 1)
+          invalid(n + ".amax: must be float32 with 1 element, got " + dtype_name(dec->amax.dtype) + " " +
+                  shape_str(dec->amax));
+        check_same_device(*input, &dec->values, (n + ".values").c_str());
+        check_same_device(*input, &dec->amax, (n + ".amax").c_str());
+        // (ByteRange keeps the name's pointer: string literals only)
+        outs.push_back(byte_range(dec->values, col ? "columnwise_decoded.values" : "rowwise_decoded.values"));
+        outs.push_back(byte_range(dec->amax, col ? "columnwise_decoded.amax" : "rowwise_decoded.amax"));
+        o.dec = dec->values.data;
+        if (o.amax == nullptr)
+          o.amax = static_cast<float*>(dec->amax.data);
+        else
+          second_amax[col ? 1 : 0] = static_cast<float*>(dec->amax.data);
+      }
+    };
+    direction(rowwise, rdec, false);
+    direction(columnwise, cdec, true);
+    Nvfp4::check_directions(cfg, wanted(job.row), wanted(job.col));
+    const ByteRange in = byte_range(*input, "input");
+    const std::vector<ByteRange> cfg_in = Nvfp4::config_inputs(cfg);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      check_disjoint(outs[i], in);
+      for (size_t j = 0; j < i; ++j) check_disjoint(outs[i], outs[j]);
+      for (const ByteRange& c : cfg_in) check_disjoint(outs[i], c);
+    }
+    require_cuda_build(*input, "input");
+    if (on_cuda(*input)) {
+#if defined(NVFP4_WITH_CUDA)
+      DeviceGuard g(*input);
+      nvfp4_status_t st = job.rows == 0 || job.cols == 0 ? Nvfp4::empty(job, *input, stream) : cuda_quantize(job, stream);
+      if (st != NVFP4_SUCCESS) return st;
+      for (int k = 0; k < 2; ++k) {
+        if (!second_amax[k]) continue;
+        const cudaError_t e = cudaMemcpyAsync(second_amax[k], (k ? job.col : job.row).amax, sizeof(float),
+                                              cudaMemcpyDeviceToDevice, reinterpret_cast<cudaStream_t>(stream));
+        if (e != cudaSuccess) raise(NVFP4_ERROR_CUDA, std::string("cudaMemcpyAsync (amax): ") + cudaGetErrorString(e));
+      }
+      return NVFP4_SUCCESS;
+#endif
+    }
+    (void)stream;
+    if (job.rows == 0 || job.cols == 0) {
+      Nvfp4::empty(job, *input, stream);
+    } else {
+      // The reference: the codes (into scratch where only the decoded values were asked for),
+      // then their values.
+      std::vector<uint8_t> scratch[2][2];
+      for (int k = 0; k < 2; ++k) {
+        QuantOut& o = k ? job.col : job.row;
+        if (!o.dec || o.data) continue;
+        const int64_t rows = k ? job.cols : job.rows, cols = k ? (job.rows + 15) / 16 * 16 : job.cols;
+        scratch[k][0].resize(static_cast<size_t>(rows * cols / 2));
+        scratch[k][1].resize(static_cast<size_t>(swizzled ? nvfp4::core::swizzled_size(rows, cols / 16) : rows * cols / 16));
+        o.data = scratch[k][0].data();
+        o.scales = scratch[k][1].data();
+      }
+      if (nvfp4_status_t st = cpu_quantize(job); st != NVFP4_SUCCESS) return st;
+      for (int k = 0; k < 2; ++k) {
+        const QuantOut& o = k ? job.col : job.row;
+        if (!o.dec) continue;
+        const int64_t rows = k ? job.cols : job.rows, cols = k ? (job.rows + 15) / 16 * 16 : job.cols;
+        cpu_decode_bf16(o.data, o.scales, rows, cols, cfg.scale_layout, o.dec);
+      }
+    }
+    for (int k = 0; k < 2; ++k)
+      if (second_amax[k]) *second_amax[k] = *(k ? job.col : job.row).amax;
+    return NVFP4_SUCCESS;
+  });
+}
+
 }  // namespace
 
 extern "C" {
+
+NVFP4_API nvfp4_status_t nvfp4_quantize_decoded(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg,
+                                                nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
+                                                nvfp4_decoded_t* rowwise_decoded,
+                                                nvfp4_decoded_t* columnwise_decoded, nvfp4_stream_t stream) {
+  return quantize_decoded(input, cfg, rowwise, columnwise, rowwise_decoded, columnwise_decoded, stream);
+}
 
 NVFP4_API void nvfp4_quant_config_default(nvfp4_quant_config_t* cfg) {
   if (!cfg) return;

@@ -22,12 +22,17 @@ void clear_error();
 
 // ---- quantization ----
 
-// One output direction. data == nullptr means "not requested".
+// One output direction, requested when amax != nullptr (nvfp4_quantize always gives its
+// codes; nvfp4_quantize_decoded may give the decoded values alone, data == nullptr).
 struct QuantOut {
   uint8_t* data = nullptr;    // [rows_out, cols_out/2] packed E2M1 (cols_out padded to 16)
   uint8_t* scales = nullptr;  // linear [rows_out, cols_out/16] or swizzled
   float* amax = nullptr;      // [1]
+  void* dec = nullptr;        // optional: bfloat16 [rows_out, cols_out], the decoded values
+                              // (E2M1 x E4M3, no per-tensor scale); CUDA kernels and the CPU
+                              // reference through nvfp4_quantize_decoded
 };
+inline bool wanted(const QuantOut& o) { return o.data != nullptr || o.dec != nullptr; }
 
 // x is [rows, cols] row-major. Rowwise quantizes along cols (cols % 16 == 0); columnwise
 // quantizes x^T along rows, padding rows up to a multiple of 16 with zeros.
@@ -92,11 +97,19 @@ struct GemmJob {
   void* d = nullptr;            // [M, N] in d_dtype
   nvfp4_dtype_t d_dtype = NVFP4_DTYPE_FLOAT32;
   const GroupedGemmJob* grouped = nullptr;  // kNvfp4Grouped only
+  // nvfp4_gemm_decoded: an operand given by its decoded values (bfloat16 [M, K] / [N, K]);
+  // its codes and scales are then null. Only runners that take decoded operands see such a
+  // job (gemm/dispatch.cpp); they read these where set.
+  const void* a_dec = nullptr;
+  const void* b_dec = nullptr;
 };
 
 // ---- CPU reference backend (cpu/) ----
 nvfp4_status_t cpu_quantize(const QuantJob& job);
 nvfp4_status_t cpu_dequantize(const DequantJob& job);
+// out[rows, cols] bfloat16 = E2M1 value x E4M3 block scale of the codes (no per-tensor scale).
+void cpu_decode_bf16(const uint8_t* data, const uint8_t* scales, int64_t rows, int64_t cols,
+                     nvfp4_scale_layout_t layout, void* out);
 nvfp4_status_t cpu_swizzle(const SwizzleJob& job);
 nvfp4_status_t cpu_gemm(const GemmJob& job);
 

@@ -211,6 +211,46 @@ NVFP4_API nvfp4_status_t nvfp4_gemm_workspace_size(const nvfp4_gemm_args_t* args
 NVFP4_API nvfp4_status_t nvfp4_gemm(const nvfp4_gemm_args_t* args, void* workspace, size_t workspace_bytes,
                                     nvfp4_stream_t stream);
 
+/* ---- Decoded operands (0.3.1): the form the Hopper emulation multiplies ----
+ * A GEMM that emulates NVFP4 on 16-bit tensor cores first turns every operand into its
+ * decoded values: E2M1 value x E4M3 block scale, exact in bfloat16 (the per-tensor scale is
+ * applied to the accumulator). A quantization whose output feeds such a GEMM right away can
+ * write those values itself, so that the GEMM reads them instead of decoding the codes.
+ *   values: bfloat16, [rows, cols] of the orientation (rowwise [R, C]; columnwise
+ *           [C, roundup(R,16)], zero past R), contiguous;
+ *   amax:   float32 [1], the per-tensor amax of the quantization (alpha is formed from it). */
+typedef struct {
+  nvfp4_tensor_t values;
+  nvfp4_tensor_t amax;
+} nvfp4_decoded_t;
+
+/* nvfp4_quantize, with the decoded values of an orientation written where its *_decoded is
+ * given. An orientation may have its codes (rowwise / columnwise), its decoded values, or
+ * both (then both amax receive the same value); at least one output in all. The values are
+ * bit for bit those of the codes it would write (E2M1 x E4M3, rounded to bfloat16: exact).
+ * Defined for the default recipe options: scale_select NONE, amax_mode TENSOR, e4m3_bound 448,
+ * rounding NEAREST or STOCHASTIC (other configs are refused by name). CPU and CUDA. */
+NVFP4_API nvfp4_status_t nvfp4_quantize_decoded(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg,
+                                                nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
+                                                nvfp4_decoded_t* rowwise_decoded,
+                                                nvfp4_decoded_t* columnwise_decoded, nvfp4_stream_t stream);
+
+/* nvfp4_gemm with either operand given by its decoded values: args->a NULL and a_decoded set
+ * (values [M, K]), or args->a set and a_decoded NULL; the same for b ([N, K]). The result is
+ * that of nvfp4_gemm on the codes the values came from. Only runners that decode to 16 bits
+ * take decoded operands (the Hopper two-step path); nvfp4_gemm_takes_decoded says whether the
+ * runner nvfp4_gemm would choose for a problem is one. CUDA only; NVFP4_ERROR_NOT_SUPPORTED
+ * where no such runner serves the backend on the device. */
+NVFP4_API nvfp4_status_t nvfp4_gemm_decoded_workspace_size(const nvfp4_gemm_args_t* args,
+                                                           const nvfp4_decoded_t* a_decoded,
+                                                           const nvfp4_decoded_t* b_decoded, size_t* bytes);
+NVFP4_API nvfp4_status_t nvfp4_gemm_decoded(const nvfp4_gemm_args_t* args, const nvfp4_decoded_t* a_decoded,
+                                            const nvfp4_decoded_t* b_decoded, void* workspace,
+                                            size_t workspace_bytes, nvfp4_stream_t stream);
+/* *takes = 1 if the runner nvfp4_gemm chooses for args (a full, valid call's arguments) reads
+ * decoded operands when given them, else 0 (CPU tensors: 0). */
+NVFP4_API nvfp4_status_t nvfp4_gemm_takes_decoded(const nvfp4_gemm_args_t* args, int* takes);
+
 /* ---- capabilities ---- */
 
 /* 1 if `backend` can run on a device of compute capability major*10+minor in this build

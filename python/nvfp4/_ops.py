@@ -48,7 +48,8 @@ __all__ = ["DTYPE_CODE", "TOKEN_ALIGN", "packed_layout", "packed_nbytes", "unpac
            "swizzle", "quantize", "gemm", "mx_gemm", "gemm_workspace_bytes", "gemm_env_key", "clear_workspace_cache",
            "quantize_raw", "gemm_raw", "fp8_cast_raw", "fp8_delayed_update_raw", "quantize_into", "dequantize_into",
            "swizzle_into", "gemm_into", "mx_quantize_into", "mx_dequantize_into", "mx_gemm_into", "eager",
-           "quantize_checked", "gemm_addresses", "DEFAULT_RHT_SIGN_MASK"]
+           "quantize_checked", "gemm_addresses", "DEFAULT_RHT_SIGN_MASK", "quantize_dec_raw", "gemm_dec_raw",
+           "gemm_takes_decoded", "gemm_dec_workspace_bytes"]
 
 # Rows of the token axis are padded to this before a columnwise quantization: the token axis
 # is the K of the wgrad GEMM, and native FP4 GEMMs need K % 32 == 0 (so does an MXFP4 block).
@@ -89,6 +90,11 @@ fp8_delayed_update_raw = _C.fp8_delayed_update_raw
 grouped_quantize_raw = _C.grouped_quantize_raw
 batched_quantize_raw = _C.batched_quantize_raw
 grouped_gemm_raw = _C.grouped_gemm_raw
+# Decoded operands (the form the Hopper emulation multiplies; nvfp4_quantize_decoded,
+# nvfp4_gemm_decoded): the Linear passes' road where the GEMM runner takes them.
+quantize_dec_raw = _C.quantize_dec_raw
+gemm_dec_raw = _C.gemm_dec_raw
+gemm_takes_decoded_raw = _C.gemm_takes_decoded_raw
 
 # The GEMM environment (nvfp4_gemm_env_key: the variables the library reads on each GEMM
 # call that can change the kernel, and so the workspace) is part of every workspace-size
@@ -252,6 +258,39 @@ def gemm_workspace_bytes(m, n, k, backend: int, out_dtype: torch.dtype, bias_dty
                         DTYPE_CODE.get(bias_dtype, 0), 0.0, a[8], DTYPE_CODE[out_dtype], backend, 0, -1, dt, di, 0)
 
     return _workspace(("raw", m, n, k, backend, out_dtype, bias_dtype, has_c, device, gemm_env_key()), ask)
+
+
+def gemm_takes_decoded(m, n, k, backend: int, out_dtype: torch.dtype, bias_dtype, device: torch.device,
+                       dev: Tuple[int, int, int]) -> bool:
+    """Whether the GEMM runner the library chooses for this swizzled-layout problem reads
+    decoded operands (nvfp4_gemm_takes_decoded: the Hopper two-step path, unless
+    NVFP4_SM90_DECODED=0), asked once per problem and GEMM environment. CPU: False."""
+    def ask():
+        dt, di, _ = dev
+        if dt != 1 or m == 0 or n == 0:
+            return False
+        a = [(i + 1) << 40 for i in range(9)]
+        return bool(gemm_takes_decoded_raw(a[0], a[1], a[2], a[3], a[4], a[5], m, n, k, _LAYOUT_SWIZZLED, 0,
+                                           DTYPE_CODE[out_dtype], a[7] if bias_dtype is not None else 0,
+                                           DTYPE_CODE.get(bias_dtype, 0), 0.0, a[8], DTYPE_CODE[out_dtype], backend,
+                                           dt, di))
+
+    return _workspace(("takes_decoded", m, n, k, backend, out_dtype, bias_dtype, device, gemm_env_key()), ask)
+
+
+def gemm_dec_workspace_bytes(m, n, k, backend: int, out_dtype: torch.dtype, bias_dtype, a_dec: bool, b_dec: bool,
+                             device: torch.device, dev: Tuple[int, int, int]) -> int:
+    """The workspace of nvfp4_gemm_decoded for this problem, with A and/or B decoded (a
+    decoded operand needs no room for its decode), asked once per problem and environment."""
+    def ask():
+        dt, di, _ = dev
+        a = [(i + 1) << 40 for i in range(13)]
+        return gemm_dec_raw(a[0], a[1], a[2], a[9], a[10] if a_dec else 0, a[3], a[4], a[5], a[11],
+                            a[12] if b_dec else 0, m, n, k, _LAYOUT_SWIZZLED, 0, DTYPE_CODE[out_dtype],
+                            a[7] if bias_dtype is not None else 0, DTYPE_CODE.get(bias_dtype, 0), 0.0, a[8],
+                            DTYPE_CODE[out_dtype], backend, 0, -1, dt, di, 0)
+
+    return _workspace(("dec", m, n, k, backend, out_dtype, bias_dtype, a_dec, b_dec, device, gemm_env_key()), ask)
 
 
 def _run_gemm(a: Tuple[int, int, int], b: Tuple[int, int, int], m, n, k, d: torch.Tensor, bias, backend: int,

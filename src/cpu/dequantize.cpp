@@ -38,6 +38,12 @@ nvfp4_status_t cpu_dequantize(const DequantJob& job) {
   return NVFP4_SUCCESS;
 }
 
+void cpu_decode_bf16(const uint8_t* data, const uint8_t* scales, int64_t rows, int64_t cols,
+                     nvfp4_scale_layout_t layout, void* out) {
+  const std::vector<float> v = decode_unscaled(data, scales, rows, cols, layout);
+  for (int64_t i = 0; i < rows * cols; ++i) store(out, NVFP4_DTYPE_BFLOAT16, i, v[i]);
+}
+
 nvfp4_status_t cpu_swizzle(const SwizzleJob& job) {
   const int64_t R = job.rows, C = job.cols;
   if (job.to_swizzled) {

@@ -188,6 +188,8 @@ nvfp4_status_t runner_self_check(const Runner& r, int* checked);
 // ---- dispatch (api.cpp) ----
 int backend_supported(nvfp4_backend_t backend, int cc);
 nvfp4_status_t gemm_workspace_size(const GemmJob& job, nvfp4_backend_t backend, bool on_cuda, size_t* bytes);
+// *takes = 1 if the runner chosen for job reads decoded operands (GemmJob::a_dec / b_dec).
+nvfp4_status_t gemm_takes_decoded(const GemmJob& job, nvfp4_backend_t backend, bool on_cuda, int* takes);
 nvfp4_status_t gemm_run(const GemmJob& job, nvfp4_backend_t backend, bool on_cuda, void* workspace,
                         size_t workspace_bytes, nvfp4_stream_t stream);
 

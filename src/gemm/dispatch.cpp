@@ -373,14 +373,32 @@ nvfp4_status_t not_supported(nvfp4_backend_t b, int cc, Format fmt) {
 }
 
 // The row that runs a CUDA job, or a failure (no CUDA, or nothing usable).
+// Whether a row reads an operand's decoded values where the job gives them (GemmJob::a_dec):
+// the Hopper two-step path, which otherwise decodes the codes to BF16 itself.
+// NVFP4_SM90_DECODED=0 (a benchmark knob) makes it decline them: nvfp4_gemm_takes_decoded
+// then says 0, and callers that ask it take the codes road.
+bool takes_decoded(const Runner& r) {
+#if defined(NVFP4_HAS_SM90_GEMM)
+  const char* off = std::getenv("NVFP4_SM90_DECODED");
+  if (off != nullptr && std::strcmp(off, "0") == 0) return false;
+  return r.format == Format::kNvfp4 && r.run == &sm90_two_step_run;
+#else
+  (void)r;
+  return false;
+#endif
+}
+
 nvfp4_status_t select(const GemmJob& job, nvfp4_backend_t backend, int& cc, const Runner*& out) {
   out = nullptr;
 #if defined(NVFP4_WITH_CUDA)
   cc = gpu::current_compute_capability();
   if (cc == 0) return fail(NVFP4_ERROR_CUDA, "gemm: cannot query the current CUDA device");
+  // A job with a decoded operand (no codes) goes only to a row that takes decoded operands.
+  const bool decoded = job.a_dec != nullptr || job.b_dec != nullptr;
   bool usable_row = false;
   for (const Runner& r : kRunners) {
     if (r.format != job.format || !serves(r, backend) || !runner_usable(r, cc)) continue;
+    if (decoded && !takes_decoded(r)) continue;
     usable_row = true;
     if (r.accepts == nullptr || r.accepts(job, cc)) {
       out = &r;
@@ -393,6 +411,10 @@ nvfp4_status_t select(const GemmJob& job, nvfp4_backend_t backend, int& cc, cons
                                                cc_str(cc) + " takes M=" + std::to_string(job.m) +
                                                " N=" + std::to_string(job.n) + " K=" + std::to_string(job.k) +
                                                runner_hints(job, backend, cc));
+  if (decoded)
+    return fail(NVFP4_ERROR_NOT_SUPPORTED,
+                std::string("a_decoded/b_decoded: no '") + backend_name(backend) + "' runner on compute capability " +
+                    cc_str(cc) + " takes decoded operands (the Hopper two-step path does; pass the codes)");
   return not_supported(backend == NVFP4_BACKEND_AUTO ? NVFP4_BACKEND_CUTLASS : backend, cc, job.format);
 #else
   (void)job;
@@ -491,6 +513,16 @@ nvfp4_status_t gemm_workspace_size(const GemmJob& job, nvfp4_backend_t backend, 
   const Runner* r = nullptr;
   if (nvfp4_status_t s = select(job, backend, cc, r); s != NVFP4_SUCCESS) return s;
   return r->workspace(job, cc, bytes);
+}
+
+nvfp4_status_t gemm_takes_decoded(const GemmJob& job, nvfp4_backend_t backend, bool on_cuda, int* takes) {
+  *takes = 0;
+  if (!on_cuda) return NVFP4_SUCCESS;
+  int cc = 0;
+  const Runner* r = nullptr;
+  if (nvfp4_status_t s = select(job, backend, cc, r); s != NVFP4_SUCCESS) return s;
+  *takes = takes_decoded(*r) ? 1 : 0;
+  return NVFP4_SUCCESS;
 }
 
 nvfp4_status_t gemm_run(const GemmJob& job, nvfp4_backend_t backend, bool on_cuda, void* workspace,

@@ -120,12 +120,12 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
 template <class T>
 nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   const bool is1d = job.cfg.block == NVFP4_BLOCK_1D;
-  const bool row_rht = job.row.data && is1d && (job.cfg.rht & NVFP4_RHT_ROWWISE);
-  const bool col_rht = job.col.data && is1d && (job.cfg.rht & NVFP4_RHT_COLUMNWISE);
+  const bool row_rht = wanted(job.row) && is1d && (job.cfg.rht & NVFP4_RHT_ROWWISE);
+  const bool col_rht = wanted(job.col) && is1d && (job.cfg.rht & NVFP4_RHT_COLUMNWISE);
   float* plain[2] = {nullptr, nullptr};
   int np = 0;
-  if (job.row.data && !row_rht) plain[np++] = job.row.amax;
-  if (job.col.data && !col_rht) plain[np++] = job.col.amax;
+  if (wanted(job.row) && !row_rht) plain[np++] = job.row.amax;
+  if (wanted(job.col) && !col_rht) plain[np++] = job.col.amax;
 
   AmaxArgs a{job.x, job.rows, job.cols, nullptr, nullptr, nullptr, job.cfg.rht_sign_mask};
   const int64_t units = job.rows * job.cols / kBlock;

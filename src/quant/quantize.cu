@@ -12,15 +12,15 @@ namespace nvfp4::detail {
 nvfp4_status_t cuda_quantize(const QuantJob& job, nvfp4_stream_t s) {
   const cudaStream_t stream = reinterpret_cast<cudaStream_t>(s);
   for (const QuantOut* o : {&job.row, &job.col}) {
-    if (!o->data || quant::needs_options_path(job)) continue;  // the options path zeroes its own
+    if (!wanted(*o) || quant::needs_options_path(job)) continue;  // the options path zeroes its own
     const cudaError_t err = cudaMemsetAsync(o->amax, 0, sizeof(float), stream);
     if (err != cudaSuccess) return fail(NVFP4_ERROR_CUDA, std::string("nvfp4 quantize: cudaMemsetAsync: ") + cudaGetErrorString(err));
   }
   if (job.rows == 0 || job.cols == 0) return NVFP4_SUCCESS;  // amax = 0, no other bytes to write
-  if (!job.row.data && !job.col.data) return NVFP4_SUCCESS;
+  if (!wanted(job.row) && !wanted(job.col)) return NVFP4_SUCCESS;
   if (quant::needs_options_path(job)) return quant::launch_options(job, stream);
   if (nvfp4_status_t st = quant::launch_amax(job, stream); st != NVFP4_SUCCESS) return st;
-  if (job.cfg.block == NVFP4_BLOCK_1D && !job.col.data) return quant::launch_rowwise(job, stream);
+  if (job.cfg.block == NVFP4_BLOCK_1D && !wanted(job.col)) return quant::launch_rowwise(job, stream);
   return quant::launch_tile(job, stream);
 }
 

@@ -25,6 +25,8 @@ struct RowwiseArgs {
   uint8_t* data;        // [rows, cols/2]
   uint8_t* scales;      // linear [rows, cols/16] or swizzled [roundup(rows,128), roundup(cols/16,4)]
   const float* amax;    // [1], filled by the amax pass
+  void* dec;            // optional: bfloat16 [rows, cols], the decoded values (data and scales
+                        // may then be null: not written)
   int swizzled;
   uint32_t sign_mask;
   core::PhiloxKeys keys;  // round keys of the seed (in the constant bank, like every argument)
@@ -43,10 +45,12 @@ struct Cursor {
 template <class T, bool kSR, bool kRht>
 __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) {
   __shared__ EncodeTable tab;
+  __shared__ float lut[16];  // E2M1 values, for the decoded output
   const core::GlobalScale gs = core::make_global_scale(*a.amax);
   const TensorScale ts = make_tensor_scale(gs);
   const uint64_t sr_offset = kSR ? a.offset + (a.offset_device ? *a.offset_device : 0) : 0;
   fill_encode_table(tab, gs.dec);
+  fill_e2m1_table(lut);
   __syncthreads();
 
   const int64_t total = static_cast<int64_t>(a.tiles_r) * a.tiles_c;
@@ -120,6 +124,8 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
         bamax = raw_absmax_bits<T>(b[k]);
       }
       const Encoded o = encode_block<kSR>(v, bamax, ts, tab, a.keys, sr_offset, e0);
+      if (ok && a.dec) store_decoded(static_cast<__nv_bfloat16*>(a.dec) + e0, o, lut);
+      if (a.data == nullptr) continue;  // decoded values only
       if (ok) *reinterpret_cast<uint2*>(a.data + e0 / 2) = make_uint2(o.lo, o.hi);
       if (a.swizzled)  // every byte of the tile's 512, padding included (as 0)
         a.scales[c.tile * 512 + soff[k]] = ok ? static_cast<uint8_t>(o.scale) : uint8_t{0};
@@ -162,6 +168,7 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   a.data = job.row.data;
   a.scales = job.row.scales;
   a.amax = job.row.amax;
+  a.dec = job.row.dec;
   a.swizzled = job.cfg.scale_layout == NVFP4_SCALES_SWIZZLED;
   a.sign_mask = job.cfg.rht_sign_mask;
   a.keys = core::philox_keys(job.cfg.seed);

@@ -39,14 +39,16 @@ struct TileArgs {
   int rows;              // < 2^31 (checked by the launcher)
   int64_t cols;          // % 16 == 0
   int nb;                // cols / 16
-  // rowwise output (rdata == nullptr: not requested)
+  // rowwise output (requested by the kernel's kRow; rdata == nullptr: decoded values only)
   uint8_t* rdata;        // [rows, cols/2]
   uint8_t* rscales;      // linear [rows, nb] or swizzled [roundup(rows,128), roundup(nb,4)]
   const float* ramax;
-  // columnwise output (cdata == nullptr: not requested), the quantization of x^T [cols, rp]
+  void* rdec;            // optional: bfloat16 [rows, cols], the decoded values
+  // columnwise output (kCol; cdata == nullptr: decoded values only), the quantization of x^T [cols, rp]
   uint8_t* cdata;        // [cols, rp/2]
   uint8_t* cscales;      // linear [cols, csc] or swizzled [crows_sw, ccp]
   const float* camax;
+  void* cdec;            // optional: bfloat16 [cols, rp]
   int64_t rp;            // roundup(rows, 16)
   int csc;               // rp / 16
   int ccp;               // roundup(csc, 4)
@@ -100,6 +102,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   using S = Smem<T, kRing>;
   extern __shared__ __align__(128) uint8_t ring[];  // S::kBytes, dynamic
   __shared__ EncodeTable tab_r, tab_c;
+  __shared__ float lut[16];  // E2M1 values, for the decoded outputs
   __shared__ uint32_t tam[2][8][4];  // 2D: amax bits of the tile's 8 x 4 16x16 tiles, double-buffered
 
   constexpr bool do_row = kRow, do_col = kCol;
@@ -116,6 +119,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     fill_encode_table(tab_c, g.dec);
   }
   if (threadIdx.x < 64) (&tam[0][0][0])[threadIdx.x] = 0u;
+  fill_e2m1_table(lut);
   __syncthreads();
 
   const int64_t total = static_cast<int64_t>(a.tiles_r) * a.tiles_c;
@@ -206,6 +210,9 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   for (int k = 0; k < 2; ++k) soff_lin[k] = static_cast<int64_t>(rt[k]) * a.nb + bq;
   auto store_row = [&](const Cursor& c, int k, const Encoded& o) {
     const bool ok = valid(c, k);
+    if (ok && a.rdec)
+      store_decoded(static_cast<__nv_bfloat16*>(a.rdec) + static_cast<uint64_t>(c.base) + off[k], o, lut);
+    if (a.rdata == nullptr) return;  // decoded values only
     if (ok) {
       const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
       *reinterpret_cast<uint2*>(a.rdata + e0 / 2) = make_uint2(o.lo, o.hi);
@@ -314,6 +321,8 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     const uint64_t idx0 = t.idx + coff[u][h];
     const Encoded o = encode_with_scale<kSR>(v, s, tab_c, a.keys, sr_offset, idx0);
     const bool ok = cl < t.cols_left && 16 * rb < t.rows_left;
+    if (ok && a.cdec) store_decoded(static_cast<__nv_bfloat16*>(a.cdec) + idx0, o, lut);
+    if (a.cdata == nullptr) return;  // decoded values only
     if (ok) *reinterpret_cast<uint2*>(t.data + coff[u][h] / 2) = make_uint2(o.lo, o.hi);
     // swizzled: every byte inside the padded layout (0 outside x); linear: only x's
     const bool store = a.swizzled ? (cl < t.scols_left && rb < t.srows_left) : ok;
@@ -435,9 +444,11 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   a.rdata = job.row.data;
   a.rscales = job.row.scales;
   a.ramax = job.row.amax;
+  a.rdec = job.row.dec;
   a.cdata = job.col.data;
   a.cscales = job.col.scales;
   a.camax = job.col.amax;
+  a.cdec = job.col.dec;
   a.rp = (job.rows + 15) / 16 * 16;
   a.csc = static_cast<int>(a.rp / 16);
   a.ccp = (a.csc + 3) / 4 * 4;
@@ -467,7 +478,7 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
 
 template <class T, bool kSR>
 nvfp4_status_t dispatch_variant(const QuantJob& job, cudaStream_t stream) {
-  const bool row = job.row.data != nullptr, col = job.col.data != nullptr;
+  const bool row = wanted(job.row), col = wanted(job.col);
   if (job.cfg.block == NVFP4_BLOCK_2D) {
     if (row && col) return run<T, kSR, true, true, true, false, false>(job, stream);
     if (row) return run<T, kSR, true, true, false, false, false>(job, stream);

@@ -129,6 +129,72 @@ int ArgsFixture::gemm() {
     g.d = &gd;
     EXPECT_BAD(nvfp4_gemm(&g, nullptr, 0, nullptr), "same device");
   }
+  // ---- decoded operands: nvfp4_quantize_decoded, nvfp4_gemm_decoded, nvfp4_gemm_takes_decoded
+  {
+    const int64_t M = R, N = 48, K = C;
+    std::vector<uint16_t> av(static_cast<size_t>(M * K), 0xFFC1u), cv(static_cast<size_t>(C * R), 0xFFC1u);
+    float aamax = -1.0f, camax = -1.0f;
+    nvfp4_decoded_t adec{desc(av.data(), NVFP4_DTYPE_BFLOAT16, {M, K}), desc(&aamax, NVFP4_DTYPE_FLOAT32, {1})};
+    nvfp4_decoded_t cdec{desc(cv.data(), NVFP4_DTYPE_BFLOAT16, {C, R}), desc(&camax, NVFP4_DTYPE_FLOAT32, {1})};
+    // codes and values of both orientations in one call: the amax of each pair agree, and no
+    // value is left unwritten (0xFFC1 is a NaN no decode produces)
+    EXPECT_STATUS(nvfp4_quantize_decoded(&in, &cfg, &rq, &cq, &adec, &cdec, nullptr), NVFP4_SUCCESS);
+    CHECK(aamax == row.amax && camax == col.amax && aamax > 0.0f);
+    for (uint16_t v : av) CHECK(v != 0xFFC1u);
+    for (uint16_t v : cv) CHECK(v != 0xFFC1u);
+    EXPECT_STATUS(nvfp4_quantize_decoded(&in, &cfg, nullptr, nullptr, &adec, nullptr, nullptr), NVFP4_SUCCESS);
+    EXPECT_BAD(nvfp4_quantize_decoded(&in, &cfg, nullptr, nullptr, nullptr, nullptr, nullptr), "at least one output");
+    nvfp4_quant_config_t c2 = cfg;
+    c2.scale_select = NVFP4_SELECT_4OVER6_MAE;
+    EXPECT_BAD(nvfp4_quantize_decoded(&in, &c2, nullptr, nullptr, &adec, nullptr, nullptr), "cfg.scale_select");
+    c2 = cfg;
+    c2.amax_mode = NVFP4_AMAX_ROWS;
+    EXPECT_BAD(nvfp4_quantize_decoded(&in, &c2, nullptr, nullptr, &adec, nullptr, nullptr), "cfg.amax_mode");
+    nvfp4_decoded_t bad = adec;
+    bad.values.dtype = NVFP4_DTYPE_FLOAT16;
+    EXPECT_BAD(nvfp4_quantize_decoded(&in, &cfg, nullptr, nullptr, &bad, nullptr, nullptr),
+               "rowwise_decoded.values: dtype must be bfloat16");
+    bad = cdec;
+    bad.values = desc(cv.data(), NVFP4_DTYPE_BFLOAT16, {R, C});
+    EXPECT_BAD(nvfp4_quantize_decoded(&in, &cfg, nullptr, nullptr, nullptr, &bad, nullptr),
+               "columnwise_decoded.values: expected shape [64, 32]");
+    bad = adec;
+    bad.amax = desc(av.data(), NVFP4_DTYPE_FLOAT32, {1});  // inside the values
+    EXPECT_BAD(nvfp4_quantize_decoded(&in, &cfg, nullptr, nullptr, &bad, nullptr, nullptr), "overlap");
+
+    HostQ bq(nvfp4::rowwise_layout(N, K));
+    std::vector<float> w = random_matrix(N, K, 2);
+    nvfp4_tensor_t win = desc(w.data(), NVFP4_DTYPE_FLOAT32, {N, K});
+    EXPECT_STATUS(nvfp4_quantize(&win, &cfg, bq.view.get(), nullptr, nullptr), NVFP4_SUCCESS);
+    std::vector<float> d(static_cast<size_t>(M * N));
+    nvfp4_tensor_t dt = desc(d.data(), NVFP4_DTYPE_FLOAT32, {M, N});
+    nvfp4_gemm_args_t g;
+    std::memset(&g, 0, sizeof g);
+    g.a = nullptr;
+    g.b = bq.view.get();
+    g.scale_layout = NVFP4_SCALES_SWIZZLED;
+    g.d = &dt;
+    size_t ws = 0;
+    // CPU tensors: the reference reads codes
+    EXPECT_STATUS(nvfp4_gemm_decoded(&g, &adec, nullptr, nullptr, 0, nullptr), NVFP4_ERROR_NOT_SUPPORTED);
+    EXPECT_STATUS(nvfp4_gemm_decoded_workspace_size(&g, &adec, nullptr, &ws), NVFP4_ERROR_NOT_SUPPORTED);
+    EXPECT_BAD(nvfp4_gemm_decoded(&g, nullptr, nullptr, nullptr, 0, nullptr), "a_decoded: null, and args->a");
+    g.a = &rq;
+    EXPECT_BAD(nvfp4_gemm_decoded(&g, &adec, nullptr, nullptr, 0, nullptr), "a_decoded: give A either");
+    g.a = nullptr;
+    bad = adec;
+    bad.values = desc(av.data(), NVFP4_DTYPE_BFLOAT16, {M, K / 2});
+    EXPECT_BAD(nvfp4_gemm_decoded(&g, &bad, nullptr, nullptr, 0, nullptr), "b: K mismatch");
+    bad = adec;
+    bad.amax = desc(&aamax, NVFP4_DTYPE_FLOAT16, {1});
+    EXPECT_BAD(nvfp4_gemm_decoded(&g, &bad, nullptr, nullptr, 0, nullptr), "a_decoded.amax");
+    EXPECT_BAD(nvfp4_gemm_decoded_workspace_size(&g, &adec, nullptr, nullptr), "bytes");
+    g.a = &rq;
+    int takes = -1;
+    EXPECT_STATUS(nvfp4_gemm_takes_decoded(&g, &takes), NVFP4_SUCCESS);
+    CHECK(takes == 0);  // the CPU reference
+    EXPECT_BAD(nvfp4_gemm_takes_decoded(&g, nullptr), "takes");
+  }
   return finish("args_gemm");
 }
 

@@ -20,7 +20,8 @@ def no_kernels(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("a kernel ran on meta tensors")
     for name in ("quantize_raw", "gemm_raw", "quantize_into", "dequantize_into", "swizzle_into", "gemm_into",
-                 "mx_quantize_into", "mx_dequantize_into", "mx_gemm_into"):
+                 "mx_quantize_into", "mx_dequantize_into", "mx_gemm_into", "quantize_dec_raw", "gemm_dec_raw",
+                 "gemm_takes_decoded_raw"):
         monkeypatch.setattr(_ops, name, refuse)
 
 

@@ -124,6 +124,20 @@ def _new_plan(key, make, *args):
     return _ops._workspace(key, lambda: make(*args))
 
 
+# Decoded operands. Where the GEMM runner the library chooses reads decoded operands (the
+# Hopper two-step path: nvfp4_gemm_takes_decoded), an operand the GEMM consumes right away
+# and nothing keeps (X rowwise and W rowwise for fprop, dY both ways for dgrad and wgrad) is
+# quantized straight into its decoded values (BF16, E2M1 x E4M3: what the GEMM's decode pass
+# would write) with no codes at all; the saved X^T and W^T stay FP4 codes. The same values
+# reach the same GEMM, so the same bits come out; the decode pass and the codes' round trip
+# through memory are gone. A decoded operand in a scratch buffer: its values (256-byte
+# aligned) then its float32 amax in a 256-byte slot.
+def _dec_layout(base: int, rows, cols):
+    """(values, amax) offsets of a decoded operand [rows, cols] at base, and its bytes."""
+    v = _up(rows * cols * 2, 256)
+    return (base, base + v), v + 256
+
+
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent from CPU-only builds
 
 
@@ -141,12 +155,21 @@ _CPU3 = (0, 0, 0)
 
 
 def _fwd_plan(m, k, n, x_dtype, bias_dt, fprop, backend, save_xt, save_wt, w_mode, device, dev):
-    xrow_bytes = packed_nbytes(m, k) if fprop else 0
-    wrow_bytes = packed_nbytes(n, k) if (fprop and w_mode == W_FRESH) else 0
-    gemm_ws = gemm_workspace_bytes(m, n, k, backend, x_dtype, bias_dt, False, device, dev) if fprop else 0
+    # decoded: X rowwise (and W rowwise when quantized here) go to the GEMM as decoded values
+    dec = bool(fprop and m > 0 and _ops.gemm_takes_decoded(m, n, k, backend, x_dtype, bias_dt, device, dev))
+    wdec = dec and w_mode == W_FRESH
+    if dec:
+        xdec, xrow_bytes = _dec_layout(0, m, k)
+        wdec_off, wrow_bytes = _dec_layout(xrow_bytes, n, k) if wdec else (None, 0)
+        gemm_ws = _ops.gemm_dec_workspace_bytes(m, n, k, backend, x_dtype, bias_dt, True, wdec, device, dev)
+    else:
+        xdec = wdec_off = None
+        xrow_bytes = packed_nbytes(m, k) if fprop else 0
+        wrow_bytes = packed_nbytes(n, k) if (fprop and w_mode == W_FRESH) else 0
+        gemm_ws = gemm_workspace_bytes(m, n, k, backend, x_dtype, bias_dt, False, device, dev) if fprop else 0
     xt = _offsets(0, k, _up(m, 16)) if save_xt else None
     if w_mode == W_FRESH:
-        wrow = _offsets(xrow_bytes, n, k) if fprop else None  # in the scratch buffer, after X
+        wrow = _offsets(xrow_bytes, n, k) if (fprop and not wdec) else None  # in the scratch buffer, after X
         wcol = _offsets(0, k, _up(n, 16)) if save_wt else None  # at the start of the saved W^T
     else:  # the weight cache: W rowwise, then W^T
         wrow = _offsets(0, n, k)
@@ -157,23 +180,44 @@ def _fwd_plan(m, k, n, x_dtype, bias_dt, fprop, backend, save_xt, save_wt, w_mod
             xrow_bytes + wrow_bytes + gemm_ws,                              # 3: scratch bytes
             _offsets(0, m, k) if fprop else None, wrow, xt, wcol,           # 4-7: offsets
             xrow_bytes + wrow_bytes, gemm_ws,                               # 8, 9: GEMM workspace offset, bytes
-            w_cache_nbytes(n, k))                                           # 10: a weight cache's bytes
+            w_cache_nbytes(n, k),                                           # 10: a weight cache's bytes
+            dec, xdec, wdec_off)                                            # 11-13: decoded X (and W) in the scratch
 
 
 def _bwd_plan(m, n, k, dy_dtype, dw_dtype, need_dx, need_dw, backend, device, dev):
     mp = _up(m, 16)
-    ws_dx = gemm_workspace_bytes(m, k, n, backend, dy_dtype, None, False, device, dev) if need_dx else 0
-    ws_dw = gemm_workspace_bytes(n, k, mp, backend, dw_dtype, None, False, device, dev) if need_dw else 0
-    row_bytes = packed_nbytes(m, n) if need_dx else 0
-    col_bytes = packed_nbytes(n, mp) if need_dw else 0
+    # decoded: dY rowwise (dgrad's A) and dY^T (wgrad's A), each where its GEMM's runner takes it
+    dx_dec = bool(need_dx and m > 0 and _ops.gemm_takes_decoded(m, k, n, backend, dy_dtype, None, device, dev))
+    dw_dec = bool(need_dw and m > 0 and _ops.gemm_takes_decoded(n, k, mp, backend, dw_dtype, None, device, dev))
+    if need_dx:
+        ws_dx = (_ops.gemm_dec_workspace_bytes(m, k, n, backend, dy_dtype, None, True, False, device, dev) if dx_dec
+                 else gemm_workspace_bytes(m, k, n, backend, dy_dtype, None, False, device, dev))
+    else:
+        ws_dx = 0
+    if need_dw:
+        ws_dw = (_ops.gemm_dec_workspace_bytes(n, k, mp, backend, dw_dtype, None, True, False, device, dev) if dw_dec
+                 else gemm_workspace_bytes(n, k, mp, backend, dw_dtype, None, False, device, dev))
+    else:
+        ws_dw = 0
+    if dx_dec:
+        row, row_bytes = _dec_layout(0, m, n)
+    else:
+        row_bytes = packed_nbytes(m, n) if need_dx else 0
+        row = _offsets(0, m, n) if need_dx else None
+    if dw_dec:
+        col, col_bytes = _dec_layout(row_bytes, n, mp)
+    else:
+        col_bytes = packed_nbytes(n, mp) if need_dw else 0
+        col = _offsets(row_bytes, n, mp) if need_dw else None
     return ((m, k) if need_dx else (0,), (n, k) if need_dw else (0,),       # 0, 1: dx, dw shapes
             row_bytes + col_bytes + max(ws_dx, ws_dw),                      # 2: scratch bytes
-            _offsets(0, m, n) if need_dx else None,                         # 3: dY rowwise in the scratch
-            _offsets(row_bytes, n, mp) if need_dw else None,                # 4: dY^T in the scratch
+            row,                                                            # 3: dY rowwise in the scratch
+            col,                                                            # 4: dY^T in the scratch
             row_bytes + col_bytes, ws_dx, ws_dw,                            # 5-7: GEMM workspace offset, bytes
             _offsets(0, k, mp), _offsets(0, k, _up(n, 16)),                 # 8, 9: saved X^T, W^T offsets
             packed_nbytes(k, mp) if need_dw else 0,                         # 10: X^T bytes needed
-            packed_nbytes(k, _up(n, 16)) if need_dx else 0)                 # 11: W^T bytes needed
+            packed_nbytes(k, _up(n, 16)) if need_dx else 0,                 # 11: W^T bytes needed
+            dx_dec, dw_dec)                                                 # 12, 13: dY / dY^T decoded
 
 
 # ------------------------------------------------------------------------------ linear_fwd
@@ -250,6 +294,9 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
     sign_mask = cfg[C.SIGN_MASK]
     seed = cfg[C.SEED_X]
 
+    if p[11]:
+        return _linear_fwd_decoded(p, x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache, y, xt, wt, base,
+                                   m, k, n, dt, di, st)
     # X: rowwise for fprop, columnwise (optionally Hadamard-transformed) for wgrad; one pass
     # when both use the same rounding.
     o = p[4]
@@ -289,6 +336,61 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
     if fprop:  # Y = alpha * X̂ Ŵᵀ (+ bias)
         _ops.gemm_raw(*xrow, *wrow, m, n, k, _LAYOUT_SWIZZLED, 0, 0, 0 if bias is None else bias.data_ptr(),
                       DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(), xcode, backend, base + p[8], p[9], dt, di, st)
+    return y, xt, wt
+
+
+def _linear_fwd_decoded(p, x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache, y, xt, wt, base, m, k, n,
+                        dt, di, st):
+    """linear_fwd's decoded road (the plan's p[11]): X rowwise into its decoded values, X^T
+    into codes, in one pass when both use the same rounding; W likewise when quantized here
+    (W rowwise decoded, W^T codes); Y from nvfp4_gemm_decoded."""
+    C = LinearConfig
+    xp, xcode = x.data_ptr(), DTYPE_CODE[x.dtype]
+    cnt = counter.data_ptr()
+    sign_mask = cfg[C.SIGN_MASK]
+    seed = cfg[C.SEED_X]
+    o = p[12]
+    xdec = (base + o[0], base + o[1])
+    if save_xt:
+        a, o = xt.data_ptr(), p[6]
+        xt_addr = (a, a + o[1], a + o[2])
+        rht = 2 if cfg[C.XT_RHT] else 0
+    else:
+        xt_addr, rht = _NONE3, 0
+    if save_xt and cfg[C.XT_ROUND] != cfg[C.X_ROUND]:
+        _ops.quantize_dec_raw(xp, xcode, m, k, 0, 0, 0, *xdec, 0, 0, 0, 0, 0, 0, cfg[C.X_ROUND], _LAYOUT_SWIZZLED, 0,
+                              sign_mask, seed, 0, cnt, dt, di, st)
+        _ops.quantize_raw(xp, xcode, m, k, 0, 0, 0, *xt_addr, 0, cfg[C.XT_ROUND], _LAYOUT_SWIZZLED, rht, sign_mask,
+                          seed, 0, cnt, dt, di, st)
+    else:
+        _ops.quantize_dec_raw(xp, xcode, m, k, 0, 0, 0, *xdec, *xt_addr, 0, 0, 0, cfg[C.X_ROUND], _LAYOUT_SWIZZLED,
+                              rht, sign_mask, seed, 0, cnt, dt, di, st)
+    if w_mode == W_FRESH:
+        # W rowwise decoded, W^T codes (saved), round to nearest, no transform
+        o = p[13]
+        wdec = (base + o[0], base + o[1])
+        if save_wt:
+            a, o = wt.data_ptr(), p[7]
+            wcol = (a, a + o[1], a + o[2])
+        else:
+            wcol = _NONE3
+        w = w.contiguous()
+        _ops.quantize_dec_raw(w.data_ptr(), DTYPE_CODE[w.dtype], n, k, 0, 0, 0, *wdec, *wcol, 0, 0, cfg[C.W_BLOCK],
+                              0, _LAYOUT_SWIZZLED, 0, sign_mask, 0, 0, 0, dt, di, st)
+        wrow, wdec_addr = _NONE3, wdec
+    else:
+        a = w_cache.data_ptr()
+        wrow, wcol = _at(a, p[5]), _at(a, p[7])
+        if w_mode == W_STORE:
+            w = w.contiguous()
+            _ops.quantize_raw(w.data_ptr(), DTYPE_CODE[w.dtype], n, k, *wrow, *wcol, cfg[C.W_BLOCK], 0,
+                              _LAYOUT_SWIZZLED, 0, sign_mask, 0, 0, 0, dt, di, st)
+        wdec_addr = (0, 0)
+    # Y = alpha * X̂ Ŵᵀ (+ bias), X̂ (and Ŵ from this pass) given decoded
+    bias_dt = None if bias is None else bias.dtype
+    _ops.gemm_dec_raw(0, 0, 0, *xdec, *wrow, *wdec_addr, m, n, k, _LAYOUT_SWIZZLED, 0, 0,
+                      0 if bias is None else bias.data_ptr(), DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(), xcode,
+                      cfg[C.BACKEND], base + p[8], p[9], dt, di, st)
     return y, xt, wt
 
 
@@ -361,6 +463,9 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
     dw = torch.empty(*p[1], dtype=dw_dtype, device=dev)
     ws = torch.empty(p[2], dtype=_U8, device=dev)
     base = ws.data_ptr()
+    if p[12] or p[13]:
+        return _linear_bwd_decoded(p, dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype, dx, dw, base, m, n,
+                                   dt, di, st)
     if need_dx:
         o = p[3]
         dyrow = (base, base + o[1], base + o[2])
@@ -395,6 +500,54 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
                       dw.data_ptr(), DTYPE_CODE[dw_dtype], backend, g, p[7], dt, di, st)
     # The next backward of this layer draws new bits. In stream order after the quantize
     # kernels above, which read the counter when they run.
+    counter.add_(1)
+    return dx, dw
+
+
+def _linear_bwd_decoded(p, dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype, dx, dw, base, m, n, dt, di, st):
+    """linear_bwd's decoded road (the plan's p[12] / p[13]): dY rowwise and dY^T, each into
+    its decoded values where its GEMM takes them (else into codes), in one pass when both use
+    the same rounding; dgrad and wgrad from nvfp4_gemm_decoded (or nvfp4_gemm on codes)."""
+    C = LinearConfig
+    dx_dec, dw_dec = p[12], p[13]
+    # (codes triple, decoded pair) per orientation; zeros where absent
+    row_q, row_v, col_q, col_v = _NONE3, (0, 0), _NONE3, (0, 0)
+    if need_dx:
+        o = p[3]
+        if dx_dec:
+            row_v = (base + o[0], base + o[1])
+        else:
+            row_q = (base + o[0], base + o[1], base + o[2])
+    if need_dw:
+        o = p[4]
+        if dw_dec:
+            col_v = (base + o[0], base + o[1])
+        else:
+            col_q = (base + o[0], base + o[1], base + o[2])
+    rht = 2 if (need_dw and cfg[C.DYT_RHT]) else 0
+    g = base + p[5]
+    dyp, dycode = dy.data_ptr(), DTYPE_CODE[dy.dtype]
+    cnt = counter.data_ptr()
+    sign_mask = cfg[C.SIGN_MASK]
+    seed = cfg[C.SEED_DY]
+    if need_dx and need_dw and cfg[C.DY_ROUND] != cfg[C.DYT_ROUND]:
+        _ops.quantize_dec_raw(dyp, dycode, m, n, *row_q, *row_v, 0, 0, 0, 0, 0, 0, cfg[C.DY_ROUND], _LAYOUT_SWIZZLED,
+                              0, sign_mask, seed, 0, cnt, dt, di, st)
+        _ops.quantize_dec_raw(dyp, dycode, m, n, 0, 0, 0, 0, 0, *col_q, *col_v, 0, cfg[C.DYT_ROUND], _LAYOUT_SWIZZLED,
+                              rht, sign_mask, seed, 0, cnt, dt, di, st)
+    else:
+        _ops.quantize_dec_raw(dyp, dycode, m, n, *row_q, *row_v, *col_q, *col_v, 0,
+                              cfg[C.DY_ROUND] if need_dx else cfg[C.DYT_ROUND], _LAYOUT_SWIZZLED, rht, sign_mask, seed,
+                              0, cnt, dt, di, st)
+    backend = cfg[C.BACKEND]
+    if need_dx:  # dgrad: dX = alpha * dŶ (Ŵᵀ)ᵀ, W^T quantized along N
+        a, o = wt.data_ptr(), p[9]
+        _ops.gemm_dec_raw(*row_q, *row_v, a, a + o[1], a + o[2], 0, 0, m, k, n, _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0,
+                          dx.data_ptr(), dycode, backend, g, p[6], dt, di, st)
+    if need_dw:  # wgrad: dW = alpha * (dŶᵀ)(X̂ᵀ)ᵀ, both along the token axis
+        a, o = xt.data_ptr(), p[8]
+        _ops.gemm_dec_raw(*col_q, *col_v, a, a + o[1], a + o[2], 0, 0, n, k, _up(m, 16), _LAYOUT_SWIZZLED, 0, 0, 0, 0,
+                          0.0, dw.data_ptr(), DTYPE_CODE[dw_dtype], backend, g, p[7], dt, di, st)
     counter.add_(1)
     return dx, dw
 
@@ -488,6 +641,20 @@ def _frozen_fwd_impl(x, w_data, w_scales, w_amax, bias, counter, cfg):
     backend = cfg[C.BACKEND]
     bias_dt = None if bias is None else bias.dtype
     bias = None if bias is None else bias.contiguous()
+    if _ops.gemm_takes_decoded(m, n, k, backend, x.dtype, bias_dt, dev, (dt, di, st)):
+        # X straight into its decoded values (see _dec_layout): no codes, no decode pass
+        (vo, ao), xdec_bytes = _dec_layout(0, m, k)
+        gemm_ws = _ops.gemm_dec_workspace_bytes(m, n, k, backend, x.dtype, bias_dt, True, False, dev, (dt, di, st))
+        ws = torch.empty((xdec_bytes + gemm_ws,), dtype=torch.uint8, device=dev)
+        base = ws.data_ptr()
+        _ops.quantize_dec_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, 0, 0, 0, base + vo, base + ao, 0, 0, 0, 0, 0, 0,
+                              cfg[C.X_ROUND], _LAYOUT_SWIZZLED, 0, cfg[C.SIGN_MASK], cfg[C.SEED_X], 0,
+                              counter.data_ptr(), dt, di, st)
+        _ops.gemm_dec_raw(0, 0, 0, base + vo, base + ao, w_data.data_ptr(), w_scales.data_ptr(), w_amax.data_ptr(),
+                          0, 0, m, n, k, _LAYOUT_SWIZZLED, 0, 0, 0 if bias is None else bias.data_ptr(),
+                          DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(), DTYPE_CODE[x.dtype], backend,
+                          base + xdec_bytes, gemm_ws, dt, di, st)
+        return y
     gemm_ws = gemm_workspace_bytes(m, n, k, backend, x.dtype, bias_dt, False, dev, (dt, di, st))
     xrow_bytes = packed_nbytes(m, k)
     ws = torch.empty((xrow_bytes + gemm_ws,), dtype=torch.uint8, device=dev)

@@ -163,7 +163,7 @@ nvfp4_status_t gemm_prep(const GemmPrep& p, nvfp4_stream_t stream) {
   const int64_t blocks_a = p.a.rows * (p.a.k / 16);
   const int64_t blocks_b = p.b.rows * (p.b.k / 16);
   const int64_t total = blocks_a + blocks_b;
-  const bool aligned8 = reinterpret_cast<uintptr_t>(p.a.data) % 8 == 0 &&
+  const bool aligned8 = (p.a.rows == 0 || reinterpret_cast<uintptr_t>(p.a.data) % 8 == 0) &&
                         (p.b.rows == 0 || reinterpret_cast<uintptr_t>(p.b.data) % 8 == 0);
 
   int64_t threads_needed = (total + kBlocksPerThread - 1) / kBlocksPerThread;

@@ -100,6 +100,7 @@ nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, 
 
 struct Plan {
   bool fallback = false;  // CUTLASS -> fp32 T, then gemm_finalize
+  bool b_copy = false;    // the caller's decoded B copied into the workspace (fallback, N % 8 != 0)
   const Sm90CutlassKernel* kernel = nullptr;
   const char* why = "";   // the rule that chose the kernel, for NVFP4_SM90_TRACE
   int64_t n_pad = 0, n_b = 0, n_gemm = 0;
@@ -135,10 +136,14 @@ nvfp4_status_t make_plan(const GemmJob& job, Plan& pl) {
   off += align_up(sizeof(float));
   pl.off_bias = off;
   if (job.bias != nullptr) off += align_up(static_cast<size_t>(pl.n_pad) * sizeof(float));
+  // A decoded operand given by the caller (nvfp4_gemm_decoded) is read where it is, except
+  // B on the fallback path when CUTLASS runs on the padded width: it is copied into the
+  // workspace's n_pad rows then.
+  pl.b_copy = job.b_dec != nullptr && pl.n_b != job.n;
   pl.off_a = off;
-  off += align_up(static_cast<size_t>(job.m) * job.k * 2);
+  if (job.a_dec == nullptr) off += align_up(static_cast<size_t>(job.m) * job.k * 2);
   pl.off_b = off;
-  off += align_up(static_cast<size_t>(pl.n_b) * job.k * 2);
+  if (job.b_dec == nullptr || pl.b_copy) off += align_up(static_cast<size_t>(pl.n_b) * job.k * 2);
   pl.off_t = off;
   if (pl.fallback) off += align_up(static_cast<size_t>(job.m) * pl.n_pad * sizeof(float));
   pl.off_cutlass = off;
@@ -199,14 +204,20 @@ nvfp4_status_t sm90_gemm(const GemmJob& job, void* workspace, size_t workspace_b
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   float* alpha = reinterpret_cast<float*>(ws + pl.off_alpha);
   float* bias = job.bias != nullptr ? reinterpret_cast<float*>(ws + pl.off_bias) : nullptr;
-  void* a_bf16 = ws + pl.off_a;
-  void* b_bf16 = ws + pl.off_b;
+  const void* a_bf16 = job.a_dec != nullptr ? job.a_dec : ws + pl.off_a;
+  const void* b_bf16 = job.b_dec != nullptr && !pl.b_copy ? job.b_dec : ws + pl.off_b;
+  if (pl.b_copy) {
+    const cudaError_t e = cudaMemcpyAsync(ws + pl.off_b, job.b_dec, static_cast<size_t>(job.n) * job.k * 2,
+                                          cudaMemcpyDeviceToDevice, reinterpret_cast<cudaStream_t>(stream));
+    if (e != cudaSuccess) return fail(NVFP4_ERROR_CUDA, std::string("gemm: copy of decoded B: ") + cudaGetErrorString(e));
+  }
   float* t = pl.fallback ? reinterpret_cast<float*>(ws + pl.off_t) : nullptr;
 
   GemmPrep prep;
   const bool mx = job.format == Format::kMxfp4;  // E8M0 scales over 32 values, alpha = 1
-  prep.a = {job.a, job.sfa, mx, job.m, job.k, job.layout, a_bf16, job.k};
-  prep.b = {job.b, job.sfb, mx, job.n, job.k, job.layout, b_bf16, job.k};
+  // An operand already decoded is not decoded again (rows 0: skipped by the decode kernel).
+  prep.a = {job.a, job.sfa, mx, job.a_dec != nullptr ? 0 : job.m, job.k, job.layout, ws + pl.off_a, job.k};
+  prep.b = {job.b, job.sfb, mx, job.b_dec != nullptr ? 0 : job.n, job.k, job.layout, ws + pl.off_b, job.k};
   prep.amax_a = job.amax_a;
   prep.amax_b = job.amax_b;
   prep.alpha = alpha;
