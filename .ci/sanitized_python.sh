@@ -40,7 +40,7 @@ ASAN_RT=$(gcc -print-file-name=libasan.so)
 UBSAN_RT=$(gcc -print-file-name=libubsan.so)
 TESTS=${NVFP4_ASAN_TESTS:-tests/python/test_bad_inputs.py tests/python/test_errors.py tests/python/test_meta.py
   tests/python/test_properties.py tests/python/test_quantize.py tests/python/test_gemm_cpu.py tests/python/test_mx.py
-  tests/python/test_frozen.py}
+  tests/python/test_frozen.py tests/python/test_decoded.py}
 echo "=== pytest under ASan + UBSan: $TESTS"
 t1=$(date +%s)
 # The tests import nvfp4 from $SITE (the sanitized build of this checkout), not from the tree.
