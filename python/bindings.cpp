@@ -131,6 +131,23 @@ nvfp4_quantized_t raw_q(uintptr_t data, uintptr_t scales, uintptr_t amax, int64_
   return q;
 }
 
+// The config of the raw quantize entry points: the defaults, then the fields they pass (the C
+// API checks the enums as integers).
+nvfp4_quant_config_t raw_config(int block, int rounding, int layout, uint32_t rht, uint32_t sign_mask, uint64_t seed,
+                                uint64_t offset, uintptr_t offset_device) {
+  nvfp4_quant_config_t cfg;
+  nvfp4_quant_config_default(&cfg);
+  cfg.block = static_cast<nvfp4_block_t>(block);
+  cfg.rounding = static_cast<nvfp4_rounding_t>(rounding);
+  cfg.scale_layout = static_cast<nvfp4_scale_layout_t>(layout);
+  cfg.rht = rht;
+  cfg.rht_sign_mask = sign_mask;
+  cfg.seed = seed;
+  cfg.offset = offset;
+  cfg.offset_device = reinterpret_cast<const uint64_t*>(offset_device);
+  return cfg;
+}
+
 nvfp4_dtype_t dtype_arg(int v, const char* name) {
   if (v < NVFP4_DTYPE_FLOAT32 || v > NVFP4_DTYPE_FLOAT64)
     throw nb::value_error((std::string(name) + ": unknown dtype code " + std::to_string(v)).c_str());
@@ -323,16 +340,7 @@ NB_MODULE(_C, m) {
            uintptr_t cs, uintptr_t ca, int block, int rounding, int layout, uint32_t rht, uint32_t sign_mask,
            uint64_t seed, uint64_t offset, uintptr_t offset_device, int dev_type, int dev_id, uintptr_t stream) {
           nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), rows, cols, dev_type, dev_id);
-          nvfp4_quant_config_t cfg;
-          nvfp4_quant_config_default(&cfg);
-          cfg.block = static_cast<nvfp4_block_t>(block);
-          cfg.rounding = static_cast<nvfp4_rounding_t>(rounding);
-          cfg.scale_layout = static_cast<nvfp4_scale_layout_t>(layout);
-          cfg.rht = rht;
-          cfg.rht_sign_mask = sign_mask;
-          cfg.seed = seed;
-          cfg.offset = offset;
-          cfg.offset_device = reinterpret_cast<const uint64_t*>(offset_device);
+          nvfp4_quant_config_t cfg = raw_config(block, rounding, layout, rht, sign_mask, seed, offset, offset_device);
           const int64_t rp = (rows + 15) / 16 * 16;
           nvfp4_quantized_t row = raw_q(rd, rs, ra, rows, cols, layout, dev_type, dev_id);
           nvfp4_quantized_t col = raw_q(cd, cs, ca, cols, rp, layout, dev_type, dev_id);
@@ -415,16 +423,7 @@ NB_MODULE(_C, m) {
            int rounding, int layout, uint32_t rht, uint32_t sign_mask, uint64_t seed, uint64_t offset,
            uintptr_t offset_device, int dev_type, int dev_id, uintptr_t stream) {
           nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), rows, cols, dev_type, dev_id);
-          nvfp4_quant_config_t cfg;
-          nvfp4_quant_config_default(&cfg);
-          cfg.block = static_cast<nvfp4_block_t>(block);
-          cfg.rounding = static_cast<nvfp4_rounding_t>(rounding);
-          cfg.scale_layout = static_cast<nvfp4_scale_layout_t>(layout);
-          cfg.rht = rht;
-          cfg.rht_sign_mask = sign_mask;
-          cfg.seed = seed;
-          cfg.offset = offset;
-          cfg.offset_device = reinterpret_cast<const uint64_t*>(offset_device);
+          nvfp4_quant_config_t cfg = raw_config(block, rounding, layout, rht, sign_mask, seed, offset, offset_device);
           const int64_t rp = (rows + 15) / 16 * 16;
           nvfp4_quantized_t row = raw_q(rd, rs, ra, rows, cols, layout, dev_type, dev_id);
           nvfp4_quantized_t col = raw_q(cd, cs, ca, cols, rp, layout, dev_type, dev_id);
@@ -662,20 +661,6 @@ nvfp4_grouped_quantized_t batched(uintptr_t d, uintptr_t s, uintptr_t a, int64_t
   return q;
 }
 
-nvfp4_quant_config_t raw_cfg(int block, int rounding, uint32_t rht, uint32_t sign_mask, uint64_t seed,
-                             uint64_t offset, uintptr_t offset_device) {
-  nvfp4_quant_config_t cfg;
-  nvfp4_quant_config_default(&cfg);
-  cfg.block = static_cast<nvfp4_block_t>(block);
-  cfg.rounding = static_cast<nvfp4_rounding_t>(rounding);
-  cfg.rht = rht;
-  cfg.rht_sign_mask = sign_mask;
-  cfg.seed = seed;
-  cfg.offset = offset;
-  cfg.offset_device = reinterpret_cast<const uint64_t*>(offset_device);
-  return cfg;
-}
-
 }  // namespace
 
 void bind_grouped(nb::module_& m) {
@@ -689,7 +674,8 @@ void bind_grouped(nb::module_& m) {
            uint32_t rht, uint32_t sign_mask, uint64_t seed, uint64_t offset, uintptr_t offset_device, int dev_type,
            int dev_id, uintptr_t stream) {
           nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), T, K, dev_type, dev_id);
-          nvfp4_quant_config_t cfg = raw_cfg(0, rounding, rht, sign_mask, seed, offset, offset_device);
+          nvfp4_quant_config_t cfg =
+              raw_config(0, rounding, NVFP4_SCALES_SWIZZLED, rht, sign_mask, seed, offset, offset_device);
           nvfp4_groups_t g{reinterpret_cast<const int32_t*>(offs), E, T, reinterpret_cast<int32_t*>(offs_error)};
           nvfp4_grouped_quantized_t row = grouped_row(rd, rs, ra, T, K, E, dev_type, dev_id);
           nvfp4_grouped_quantized_t col = grouped_col(cd, cs, ca, T, K, E, dev_type, dev_id);
@@ -704,7 +690,8 @@ void bind_grouped(nb::module_& m) {
            uintptr_t cd, uintptr_t cs, uintptr_t ca, int block, int rounding, uint32_t rht, uint32_t sign_mask,
            uint64_t seed, uint64_t offset, uintptr_t offset_device, int dev_type, int dev_id, uintptr_t stream) {
           nvfp4_tensor_t in = raw3(x, dtype_arg(dtype, "x"), E, N, K, dev_type, dev_id);
-          nvfp4_quant_config_t cfg = raw_cfg(block, rounding, rht, sign_mask, seed, offset, offset_device);
+          nvfp4_quant_config_t cfg =
+              raw_config(block, rounding, NVFP4_SCALES_SWIZZLED, rht, sign_mask, seed, offset, offset_device);
           nvfp4_grouped_quantized_t row = batched(rd, rs, ra, E, N, K, dev_type, dev_id);
           nvfp4_grouped_quantized_t col = batched(cd, cs, ca, E, K, up(N, 16), dev_type, dev_id);
           nb::gil_scoped_release nogil;

@@ -247,6 +247,31 @@ struct Mxfp4 {
 
 // ---- the one path ----
 
+// The 2D view [rows, cols] of the input: leading dims flattened (their product is checked on
+// its own, since an empty input's numel does not bound it), cols a multiple of the block.
+template <class Job>
+void flat_view(Job& job, const nvfp4_tensor_t& input, const FormatSpec& f) {
+  job.x = input.data;
+  job.dtype = input.dtype;
+  job.cols = input.shape[input.ndim - 1];
+  job.rows = 1;
+  for (int i = 0; i + 1 < input.ndim; ++i) job.rows = checked_mul(job.rows, input.shape[i], "input");
+  if (job.cols % f.block != 0)
+    invalid("input: last dimension must be a multiple of " + std::to_string(f.block) + f.block_note + ", got " +
+            std::to_string(job.cols));
+}
+
+// Every output shares no byte with the input, with the device memory the config points at, or
+// with another output.
+void check_outputs_disjoint(const std::vector<ByteRange>& outs, const ByteRange& in,
+                            const std::vector<ByteRange>& cfg_in) {
+  for (size_t i = 0; i < outs.size(); ++i) {
+    check_disjoint(outs[i], in);
+    for (size_t j = 0; j < i; ++j) check_disjoint(outs[i], outs[j]);
+    for (const ByteRange& c : cfg_in) check_disjoint(outs[i], c);
+  }
+}
+
 template <class F>
 nvfp4_status_t quantize(const nvfp4_tensor_t* input, const typename F::Config* cfg_in,
                         const typename F::Quantized* rowwise, const typename F::Quantized* columnwise,
@@ -263,16 +288,7 @@ nvfp4_status_t quantize(const nvfp4_tensor_t* input, const typename F::Config* c
     F::check_late(cfg);
 
     typename F::Job job = F::job(cfg);
-    job.x = input->data;
-    job.dtype = input->dtype;
-    // The 2D view [rows, cols]: leading dims flattened (their product is checked on its
-    // own, since an empty input's numel does not bound it).
-    job.cols = input->shape[input->ndim - 1];
-    job.rows = 1;
-    for (int i = 0; i + 1 < input->ndim; ++i) job.rows = checked_mul(job.rows, input->shape[i], "input");
-    if (job.cols % f.block != 0)
-      invalid("input: last dimension must be a multiple of " + std::to_string(f.block) + f.block_note + ", got " +
-              std::to_string(job.cols));
+    flat_view(job, *input, f);
     const bool swizzled = F::swizzled(cfg);
     std::vector<ByteRange> outs;
     auto direction = [&](const typename F::Quantized& q, bool columnwise_dir) {
@@ -296,13 +312,7 @@ nvfp4_status_t quantize(const nvfp4_tensor_t* input, const typename F::Config* c
     if (rowwise) direction(*rowwise, false);
     if (columnwise) direction(*columnwise, true);
     F::check_directions(cfg, rowwise != nullptr, columnwise != nullptr);
-    const ByteRange in = byte_range(*input, "input");
-    const std::vector<ByteRange> cfg_in = F::config_inputs(cfg);
-    for (size_t i = 0; i < outs.size(); ++i) {
-      check_disjoint(outs[i], in);
-      for (size_t j = 0; j < i; ++j) check_disjoint(outs[i], outs[j]);
-      for (const ByteRange& c : cfg_in) check_disjoint(outs[i], c);
-    }
+    check_outputs_disjoint(outs, byte_range(*input, "input"), F::config_inputs(cfg));
     require_cuda_build(*input, "input");
     if (job.rows == 0 || job.cols == 0) return F::empty(job, *input, stream);
     if (on_cuda(*input)) {
@@ -379,14 +389,7 @@ nvfp4_status_t quantize_decoded(const nvfp4_tensor_t* input, const nvfp4_quant_c
       invalid("cfg.rounding: the decoded outputs are defined for NEAREST and STOCHASTIC rounding only");
 
     QuantJob job = Nvfp4::job(cfg);
-    job.x = input->data;
-    job.dtype = input->dtype;
-    job.cols = input->shape[input->ndim - 1];
-    job.rows = 1;
-    for (int i = 0; i + 1 < input->ndim; ++i) job.rows = checked_mul(job.rows, input->shape[i], "input");
-    if (job.cols % f.block != 0)
-      invalid("input: last dimension must be a multiple of " + std::to_string(f.block) + f.block_note + ", got " +
-              std::to_string(job.cols));
+    flat_view(job, *input, f);
     const bool swizzled = Nvfp4::swizzled(cfg);
     std::vector<ByteRange> outs;
     float* second_amax[2] = {nullptr, nullptr};  // a decoded output's own amax, where codes have theirs
@@ -438,13 +441,7 @@ nvfp4_status_t quantize_decoded(const nvfp4_tensor_t* input, const nvfp4_quant_c
     direction(rowwise, rdec, false);
     direction(columnwise, cdec, true);
     Nvfp4::check_directions(cfg, wanted(job.row), wanted(job.col));
-    const ByteRange in = byte_range(*input, "input");
-    const std::vector<ByteRange> cfg_in = Nvfp4::config_inputs(cfg);
-    for (size_t i = 0; i < outs.size(); ++i) {
-      check_disjoint(outs[i], in);
-      for (size_t j = 0; j < i; ++j) check_disjoint(outs[i], outs[j]);
-      for (const ByteRange& c : cfg_in) check_disjoint(outs[i], c);
-    }
+    check_outputs_disjoint(outs, byte_range(*input, "input"), Nvfp4::config_inputs(cfg));
     require_cuda_build(*input, "input");
     if (on_cuda(*input)) {
 #if defined(NVFP4_WITH_CUDA)

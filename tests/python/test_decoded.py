@@ -336,3 +336,78 @@ def test_frozen_linear_decoded_road_equals_codes_road(monkeypatch):
     torch.cuda.synchronize()
     assert torch.equal(y_dec.view(torch.int16), y_codes.view(torch.int16))
     assert torch.equal(y_dec.view(torch.int16), y_tr.view(torch.int16))
+
+
+def _memory(addr, shape, dtype):
+    """A CPU tensor over the memory at addr (the stub below reads what the passes wrote)."""
+    import ctypes
+    n = 1
+    for s in shape:
+        n *= s
+    nbytes = n * torch.empty((), dtype=dtype).element_size()
+    buf = (ctypes.c_char * nbytes).from_address(addr)
+    return torch.frombuffer(buf, dtype=torch.uint8).view(dtype).view(*shape)
+
+
+def _emulated_gemm_dec(ad, as_, aa, av, ava, bd, bs, ba, bv, bva, m, n, k, layout, c, c_dtype, bias, bias_dtype,
+                       beta, d, d_dtype, backend, ws, ws_bytes, dt, di, st):
+    """nvfp4_gemm_decoded on the CPU, from what is in memory: each operand's values times its
+    decode scale (decoded values) or its dequantized codes, multiplied in float64."""
+    if ws_bytes < 0:
+        return 0
+    dtypes = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16}
+
+    def operand(data, scales, amax, vals, vamax, rows):
+        if vamax:
+            s_dec = _memory(vamax, (1,), torch.float32).double() / (448.0 * 6.0)
+            return _memory(vals, (rows, k), torch.bfloat16).double() * s_dec
+        sr, sc = swizzled_shape(rows, k // 16)
+        return nvfp4.nn.ops.dequantize(_memory(data, (rows, k // 2), torch.uint8),
+                                       _memory(scales, (sr, sc), torch.uint8),
+                                       _memory(amax, (1,), torch.float32), torch.float32).double()
+
+    out = operand(ad, as_, aa, av, ava, m) @ operand(bd, bs, ba, bv, bva, n).T
+    if bias:
+        out = out + _memory(bias, (n,), dtypes[bias_dtype]).double()
+    _memory(d, (m, n), dtypes[d_dtype]).copy_(out.to(dtypes[d_dtype]))
+    return 0
+
+
+@pytest.mark.parametrize("recipe", ["nvfp4", "no_rht"])
+def test_linear_decoded_road_plumbing_cpu(monkeypatch, recipe):
+    """The Linear passes' decoded road without a GPU: the runner's answer forced (every GEMM
+    "takes decoded operands") and nvfp4_gemm_decoded emulated from the bytes the passes wrote.
+    Forward, dX and dW over two SR steps agree with the codes road (the CPU reference GEMM) to
+    the output's rounding, and the stub saw the operands each GEMM should get decoded."""
+    def run(decoded):
+        torch.manual_seed(1)
+        lin = nvfp4.nn.Linear(64, 48, bias=True, recipe=nvfp4.nn.get_recipe(recipe, backend="reference", seed=2))
+        outs = []
+        for step in range(2):
+            x = torch.randn(40, 64, requires_grad=True)
+            y = lin(x)
+            (y * torch.linspace(-1, 1, 48)).sum().backward()
+            outs += [y.detach().clone(), x.grad.clone(), lin.weight.grad.clone()]
+            lin.zero_grad()
+        return outs
+
+    codes = run(False)
+    seen = []
+
+    def stub(*a):
+        if a[23] >= 0:
+            seen.append((a[4] != 0, a[9] != 0))  # (A decoded, B decoded)
+        return _emulated_gemm_dec(*a)
+
+    # (the plans cached under the forced answer must not outlive this test)
+    _ops.clear_workspace_cache()
+    monkeypatch.setattr(_ops, "gemm_takes_decoded", lambda *a: True)
+    monkeypatch.setattr(_ops, "gemm_dec_raw", stub)
+    try:
+        decoded = run(True)
+    finally:
+        _ops.clear_workspace_cache()
+    # fprop: X and W decoded; dgrad: dY decoded, W^T codes; wgrad: dY^T decoded, X^T codes
+    assert seen == [(True, True), (True, False), (True, False)] * 2, seen
+    for i, (a, b) in enumerate(zip(decoded, codes)):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=f"output {i}")

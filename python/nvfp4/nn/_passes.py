@@ -138,6 +138,36 @@ def _dec_layout(base: int, rows, cols):
     return (base, base + v), v + 256
 
 
+_NONE2 = (0, 0)
+
+
+def _quantize_1d(xp, xcode, rows, cols, row_q, row_v, col_q, col_v, want_row, want_col, round_row, round_col,
+                 col_rht, sign_mask, seed, cnt, dt, di, st):
+    """x [rows, cols] (1D blocks) rowwise into codes row_q and/or decoded values row_v, and
+    columnwise into col_q / col_v (col_rht: the columnwise Hadamard transform), each with its
+    rounding: one pass when both orientations are wanted with the same rounding, else one
+    each. An absent output's addresses are zeros. The codes road's entry point where no
+    decoded values are asked for, the decoded road's otherwise."""
+    if want_row and want_col and round_row != round_col:
+        _quantize_call(xp, xcode, rows, cols, row_q, row_v, _NONE3, _NONE2, round_row, 0, sign_mask, seed, cnt,
+                       dt, di, st)
+        _quantize_call(xp, xcode, rows, cols, _NONE3, _NONE2, col_q, col_v, round_col, col_rht, sign_mask, seed, cnt,
+                       dt, di, st)
+    elif want_row or want_col:
+        _quantize_call(xp, xcode, rows, cols, row_q, row_v, col_q, col_v, round_row if want_row else round_col,
+                       col_rht if want_col else 0, sign_mask, seed, cnt, dt, di, st)
+
+
+def _quantize_call(xp, xcode, rows, cols, row_q, row_v, col_q, col_v, rounding, rht, sign_mask, seed, cnt, dt, di,
+                   st):
+    if row_v[1] or col_v[1]:
+        _ops.quantize_dec_raw(xp, xcode, rows, cols, *row_q, *row_v, *col_q, *col_v, 0, rounding, _LAYOUT_SWIZZLED,
+                              rht, sign_mask, seed, 0, cnt, dt, di, st)
+    else:
+        _ops.quantize_raw(xp, xcode, rows, cols, *row_q, *col_q, 0, rounding, _LAYOUT_SWIZZLED, rht, sign_mask, seed, 0,
+                          cnt, dt, di, st)
+
+
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent from CPU-only builds
 
 
@@ -304,17 +334,10 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
     if save_xt:
         a, o = xt.data_ptr(), p[6]
         xt_addr = (a, a + o[1], a + o[2])
-        rht = 2 if cfg[C.XT_RHT] else 0
     else:
-        xt_addr, rht = _NONE3, 0
-    if fprop and save_xt and cfg[C.XT_ROUND] != cfg[C.X_ROUND]:
-        _ops.quantize_raw(xp, xcode, m, k, *xrow, 0, 0, 0, 0, cfg[C.X_ROUND], _LAYOUT_SWIZZLED, 0, sign_mask, seed, 0,
-                          cnt, dt, di, st)
-        _ops.quantize_raw(xp, xcode, m, k, 0, 0, 0, *xt_addr, 0, cfg[C.XT_ROUND], _LAYOUT_SWIZZLED, rht, sign_mask,
-                          seed, 0, cnt, dt, di, st)
-    elif fprop or save_xt:
-        _ops.quantize_raw(xp, xcode, m, k, *xrow, *xt_addr, 0, cfg[C.X_ROUND] if fprop else cfg[C.XT_ROUND],
-                          _LAYOUT_SWIZZLED, rht, sign_mask, seed, 0, cnt, dt, di, st)
+        xt_addr = _NONE3
+    _quantize_1d(xp, xcode, m, k, xrow, _NONE2, xt_addr, _NONE2, fprop, save_xt, cfg[C.X_ROUND], cfg[C.XT_ROUND],
+                 2 if cfg[C.XT_RHT] else 0, sign_mask, seed, cnt, dt, di, st)
 
     # W: both orientations in one pass (round to nearest, no transform), into the scratch
     # buffer and the saved W^T, or into the layer's cache.
@@ -354,17 +377,10 @@ def _linear_fwd_decoded(p, x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w
     if save_xt:
         a, o = xt.data_ptr(), p[6]
         xt_addr = (a, a + o[1], a + o[2])
-        rht = 2 if cfg[C.XT_RHT] else 0
     else:
-        xt_addr, rht = _NONE3, 0
-    if save_xt and cfg[C.XT_ROUND] != cfg[C.X_ROUND]:
-        _ops.quantize_dec_raw(xp, xcode, m, k, 0, 0, 0, *xdec, 0, 0, 0, 0, 0, 0, cfg[C.X_ROUND], _LAYOUT_SWIZZLED, 0,
-                              sign_mask, seed, 0, cnt, dt, di, st)
-        _ops.quantize_raw(xp, xcode, m, k, 0, 0, 0, *xt_addr, 0, cfg[C.XT_ROUND], _LAYOUT_SWIZZLED, rht, sign_mask,
-                          seed, 0, cnt, dt, di, st)
-    else:
-        _ops.quantize_dec_raw(xp, xcode, m, k, 0, 0, 0, *xdec, *xt_addr, 0, 0, 0, cfg[C.X_ROUND], _LAYOUT_SWIZZLED,
-                              rht, sign_mask, seed, 0, cnt, dt, di, st)
+        xt_addr = _NONE3
+    _quantize_1d(xp, xcode, m, k, _NONE3, xdec, xt_addr, _NONE2, True, save_xt, cfg[C.X_ROUND], cfg[C.XT_ROUND],
+                 2 if cfg[C.XT_RHT] else 0, sign_mask, seed, cnt, dt, di, st)
     if w_mode == W_FRESH:
         # W rowwise decoded, W^T codes (saved), round to nearest, no transform
         o = p[13]
@@ -474,22 +490,13 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
     if need_dw:
         o = p[4]
         dycol = (base + o[0], base + o[1], base + o[2])
-        rht = 2 if cfg[C.DYT_RHT] else 0
     else:
-        dycol, rht = _NONE3, 0
+        dycol = _NONE3
     g = base + p[5]
     dyp, dycode = dy.data_ptr(), DTYPE_CODE[dy_dt]
     cnt = counter.data_ptr()
-    sign_mask = cfg[C.SIGN_MASK]
-    seed = cfg[C.SEED_DY]
-    if need_dx and need_dw and cfg[C.DY_ROUND] != cfg[C.DYT_ROUND]:
-        _ops.quantize_raw(dyp, dycode, m, n, *dyrow, 0, 0, 0, 0, cfg[C.DY_ROUND], _LAYOUT_SWIZZLED, 0, sign_mask, seed,
-                          0, cnt, dt, di, st)
-        _ops.quantize_raw(dyp, dycode, m, n, 0, 0, 0, *dycol, 0, cfg[C.DYT_ROUND], _LAYOUT_SWIZZLED, rht, sign_mask,
-                          seed, 0, cnt, dt, di, st)
-    elif need_dx or need_dw:
-        _ops.quantize_raw(dyp, dycode, m, n, *dyrow, *dycol, 0, cfg[C.DY_ROUND] if need_dx else cfg[C.DYT_ROUND],
-                          _LAYOUT_SWIZZLED, rht, sign_mask, seed, 0, cnt, dt, di, st)
+    _quantize_1d(dyp, dycode, m, n, dyrow, _NONE2, dycol, _NONE2, need_dx, need_dw, cfg[C.DY_ROUND], cfg[C.DYT_ROUND],
+                 2 if cfg[C.DYT_RHT] else 0, cfg[C.SIGN_MASK], cfg[C.SEED_DY], cnt, dt, di, st)
     if need_dx:  # dgrad: dX = alpha * dŶ (Ŵᵀ)ᵀ, W^T quantized along N
         a, o = wt.data_ptr(), p[9]
         _ops.gemm_raw(*dyrow, a, a + o[1], a + o[2], m, k, n, _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0, dx.data_ptr(),
@@ -511,7 +518,7 @@ def _linear_bwd_decoded(p, dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dty
     C = LinearConfig
     dx_dec, dw_dec = p[12], p[13]
     # (codes triple, decoded pair) per orientation; zeros where absent
-    row_q, row_v, col_q, col_v = _NONE3, (0, 0), _NONE3, (0, 0)
+    row_q, row_v, col_q, col_v = _NONE3, _NONE2, _NONE3, _NONE2
     if need_dx:
         o = p[3]
         if dx_dec:
@@ -524,21 +531,10 @@ def _linear_bwd_decoded(p, dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dty
             col_v = (base + o[0], base + o[1])
         else:
             col_q = (base + o[0], base + o[1], base + o[2])
-    rht = 2 if (need_dw and cfg[C.DYT_RHT]) else 0
     g = base + p[5]
     dyp, dycode = dy.data_ptr(), DTYPE_CODE[dy.dtype]
-    cnt = counter.data_ptr()
-    sign_mask = cfg[C.SIGN_MASK]
-    seed = cfg[C.SEED_DY]
-    if need_dx and need_dw and cfg[C.DY_ROUND] != cfg[C.DYT_ROUND]:
-        _ops.quantize_dec_raw(dyp, dycode, m, n, *row_q, *row_v, 0, 0, 0, 0, 0, 0, cfg[C.DY_ROUND], _LAYOUT_SWIZZLED,
-                              0, sign_mask, seed, 0, cnt, dt, di, st)
-        _ops.quantize_dec_raw(dyp, dycode, m, n, 0, 0, 0, 0, 0, *col_q, *col_v, 0, cfg[C.DYT_ROUND], _LAYOUT_SWIZZLED,
-                              rht, sign_mask, seed, 0, cnt, dt, di, st)
-    else:
-        _ops.quantize_dec_raw(dyp, dycode, m, n, *row_q, *row_v, *col_q, *col_v, 0,
-                              cfg[C.DY_ROUND] if need_dx else cfg[C.DYT_ROUND], _LAYOUT_SWIZZLED, rht, sign_mask, seed,
-                              0, cnt, dt, di, st)
+    _quantize_1d(dyp, dycode, m, n, row_q, row_v, col_q, col_v, need_dx, need_dw, cfg[C.DY_ROUND], cfg[C.DYT_ROUND],
+                 2 if cfg[C.DYT_RHT] else 0, cfg[C.SIGN_MASK], cfg[C.SEED_DY], counter.data_ptr(), dt, di, st)
     backend = cfg[C.BACKEND]
     if need_dx:  # dgrad: dX = alpha * dŶ (Ŵᵀ)ᵀ, W^T quantized along N
         a, o = wt.data_ptr(), p[9]
