@@ -211,7 +211,7 @@ NVFP4_API nvfp4_status_t nvfp4_gemm_workspace_size(const nvfp4_gemm_args_t* args
 NVFP4_API nvfp4_status_t nvfp4_gemm(const nvfp4_gemm_args_t* args, void* workspace, size_t workspace_bytes,
                                     nvfp4_stream_t stream);
 
-/* ---- Decoded operands (0.3.1): the form the Hopper emulation multiplies ----
+/* ---- Decoded operands: the form the Hopper emulation multiplies ----
  * A GEMM that emulates NVFP4 on 16-bit tensor cores first turns every operand into its
  * decoded values: E2M1 value x E4M3 block scale, exact in bfloat16 (the per-tensor scale is
  * applied to the accumulator). A quantization whose output feeds such a GEMM right away can
