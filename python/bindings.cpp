@@ -169,6 +169,27 @@ nvfp4_gemm_args_t raw_gemm_args(const nvfp4_quantized_t& a, const nvfp4_quantize
   return args;
 }
 
+// The descriptors of a raw GEMM call (gemm_raw, gemm_dec_raw, gemm_takes_decoded_raw): the
+// operands' codes, d, the optional c and bias, and the args that point at them (hence not
+// copyable).
+struct RawGemm {
+  nvfp4_quantized_t a, b;
+  nvfp4_tensor_t d, c{}, bias{};
+  nvfp4_gemm_args_t args;
+  RawGemm(uintptr_t ad, uintptr_t as, uintptr_t aa, uintptr_t bd, uintptr_t bs, uintptr_t ba, int64_t M, int64_t N,
+          int64_t K, int layout, uintptr_t c_ptr, int c_dtype, uintptr_t bias_ptr, int bias_dtype, float beta,
+          uintptr_t d_ptr, int d_dtype, int backend, int dev_type, int dev_id)
+      : a(raw_q(ad, as, aa, M, K, layout, dev_type, dev_id)),
+        b(raw_q(bd, bs, ba, N, K, layout, dev_type, dev_id)),
+        d(raw2(d_ptr, dtype_arg(d_dtype, "out"), M, N, dev_type, dev_id)) {
+    if (c_ptr) c = raw2(c_ptr, dtype_arg(c_dtype, "c"), M, N, dev_type, dev_id);
+    if (bias_ptr) bias = raw1(bias_ptr, dtype_arg(bias_dtype, "bias"), N, dev_type, dev_id);
+    args = raw_gemm_args(a, b, layout, c_ptr ? &c : nullptr, bias_ptr ? &bias : nullptr, beta, &d, backend);
+  }
+  RawGemm(const RawGemm&) = delete;
+  RawGemm& operator=(const RawGemm&) = delete;
+};
+
 }  // namespace
 
 void bind_grouped(nb::module_& m);  // the grouped section, at the end of this file
@@ -395,13 +416,9 @@ NB_MODULE(_C, m) {
         [](uintptr_t ad, uintptr_t as, uintptr_t aa, uintptr_t bd, uintptr_t bs, uintptr_t ba, int64_t M, int64_t N,
            int64_t K, int layout, uintptr_t c, int c_dtype, uintptr_t bias, int bias_dtype, float beta, uintptr_t d,
            int d_dtype, int backend, uintptr_t ws, int64_t ws_bytes, int dev_type, int dev_id, uintptr_t stream) {
-          nvfp4_quantized_t a = raw_q(ad, as, aa, M, K, layout, dev_type, dev_id);
-          nvfp4_quantized_t b = raw_q(bd, bs, ba, N, K, layout, dev_type, dev_id);
-          nvfp4_tensor_t dt = raw2(d, dtype_arg(d_dtype, "out"), M, N, dev_type, dev_id);
-          nvfp4_tensor_t ct = c ? raw2(c, dtype_arg(c_dtype, "c"), M, N, dev_type, dev_id) : nvfp4_tensor_t{};
-          nvfp4_tensor_t bt = bias ? raw1(bias, dtype_arg(bias_dtype, "bias"), N, dev_type, dev_id) : nvfp4_tensor_t{};
-          nvfp4_gemm_args_t args = raw_gemm_args(a, b, layout, c ? &ct : nullptr, bias ? &bt : nullptr, beta, &dt,
-                                                 backend);
+          RawGemm g(ad, as, aa, bd, bs, ba, M, N, K, layout, c, c_dtype, bias, bias_dtype, beta, d, d_dtype, backend,
+                    dev_type, dev_id);
+          const nvfp4_gemm_args_t& args = g.args;
           if (ws_bytes < 0) {
             size_t bytes = 0;
             check(nvfp4_gemm_workspace_size(&args, &bytes));
@@ -446,17 +463,13 @@ NB_MODULE(_C, m) {
            uintptr_t ba, uintptr_t bv, uintptr_t bva, int64_t M, int64_t N, int64_t K, int layout, uintptr_t c,
            int c_dtype, uintptr_t bias, int bias_dtype, float beta, uintptr_t d, int d_dtype, int backend,
            uintptr_t ws, int64_t ws_bytes, int dev_type, int dev_id, uintptr_t stream) {
-          nvfp4_quantized_t a = raw_q(ad, as, aa, M, K, layout, dev_type, dev_id);
-          nvfp4_quantized_t b = raw_q(bd, bs, ba, N, K, layout, dev_type, dev_id);
+          RawGemm g(ad, as, aa, bd, bs, ba, M, N, K, layout, c, c_dtype, bias, bias_dtype, beta, d, d_dtype, backend,
+                    dev_type, dev_id);
           nvfp4_decoded_t adec{raw2(av, NVFP4_DTYPE_BFLOAT16, M, K, dev_type, dev_id),
                                raw1(ava, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id)};
           nvfp4_decoded_t bdec{raw2(bv, NVFP4_DTYPE_BFLOAT16, N, K, dev_type, dev_id),
                                raw1(bva, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id)};
-          nvfp4_tensor_t dt = raw2(d, dtype_arg(d_dtype, "out"), M, N, dev_type, dev_id);
-          nvfp4_tensor_t ct = c ? raw2(c, dtype_arg(c_dtype, "c"), M, N, dev_type, dev_id) : nvfp4_tensor_t{};
-          nvfp4_tensor_t bt = bias ? raw1(bias, dtype_arg(bias_dtype, "bias"), N, dev_type, dev_id) : nvfp4_tensor_t{};
-          nvfp4_gemm_args_t args = raw_gemm_args(a, b, layout, c ? &ct : nullptr, bias ? &bt : nullptr, beta, &dt,
-                                                 backend);
+          nvfp4_gemm_args_t args = g.args;  // a copy: the operands given decoded are dropped from it
           if (ava) args.a = nullptr;
           if (bva) args.b = nullptr;
           const nvfp4_decoded_t* pa = ava ? &adec : nullptr;
@@ -478,15 +491,10 @@ NB_MODULE(_C, m) {
         [](uintptr_t ad, uintptr_t as, uintptr_t aa, uintptr_t bd, uintptr_t bs, uintptr_t ba, int64_t M, int64_t N,
            int64_t K, int layout, uintptr_t c, int c_dtype, uintptr_t bias, int bias_dtype, float beta, uintptr_t d,
            int d_dtype, int backend, int dev_type, int dev_id) {
-          nvfp4_quantized_t a = raw_q(ad, as, aa, M, K, layout, dev_type, dev_id);
-          nvfp4_quantized_t b = raw_q(bd, bs, ba, N, K, layout, dev_type, dev_id);
-          nvfp4_tensor_t dt = raw2(d, dtype_arg(d_dtype, "out"), M, N, dev_type, dev_id);
-          nvfp4_tensor_t ct = c ? raw2(c, dtype_arg(c_dtype, "c"), M, N, dev_type, dev_id) : nvfp4_tensor_t{};
-          nvfp4_tensor_t bt = bias ? raw1(bias, dtype_arg(bias_dtype, "bias"), N, dev_type, dev_id) : nvfp4_tensor_t{};
-          nvfp4_gemm_args_t args = raw_gemm_args(a, b, layout, c ? &ct : nullptr, bias ? &bt : nullptr, beta, &dt,
-                                                 backend);
+          RawGemm g(ad, as, aa, bd, bs, ba, M, N, K, layout, c, c_dtype, bias, bias_dtype, beta, d, d_dtype, backend,
+                    dev_type, dev_id);
           int takes = 0;
-          check(nvfp4_gemm_takes_decoded(&args, &takes));
+          check(nvfp4_gemm_takes_decoded(&g.args, &takes));
           return takes != 0;
         });
 

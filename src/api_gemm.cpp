@@ -162,26 +162,6 @@ GemmJob make_gemm_job(const FormatSpec& f, const Args* args, std::vector<ByteRan
   return job;
 }
 
-// A decoded operand (nvfp4_decoded_t): values bfloat16 [rows, K], amax float32 [1], on d's
-// device. Adds their byte ranges to `in`.
-void check_decoded(const nvfp4_decoded_t& dec, const nvfp4_tensor_t& ref, const char* name, int64_t rows,
-                   int64_t k, std::vector<ByteRange>& in) {
-  const std::string n(name);
-  check_descriptor(&dec.values, (n + ".values").c_str());
-  check_descriptor(&dec.amax, (n + ".amax").c_str());
-  if (dec.values.dtype != NVFP4_DTYPE_BFLOAT16)
-    invalid(n + ".values: dtype must be bfloat16 (the decoded values), got " + dtype_name(dec.values.dtype));
-  check_shape2(&dec.values, (n + ".values").c_str(), rows, k);
-  if (dec.amax.dtype != NVFP4_DTYPE_FLOAT32 || numel(dec.amax) != 1)
-    invalid(n + ".amax: must be float32 with 1 element, got " + dtype_name(dec.amax.dtype) + " " + shape_str(dec.amax));
-  check_same_device(ref, &dec.values, (n + ".values").c_str());
-  check_same_device(ref, &dec.amax, (n + ".amax").c_str());
-  // (ByteRange keeps the name's pointer: string literals only)
-  const bool is_a = n == "a_decoded";
-  in.push_back(byte_range(dec.values, is_a ? "a_decoded.values" : "b_decoded.values"));
-  in.push_back(byte_range(dec.amax, is_a ? "a_decoded.amax" : "b_decoded.amax"));
-}
-
 // nvfp4_gemm_decoded's arguments: each operand either its codes (args->a) or its decoded
 // values (a_dec), never both, never neither; the rest as nvfp4_gemm's. CUDA only.
 GemmJob make_decoded_job(const nvfp4_gemm_args_t* args, const nvfp4_decoded_t* a_dec, const nvfp4_decoded_t* b_dec,
@@ -230,34 +210,28 @@ GemmJob make_decoded_job(const nvfp4_gemm_args_t* args, const nvfp4_decoded_t* a
   job.k = K;
   job.layout = layout;
   std::vector<ByteRange> in;
-  if (args->a) {
-    const QuantizedDesc a = quantized_desc(*args->a);
-    check_quantized(f, ref, a, "a", M, K, swizzled);
-    job.a = static_cast<const uint8_t*>(a.data->data);
-    job.sfa = static_cast<const uint8_t*>(a.scales->data);
-    job.amax_a = static_cast<const float*>(a.amax->data);
-    in.push_back(byte_range(*a.data, "a.data"));
-    in.push_back(byte_range(*a.scales, "a.scales"));
-    in.push_back(byte_range(*a.amax, "a.amax"));
-  } else {
-    check_decoded(*a_dec, ref, "a_decoded", M, K, in);
-    job.a_dec = a_dec->values.data;
-    job.amax_a = static_cast<const float*>(a_dec->amax.data);
-  }
-  if (args->b) {
-    const QuantizedDesc b = quantized_desc(*args->b);
-    check_quantized(f, ref, b, "b", N, K, swizzled);
-    job.b = static_cast<const uint8_t*>(b.data->data);
-    job.sfb = static_cast<const uint8_t*>(b.scales->data);
-    job.amax_b = static_cast<const float*>(b.amax->data);
-    in.push_back(byte_range(*b.data, "b.data"));
-    in.push_back(byte_range(*b.scales, "b.scales"));
-    in.push_back(byte_range(*b.amax, "b.amax"));
-  } else {
-    check_decoded(*b_dec, ref, "b_decoded", N, K, in);
-    job.b_dec = b_dec->values.data;
-    job.amax_b = static_cast<const float*>(b_dec->amax.data);
-  }
+  // One operand in the form it was given: its codes (the ranges read as nvfp4_gemm's), or its
+  // decoded values and amax. (Names are string literals: the byte ranges keep them.)
+  auto operand = [&](const nvfp4_quantized_t* q, const nvfp4_decoded_t* dec, bool is_a, int64_t rows,
+                     const uint8_t*& data, const uint8_t*& scales, const float*& amax, const void*& values) {
+    if (q) {
+      const QuantizedDesc d = quantized_desc(*q);
+      check_quantized(f, ref, d, is_a ? "a" : "b", rows, K, swizzled);
+      data = static_cast<const uint8_t*>(d.data->data);
+      scales = static_cast<const uint8_t*>(d.scales->data);
+      amax = static_cast<const float*>(d.amax->data);
+      in.push_back(byte_range(*d.data, is_a ? "a.data" : "b.data"));
+      in.push_back(byte_range(*d.scales, is_a ? "a.scales" : "b.scales"));
+      in.push_back(byte_range(*d.amax, is_a ? "a.amax" : "b.amax"));
+    } else {
+      check_decoded(*dec, ref, is_a ? "a_decoded.values" : "b_decoded.values",
+                    is_a ? "a_decoded.amax" : "b_decoded.amax", rows, K, in);
+      values = dec->values.data;
+      amax = static_cast<const float*>(dec->amax.data);
+    }
+  };
+  operand(args->a, a_dec, true, M, job.a, job.sfa, job.amax_a, job.a_dec);
+  operand(args->b, b_dec, false, N, job.b, job.sfb, job.amax_b, job.b_dec);
   check_gemm_epilogue(args->c, args->bias, args->beta, args->d, M, N, job, std::move(in), reads);
   if (!on_cuda(ref))
     raise(NVFP4_ERROR_NOT_SUPPORTED, "a_decoded/b_decoded: decoded operands are read by CUDA runners only; CPU "

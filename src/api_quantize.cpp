@@ -417,20 +417,10 @@ nvfp4_status_t quantize_decoded(const nvfp4_tensor_t* input, const nvfp4_quant_c
         o.amax = static_cast<float*>(q->amax.data);
       }
       if (dec) {
-        const std::string n = col ? "columnwise_decoded" : "rowwise_decoded";
-        check_descriptor(&dec->values, (n + ".values").c_str());
-        check_descriptor(&dec->amax, (n + ".amax").c_str());
-        if (dec->values.dtype != NVFP4_DTYPE_BFLOAT16)
-          invalid(n + ".values: dtype must be bfloat16, got " + dtype_name(dec->values.dtype));
-        check_shape2(&dec->values, (n + ".values").c_str(), rows, cols);
-        if (dec->amax.dtype != NVFP4_DTYPE_FLOAT32 || numel(dec->amax) != 1)
-          invalid(n + ".amax: must be float32 with 1 element, got " + dtype_name(dec->amax.dtype) + " " +
-                  shape_str(dec->amax));
-        check_same_device(*input, &dec->values, (n + ".values").c_str());
-        check_same_device(*input, &dec->amax, (n + ".amax").c_str());
-        // (ByteRange keeps the name's pointer: string literals only)
-        outs.push_back(byte_range(dec->values, col ? "columnwise_decoded.values" : "rowwise_decoded.values"));
-        outs.push_back(byte_range(dec->amax, col ? "columnwise_decoded.amax" : "rowwise_decoded.amax"));
+        if (col)
+          check_decoded(*dec, *input, "columnwise_decoded.values", "columnwise_decoded.amax", rows, cols, outs);
+        else
+          check_decoded(*dec, *input, "rowwise_decoded.values", "rowwise_decoded.amax", rows, cols, outs);
         o.dec = dec->values.data;
         if (o.amax == nullptr)
           o.amax = static_cast<float*>(dec->amax.data);

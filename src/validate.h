@@ -20,6 +20,7 @@
 #include <new>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/swizzle.h"
 #include "format.h"
@@ -268,6 +269,27 @@ inline void check_quantized(const FormatSpec& f, const nvfp4_tensor_t& ref, cons
   check_same_device(ref, q.data, (n + ".data").c_str());
   check_same_device(ref, q.scales, (n + ".scales").c_str());
   if (f.tensor_scale) check_same_device(ref, q.amax, (n + ".amax").c_str());
+}
+
+// A decoded operand (nvfp4_decoded_t) of an orientation [rows, cols]: values bfloat16
+// [rows, cols], amax float32 [1], both on ref's device. values_name / amax_name: the
+// parameters' names as string literals ("a_decoded.values", ...), which the two byte ranges
+// appended to `ranges` keep.
+inline void check_decoded(const nvfp4_decoded_t& dec, const nvfp4_tensor_t& ref, const char* values_name,
+                          const char* amax_name, int64_t rows, int64_t cols, std::vector<ByteRange>& ranges) {
+  check_descriptor(&dec.values, values_name);
+  check_descriptor(&dec.amax, amax_name);
+  if (dec.values.dtype != NVFP4_DTYPE_BFLOAT16)
+    invalid(std::string(values_name) + ": dtype must be bfloat16 (the decoded values), got " +
+            dtype_name(dec.values.dtype));
+  check_shape2(&dec.values, values_name, rows, cols);
+  if (dec.amax.dtype != NVFP4_DTYPE_FLOAT32 || numel(dec.amax) != 1)
+    invalid(std::string(amax_name) + ": must be float32 with 1 element, got " + dtype_name(dec.amax.dtype) + " " +
+            shape_str(dec.amax));
+  check_same_device(ref, &dec.values, values_name);
+  check_same_device(ref, &dec.amax, amax_name);
+  ranges.push_back(byte_range(dec.values, values_name));
+  ranges.push_back(byte_range(dec.amax, amax_name));
 }
 
 #if defined(NVFP4_WITH_CUDA)

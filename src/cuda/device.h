@@ -25,6 +25,7 @@
 #define NVFP4_GPU_HD
 #endif
 
+#include "core/e2m1.h"
 #include "internal.h"
 
 namespace nvfp4::detail::gpu {
@@ -276,6 +277,27 @@ __device__ __forceinline__ float load_as_float(const void* p, nvfp4_dtype_t dt, 
     case NVFP4_DTYPE_FLOAT16: return __half2float(static_cast<const __half*>(p)[i]);
     case NVFP4_DTYPE_BFLOAT16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
     default: return static_cast<const float*>(p)[i];
+  }
+}
+
+// The 16 E2M1 values (core::e2m1_decode) as a table, written by threads 0..15 (synchronize
+// before reading). In shared memory it is one word per bank: a warp's lookups never conflict.
+__device__ __forceinline__ void fill_e2m1_table(float* lut) {
+  if (threadIdx.x < 16) lut[threadIdx.x] = core::e2m1_decode(threadIdx.x);
+}
+
+// The one decode of an FP4 block to the BF16 operand of the Hopper emulation (the GEMM's
+// decode pass and the quantizer's decoded outputs both call it, so both give the same bits):
+// 16 packed E2M1 codes (lo, hi; element 0 in the low nibble of lo) times the block's scale,
+// each product rounded to bfloat16 (exact for NVFP4; for MXFP4 up to 2^128), as 8 bf16x2
+// words in element order. lut: fill_e2m1_table's table.
+__device__ __forceinline__ void decode16_bf16(uint32_t lo, uint32_t hi, float scale, const float* lut,
+                                              uint32_t (&out)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t byte = ((i < 4 ? lo : hi) >> (8 * (i & 3))) & 0xffu;
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lut[byte & 15u] * scale, lut[byte >> 4] * scale);
+    out[i] = *reinterpret_cast<const uint32_t*>(&v);
   }
 }
 

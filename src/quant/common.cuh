@@ -8,7 +8,6 @@
 // cheaper form of it (see there for why it is identical).
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -17,7 +16,6 @@
 #include <type_traits>
 
 #include "core/block.h"
-#include "core/e2m1.h"
 #include "core/e4m3.h"
 #include "core/rht.h"
 #include "core/scale.h"
@@ -224,22 +222,12 @@ struct Encoded {
   uint32_t scale;   // E4M3 byte
 };
 
-// The decoded values of an encoded block (nvfp4_quantize_decoded): each code's E2M1 value
-// times the block's E4M3 scale, rounded to bfloat16 (exact), computed as the GEMM's decode
-// pass computes them (gemm/common/decode.cu), so both give the same bits. `lut`: the 16
-// E2M1 values in shared memory (fill_e2m1_table). 32 bytes at dst, 16-byte aligned.
-__device__ __forceinline__ void fill_e2m1_table(float (&lut)[16]) {
-  if (threadIdx.x < 16) lut[threadIdx.x] = core::e2m1_decode(threadIdx.x);
-}
+// The decoded values of an encoded block (nvfp4_quantize_decoded): gpu::decode16_bf16, the
+// decode the GEMM's decode pass runs, of the block's codes with its E4M3 scale. `lut`:
+// gpu::fill_e2m1_table's table. 32 bytes at dst, 16-byte aligned.
 __device__ __forceinline__ void store_decoded(void* dst, const Encoded& o, const float (&lut)[16]) {
-  const float s = core::e4m3_decode(o.scale);
   uint32_t packed[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t byte = ((i < 4 ? o.lo : o.hi) >> (8 * (i & 3))) & 0xffu;
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lut[byte & 15u] * s, lut[byte >> 4] * s);
-    packed[i] = *reinterpret_cast<const uint32_t*>(&v);
-  }
+  gpu::decode16_bf16(o.lo, o.hi, core::e4m3_decode(o.scale), lut, packed);
   uint4* d = static_cast<uint4*>(dst);
   d[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   d[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);

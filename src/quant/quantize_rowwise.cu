@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
   const TensorScale ts = make_tensor_scale(gs);
   const uint64_t sr_offset = kSR ? a.offset + (a.offset_device ? *a.offset_device : 0) : 0;
   fill_encode_table(tab, gs.dec);
-  fill_e2m1_table(lut);
+  gpu::fill_e2m1_table(lut);
   __syncthreads();
 
   const int64_t total = static_cast<int64_t>(a.tiles_r) * a.tiles_c;

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     fill_encode_table(tab_c, g.dec);
   }
   if (threadIdx.x < 64) (&tam[0][0][0])[threadIdx.x] = 0u;
-  fill_e2m1_table(lut);
+  gpu::fill_e2m1_table(lut);
   __syncthreads();
 
   const int64_t total = static_cast<int64_t>(a.tiles_r) * a.tiles_c;

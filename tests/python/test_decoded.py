@@ -411,3 +411,33 @@ def test_linear_decoded_road_plumbing_cpu(monkeypatch, recipe):
     assert seen == [(True, True), (True, False), (True, False)] * 2, seen
     for i, (a, b) in enumerate(zip(decoded, codes)):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=f"output {i}")
+
+
+def test_frozen_linear_decoded_road_plumbing_cpu(monkeypatch):
+    """FrozenLinear's decoded road without a GPU, as above: X decoded, the frozen W as codes."""
+    import copy
+
+    torch.manual_seed(3)
+    lin = torch.nn.Linear(64, 48, bias=True)
+    fr = nvfp4.nn.FrozenLinear.from_linear(copy.deepcopy(lin), nvfp4.nn.get_recipe("nvfp4", backend="reference",
+                                                                                      seed=1), layer_index=1)
+    x = torch.randn(24, 64)
+    with torch.no_grad():
+        codes = fr(x)
+    seen = []
+
+    def stub(*a):
+        if a[23] >= 0:
+            seen.append((a[4] != 0, a[9] != 0))
+        return _emulated_gemm_dec(*a)
+
+    _ops.clear_workspace_cache()
+    monkeypatch.setattr(_ops, "gemm_takes_decoded", lambda *a: True)
+    monkeypatch.setattr(_ops, "gemm_dec_raw", stub)
+    try:
+        with torch.no_grad():
+            decoded = fr(x)
+    finally:
+        _ops.clear_workspace_cache()
+    assert seen == [(True, False)], seen
+    torch.testing.assert_close(decoded, codes, rtol=1e-6, atol=1e-6)

@@ -159,13 +159,24 @@ def _quantize_1d(xp, xcode, rows, cols, row_q, row_v, col_q, col_v, want_row, wa
 
 
 def _quantize_call(xp, xcode, rows, cols, row_q, row_v, col_q, col_v, rounding, rht, sign_mask, seed, cnt, dt, di,
-                   st):
+                   st, block=0):
     if row_v[1] or col_v[1]:
-        _ops.quantize_dec_raw(xp, xcode, rows, cols, *row_q, *row_v, *col_q, *col_v, 0, rounding, _LAYOUT_SWIZZLED,
-                              rht, sign_mask, seed, 0, cnt, dt, di, st)
+        _ops.quantize_dec_raw(xp, xcode, rows, cols, *row_q, *row_v, *col_q, *col_v, block, rounding,
+                              _LAYOUT_SWIZZLED, rht, sign_mask, seed, 0, cnt, dt, di, st)
     else:
-        _ops.quantize_raw(xp, xcode, rows, cols, *row_q, *col_q, 0, rounding, _LAYOUT_SWIZZLED, rht, sign_mask, seed, 0,
-                          cnt, dt, di, st)
+        _ops.quantize_raw(xp, xcode, rows, cols, *row_q, *col_q, block, rounding, _LAYOUT_SWIZZLED, rht, sign_mask,
+                          seed, 0, cnt, dt, di, st)
+
+
+def _gemm_call(a_q, a_v, b_q, b_v, m, n, k, bias, bias_code, d, d_code, backend, ws, ws_bytes, dt, di, st):
+    """D = alpha * (Â B̂ᵀ) (+ bias): nvfp4_gemm on the codes a_q / b_q, or nvfp4_gemm_decoded where
+    an operand comes as decoded values (a_v / b_v; zeros where it does not)."""
+    if a_v[1] or b_v[1]:
+        _ops.gemm_dec_raw(*a_q, *a_v, *b_q, *b_v, m, n, k, _LAYOUT_SWIZZLED, 0, 0, bias, bias_code, 0.0, d, d_code,
+                          backend, ws, ws_bytes, dt, di, st)
+    else:
+        _ops.gemm_raw(*a_q, *b_q, m, n, k, _LAYOUT_SWIZZLED, 0, 0, bias, bias_code, 0.0, d, d_code, backend, ws,
+                      ws_bytes, dt, di, st)
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # absent from CPU-only builds
@@ -324,26 +335,35 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
     sign_mask = cfg[C.SIGN_MASK]
     seed = cfg[C.SEED_X]
 
-    if p[11]:
-        return _linear_fwd_decoded(p, x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache, y, xt, wt, base,
-                                   m, k, n, dt, di, st)
-    # X: rowwise for fprop, columnwise (optionally Hadamard-transformed) for wgrad; one pass
-    # when both use the same rounding.
-    o = p[4]
-    xrow = (base, base + o[1], base + o[2]) if fprop else _NONE3
+    # X: rowwise for fprop (codes, or its decoded values on the decoded road: the plan's p[11]),
+    # columnwise (optionally Hadamard-transformed) for wgrad; one pass when both use the same
+    # rounding.
+    dec = p[11]
+    if dec:
+        o = p[12]
+        xrow_q, xrow_v = _NONE3, (base + o[0], base + o[1])
+    else:
+        o = p[4]
+        xrow_q, xrow_v = ((base, base + o[1], base + o[2]) if fprop else _NONE3), _NONE2
     if save_xt:
         a, o = xt.data_ptr(), p[6]
         xt_addr = (a, a + o[1], a + o[2])
     else:
         xt_addr = _NONE3
-    _quantize_1d(xp, xcode, m, k, xrow, _NONE2, xt_addr, _NONE2, fprop, save_xt, cfg[C.X_ROUND], cfg[C.XT_ROUND],
+    _quantize_1d(xp, xcode, m, k, xrow_q, xrow_v, xt_addr, _NONE2, fprop, save_xt, cfg[C.X_ROUND], cfg[C.XT_ROUND],
                  2 if cfg[C.XT_RHT] else 0, sign_mask, seed, cnt, dt, di, st)
 
     # W: both orientations in one pass (round to nearest, no transform), into the scratch
-    # buffer and the saved W^T, or into the layer's cache.
+    # buffer (rowwise: codes, or decoded values on the decoded road) and the saved W^T, or
+    # into the layer's cache (codes).
+    wrow_v = _NONE2
     if w_mode == W_FRESH:
-        o = p[5]
-        wrow = (base + o[0], base + o[1], base + o[2]) if fprop else _NONE3
+        if dec:
+            o = p[13]
+            wrow_q, wrow_v = _NONE3, (base + o[0], base + o[1])
+        else:
+            o = p[5]
+            wrow_q = (base + o[0], base + o[1], base + o[2]) if fprop else _NONE3
         if save_wt:
             a, o = wt.data_ptr(), p[7]
             wcol = (a, a + o[1], a + o[2])
@@ -351,62 +371,14 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
             wcol = _NONE3
     else:
         a = w_cache.data_ptr()
-        wrow, wcol = _at(a, p[5]), _at(a, p[7])
-    if w_mode != W_REUSE and (wrow[0] or wcol[0]):
+        wrow_q, wcol = _at(a, p[5]), _at(a, p[7])
+    if w_mode != W_REUSE and (wrow_q[0] or wrow_v[1] or wcol[0]):
         w = w.contiguous()
-        _ops.quantize_raw(w.data_ptr(), DTYPE_CODE[w.dtype], n, k, *wrow, *wcol, cfg[C.W_BLOCK], 0,
-                          _LAYOUT_SWIZZLED, 0, sign_mask, 0, 0, 0, dt, di, st)
+        _quantize_call(w.data_ptr(), DTYPE_CODE[w.dtype], n, k, wrow_q, wrow_v, wcol, _NONE2, 0, 0, sign_mask, 0, 0,
+                       dt, di, st, block=cfg[C.W_BLOCK])
     if fprop:  # Y = alpha * X̂ Ŵᵀ (+ bias)
-        _ops.gemm_raw(*xrow, *wrow, m, n, k, _LAYOUT_SWIZZLED, 0, 0, 0 if bias is None else bias.data_ptr(),
-                      DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(), xcode, backend, base + p[8], p[9], dt, di, st)
-    return y, xt, wt
-
-
-def _linear_fwd_decoded(p, x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache, y, xt, wt, base, m, k, n,
-                        dt, di, st):
-    """linear_fwd's decoded road (the plan's p[11]): X rowwise into its decoded values, X^T
-    into codes, in one pass when both use the same rounding; W likewise when quantized here
-    (W rowwise decoded, W^T codes); Y from nvfp4_gemm_decoded."""
-    C = LinearConfig
-    xp, xcode = x.data_ptr(), DTYPE_CODE[x.dtype]
-    cnt = counter.data_ptr()
-    sign_mask = cfg[C.SIGN_MASK]
-    seed = cfg[C.SEED_X]
-    o = p[12]
-    xdec = (base + o[0], base + o[1])
-    if save_xt:
-        a, o = xt.data_ptr(), p[6]
-        xt_addr = (a, a + o[1], a + o[2])
-    else:
-        xt_addr = _NONE3
-    _quantize_1d(xp, xcode, m, k, _NONE3, xdec, xt_addr, _NONE2, True, save_xt, cfg[C.X_ROUND], cfg[C.XT_ROUND],
-                 2 if cfg[C.XT_RHT] else 0, sign_mask, seed, cnt, dt, di, st)
-    if w_mode == W_FRESH:
-        # W rowwise decoded, W^T codes (saved), round to nearest, no transform
-        o = p[13]
-        wdec = (base + o[0], base + o[1])
-        if save_wt:
-            a, o = wt.data_ptr(), p[7]
-            wcol = (a, a + o[1], a + o[2])
-        else:
-            wcol = _NONE3
-        w = w.contiguous()
-        _ops.quantize_dec_raw(w.data_ptr(), DTYPE_CODE[w.dtype], n, k, 0, 0, 0, *wdec, *wcol, 0, 0, cfg[C.W_BLOCK],
-                              0, _LAYOUT_SWIZZLED, 0, sign_mask, 0, 0, 0, dt, di, st)
-        wrow, wdec_addr = _NONE3, wdec
-    else:
-        a = w_cache.data_ptr()
-        wrow, wcol = _at(a, p[5]), _at(a, p[7])
-        if w_mode == W_STORE:
-            w = w.contiguous()
-            _ops.quantize_raw(w.data_ptr(), DTYPE_CODE[w.dtype], n, k, *wrow, *wcol, cfg[C.W_BLOCK], 0,
-                              _LAYOUT_SWIZZLED, 0, sign_mask, 0, 0, 0, dt, di, st)
-        wdec_addr = (0, 0)
-    # Y = alpha * X̂ Ŵᵀ (+ bias), X̂ (and Ŵ from this pass) given decoded
-    bias_dt = None if bias is None else bias.dtype
-    _ops.gemm_dec_raw(0, 0, 0, *xdec, *wrow, *wdec_addr, m, n, k, _LAYOUT_SWIZZLED, 0, 0,
-                      0 if bias is None else bias.data_ptr(), DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(), xcode,
-                      cfg[C.BACKEND], base + p[8], p[9], dt, di, st)
+        _gemm_call(xrow_q, xrow_v, wrow_q, wrow_v, m, n, k, 0 if bias is None else bias.data_ptr(),
+                   DTYPE_CODE.get(bias_dt, 0), y.data_ptr(), xcode, backend, base + p[8], p[9], dt, di, st)
     return y, xt, wt
 
 
@@ -479,71 +451,36 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
     dw = torch.empty(*p[1], dtype=dw_dtype, device=dev)
     ws = torch.empty(p[2], dtype=_U8, device=dev)
     base = ws.data_ptr()
-    if p[12] or p[13]:
-        return _linear_bwd_decoded(p, dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype, dx, dw, base, m, n,
-                                   dt, di, st)
-    if need_dx:
-        o = p[3]
-        dyrow = (base, base + o[1], base + o[2])
-    else:
-        dyrow = _NONE3
-    if need_dw:
-        o = p[4]
-        dycol = (base + o[0], base + o[1], base + o[2])
-    else:
-        dycol = _NONE3
-    g = base + p[5]
-    dyp, dycode = dy.data_ptr(), DTYPE_CODE[dy_dt]
-    cnt = counter.data_ptr()
-    _quantize_1d(dyp, dycode, m, n, dyrow, _NONE2, dycol, _NONE2, need_dx, need_dw, cfg[C.DY_ROUND], cfg[C.DYT_ROUND],
-                 2 if cfg[C.DYT_RHT] else 0, cfg[C.SIGN_MASK], cfg[C.SEED_DY], cnt, dt, di, st)
-    if need_dx:  # dgrad: dX = alpha * dŶ (Ŵᵀ)ᵀ, W^T quantized along N
-        a, o = wt.data_ptr(), p[9]
-        _ops.gemm_raw(*dyrow, a, a + o[1], a + o[2], m, k, n, _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0, dx.data_ptr(),
-                      dycode, backend, g, p[6], dt, di, st)
-    if need_dw:  # wgrad: dW = alpha * (dŶᵀ)(X̂ᵀ)ᵀ, both along the token axis
-        a, o = xt.data_ptr(), p[8]
-        _ops.gemm_raw(*dycol, a, a + o[1], a + o[2], n, k, _up(m, 16), _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0,
-                      dw.data_ptr(), DTYPE_CODE[dw_dtype], backend, g, p[7], dt, di, st)
-    # The next backward of this layer draws new bits. In stream order after the quantize
-    # kernels above, which read the counter when they run.
-    counter.add_(1)
-    return dx, dw
-
-
-def _linear_bwd_decoded(p, dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype, dx, dw, base, m, n, dt, di, st):
-    """linear_bwd's decoded road (the plan's p[12] / p[13]): dY rowwise and dY^T, each into
-    its decoded values where its GEMM takes them (else into codes), in one pass when both use
-    the same rounding; dgrad and wgrad from nvfp4_gemm_decoded (or nvfp4_gemm on codes)."""
-    C = LinearConfig
-    dx_dec, dw_dec = p[12], p[13]
-    # (codes triple, decoded pair) per orientation; zeros where absent
+    # dY rowwise for dgrad, dY^T for wgrad: each into codes, or into its decoded values where
+    # its GEMM's runner takes them (the plan's p[12] / p[13]); one pass when both use the same
+    # rounding.
     row_q, row_v, col_q, col_v = _NONE3, _NONE2, _NONE3, _NONE2
     if need_dx:
         o = p[3]
-        if dx_dec:
+        if p[12]:
             row_v = (base + o[0], base + o[1])
         else:
             row_q = (base + o[0], base + o[1], base + o[2])
     if need_dw:
         o = p[4]
-        if dw_dec:
+        if p[13]:
             col_v = (base + o[0], base + o[1])
         else:
             col_q = (base + o[0], base + o[1], base + o[2])
     g = base + p[5]
-    dyp, dycode = dy.data_ptr(), DTYPE_CODE[dy.dtype]
+    dyp, dycode = dy.data_ptr(), DTYPE_CODE[dy_dt]
     _quantize_1d(dyp, dycode, m, n, row_q, row_v, col_q, col_v, need_dx, need_dw, cfg[C.DY_ROUND], cfg[C.DYT_ROUND],
                  2 if cfg[C.DYT_RHT] else 0, cfg[C.SIGN_MASK], cfg[C.SEED_DY], counter.data_ptr(), dt, di, st)
-    backend = cfg[C.BACKEND]
     if need_dx:  # dgrad: dX = alpha * dŶ (Ŵᵀ)ᵀ, W^T quantized along N
         a, o = wt.data_ptr(), p[9]
-        _ops.gemm_dec_raw(*row_q, *row_v, a, a + o[1], a + o[2], 0, 0, m, k, n, _LAYOUT_SWIZZLED, 0, 0, 0, 0, 0.0,
-                          dx.data_ptr(), dycode, backend, g, p[6], dt, di, st)
+        _gemm_call(row_q, row_v, (a, a + o[1], a + o[2]), _NONE2, m, k, n, 0, 0, dx.data_ptr(), dycode, backend, g,
+                   p[6], dt, di, st)
     if need_dw:  # wgrad: dW = alpha * (dŶᵀ)(X̂ᵀ)ᵀ, both along the token axis
         a, o = xt.data_ptr(), p[8]
-        _ops.gemm_dec_raw(*col_q, *col_v, a, a + o[1], a + o[2], 0, 0, n, k, _up(m, 16), _LAYOUT_SWIZZLED, 0, 0, 0, 0,
-                          0.0, dw.data_ptr(), DTYPE_CODE[dw_dtype], backend, g, p[7], dt, di, st)
+        _gemm_call(col_q, col_v, (a, a + o[1], a + o[2]), _NONE2, n, k, _up(m, 16), 0, 0, dw.data_ptr(),
+                   DTYPE_CODE[dw_dtype], backend, g, p[7], dt, di, st)
+    # The next backward of this layer draws new bits. In stream order after the quantize
+    # kernels above, which read the counter when they run.
     counter.add_(1)
     return dx, dw
 
@@ -637,29 +574,24 @@ def _frozen_fwd_impl(x, w_data, w_scales, w_amax, bias, counter, cfg):
     backend = cfg[C.BACKEND]
     bias_dt = None if bias is None else bias.dtype
     bias = None if bias is None else bias.contiguous()
-    if _ops.gemm_takes_decoded(m, n, k, backend, x.dtype, bias_dt, dev, (dt, di, st)):
-        # X straight into its decoded values (see _dec_layout): no codes, no decode pass
-        (vo, ao), xdec_bytes = _dec_layout(0, m, k)
+    xcode = DTYPE_CODE[x.dtype]
+    # X into codes, or straight into its decoded values where the GEMM's runner takes them
+    # (see _dec_layout): then no codes and no decode pass
+    dec = _ops.gemm_takes_decoded(m, n, k, backend, x.dtype, bias_dt, dev, (dt, di, st))
+    if dec:
+        (vo, ao), x_bytes = _dec_layout(0, m, k)
         gemm_ws = _ops.gemm_dec_workspace_bytes(m, n, k, backend, x.dtype, bias_dt, True, False, dev, (dt, di, st))
-        ws = torch.empty((xdec_bytes + gemm_ws,), dtype=torch.uint8, device=dev)
-        base = ws.data_ptr()
-        _ops.quantize_dec_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, 0, 0, 0, base + vo, base + ao, 0, 0, 0, 0, 0, 0,
-                              cfg[C.X_ROUND], _LAYOUT_SWIZZLED, 0, cfg[C.SIGN_MASK], cfg[C.SEED_X], 0,
-                              counter.data_ptr(), dt, di, st)
-        _ops.gemm_dec_raw(0, 0, 0, base + vo, base + ao, w_data.data_ptr(), w_scales.data_ptr(), w_amax.data_ptr(),
-                          0, 0, m, n, k, _LAYOUT_SWIZZLED, 0, 0, 0 if bias is None else bias.data_ptr(),
-                          DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(), DTYPE_CODE[x.dtype], backend,
-                          base + xdec_bytes, gemm_ws, dt, di, st)
-        return y
-    gemm_ws = gemm_workspace_bytes(m, n, k, backend, x.dtype, bias_dt, False, dev, (dt, di, st))
-    xrow_bytes = packed_nbytes(m, k)
-    ws = torch.empty((xrow_bytes + gemm_ws,), dtype=torch.uint8, device=dev)
-    xrow = addresses(ws.data_ptr(), m, k)
-    _ops.quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], m, k, *xrow, 0, 0, 0, 0, cfg[C.X_ROUND], _LAYOUT_SWIZZLED,
-                      0, cfg[C.SIGN_MASK], cfg[C.SEED_X], 0, counter.data_ptr(), dt, di, st)
-    _ops.gemm_raw(*xrow, w_data.data_ptr(), w_scales.data_ptr(), w_amax.data_ptr(), m, n, k, _LAYOUT_SWIZZLED, 0, 0,
-                  0 if bias is None else bias.data_ptr(), DTYPE_CODE.get(bias_dt, 0), 0.0, y.data_ptr(),
-                  DTYPE_CODE[x.dtype], backend, ws.data_ptr() + xrow_bytes, gemm_ws, dt, di, st)
+    else:
+        x_bytes = packed_nbytes(m, k)
+        gemm_ws = gemm_workspace_bytes(m, n, k, backend, x.dtype, bias_dt, False, dev, (dt, di, st))
+    ws = torch.empty((x_bytes + gemm_ws,), dtype=torch.uint8, device=dev)
+    base = ws.data_ptr()
+    xrow_q, xrow_v = (_NONE3, (base + vo, base + ao)) if dec else (addresses(base, m, k), _NONE2)
+    _quantize_call(x.data_ptr(), xcode, m, k, xrow_q, xrow_v, _NONE3, _NONE2, cfg[C.X_ROUND], 0, cfg[C.SIGN_MASK],
+                   cfg[C.SEED_X], counter.data_ptr(), dt, di, st)
+    _gemm_call(xrow_q, xrow_v, (w_data.data_ptr(), w_scales.data_ptr(), w_amax.data_ptr()), _NONE2, m, n, k,
+               0 if bias is None else bias.data_ptr(), DTYPE_CODE.get(bias_dt, 0), y.data_ptr(), xcode, backend,
+               base + x_bytes, gemm_ws, dt, di, st)
     return y
 
 

@@ -47,10 +47,9 @@ constexpr int kBlocksPerThread = 2;  // independent loads in flight per thread
 __global__ void __launch_bounds__(kPrepThreads) gemm_prep_kernel(GemmPrep p, int64_t blocks_a,
                                                                  int64_t blocks_total,
                                                                  bool aligned8) {
-  // The E2M1 code -> value table, built from the one definition of the format. One word
-  // per bank, so a warp's lookups never conflict (equal codes broadcast).
+  // The E2M1 code -> value table, built from the one definition of the format.
   __shared__ float lut[16];
-  if (threadIdx.x < 16) lut[threadIdx.x] = core::e2m1_decode(threadIdx.x);
+  gpu::fill_e2m1_table(lut);
   __syncthreads();
 
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -99,15 +98,9 @@ __global__ void __launch_bounds__(kPrepThreads) gemm_prep_kernel(GemmPrep p, int
 #pragma unroll
     for (int u = 0; u < kBlocksPerThread; ++u) {
       if (dst[u] == nullptr) continue;
+      // value * scale is exact in fp32 and in BF16 (see the top of the file for MXFP4's limits)
       uint32_t packed[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const uint32_t w = i < 4 ? raw[u].x : raw[u].y;
-        const uint32_t byte = (w >> (8 * (i & 3))) & 0xffu;
-        // value * scale is exact in fp32 and in BF16 (see the top of the file for MXFP4's limits)
-        __nv_bfloat162 v = __floats2bfloat162_rn(lut[byte & 15u] * scale[u], lut[byte >> 4] * scale[u]);
-        packed[i] = *reinterpret_cast<uint32_t*>(&v);
-      }
+      gpu::decode16_bf16(raw[u].x, raw[u].y, scale[u], lut, packed);
       uint4* d4 = reinterpret_cast<uint4*>(dst[u]);
       d4[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
       d4[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
