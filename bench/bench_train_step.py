@@ -14,12 +14,17 @@ the same run:
 A step is forward + backward + fused AdamW. Times are medians over --steps steps after
 --warmup (CUDA events on the GPU). Also: bytes each Linear keeps for its backward pass
 (saved-tensor hooks; plus a memory_allocated delta on the GPU), and peak memory per step.
+--ab-env NAME=VALUE times each eager/compile row again in interleaved rounds, as the process
+is set and with NAME=VALUE, in the same process (same compiled graphs, host and GPU state):
+the before/after of a library setting read at each call, free of run-to-run drift (the bf16
+row's figure is the noise floor).
 
     python3 bench/bench_train_step.py                               # GPU, ~85M parameters, eager (CPU: --smoke)
     python3 bench/bench_train_step.py --size 400m --modes eager,compile,reduce-overhead --profile
     python3 bench/bench_train_step.py --size 400m --variants bf16,fp8 --no-memory
     python3 bench/bench_train_step.py --smoke                       # CPU, toy size
     python3 bench/bench_train_step.py --json out.json
+    python3 bench/bench_train_step.py --modes compile --ab-env NVFP4_SM90_DECODED=0   # decoded vs codes road
 """
 from __future__ import annotations
 
@@ -267,11 +272,52 @@ def time_steps(model, args, dev, batches, mode):
             step(i)
             times.append(time.perf_counter() - t0)
     out = {"step_ms": 1e3 * statistics.median(times), "step_ms_min": 1e3 * min(times), "first_step_s": first}
+    if args.ab_env and dev.type == "cuda" and mode != "reduce-overhead":
+        def timed(i):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            step(i)
+            b.record()
+            b.synchronize()
+            return a.elapsed_time(b)
+
+        out["ab"] = ab_rounds(step, timed, args.ab_env, args.ab_rounds, args.ab_steps)
     if dev.type == "cuda":
         out["peak_step_memory_gb"] = (torch.cuda.max_memory_allocated(dev) - base) / 2**30
     if args.profile and dev.type == "cuda":
         out["profile"] = profile_steps(step, dev, args.profile_steps)
     return out
+
+
+def ab_rounds(step, timed, env: str, rounds: int, steps: int) -> dict:
+    """--ab-env NAME=VALUE: the same compiled (or eager) step timed in interleaved rounds, with
+    the variable as the process has it (A) and set to VALUE (B), so that both see the same
+    host and GPU state. Only for settings the library reads at each call (NVFP4_SM90_*): a
+    CUDA graph would replay what it captured, so reduce-overhead rows skip it. step(i) runs a
+    step, timed(i) runs one and returns its milliseconds; the variable is restored after."""
+    name, value = env.split("=", 1)
+    old = os.environ.get(name)
+    res = {"env": env, "a": [], "b": []}
+    try:
+        for r in range(rounds):
+            for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
+                if side == "b":
+                    os.environ[name] = value
+                elif old is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = old
+                step(0)  # one untimed step after the switch
+                res[side] += [timed(i) for i in range(1, 1 + steps)]
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+    res["a_ms"] = statistics.median(res["a"])
+    res["b_ms"] = statistics.median(res["b"])
+    res["b_over_a"] = res["b_ms"] / res["a_ms"]
+    return res
 
 
 def saved_bytes(layer, x):
@@ -354,6 +400,11 @@ def main(argv=None):
     ap.add_argument("--moe", type=int, default=None, metavar="E",
                     help="examples/train.py's MoE model: E experts per MLP (default 32 with --size moe, else 0); "
                          "nvfp4 runs the experts as grouped NVFP4 GEMMs (the fakequant variant leaves them in BF16)")
+    ap.add_argument("--ab-env", default=None, metavar="NAME=VALUE",
+                    help="also time each eager/compile row in interleaved rounds with and without this "
+                         "environment setting (a library setting read at each call, e.g. NVFP4_PDL=0)")
+    ap.add_argument("--ab-rounds", type=int, default=6, help="rounds of --ab-env (A then B, B then A, ...)")
+    ap.add_argument("--ab-steps", type=int, default=5, help="timed steps per side and round of --ab-env")
     ap.add_argument("--moe-top-k", type=int, default=2)
     ap.add_argument("--moe-ffn", type=int, default=None, help="hidden units per expert (default d_model)")
     a = ap.parse_args(argv)
@@ -371,6 +422,8 @@ def main(argv=None):
     a.steps = a.steps or (3 if a.smoke else 20)
     a.warmup = a.warmup or (1 if a.smoke else 5)
     a.mem_tokens = a.mem_tokens or (64 if a.smoke else 8192)
+    if a.ab_env is not None and ("=" not in a.ab_env or not a.ab_env.split("=", 1)[0]):
+        ap.error(f"--ab-env: expected NAME=VALUE, got {a.ab_env!r}")
     modes = ["compile"] if a.compile else [m.strip() for m in a.modes.split(",") if m.strip()]
     for m in modes:
         if m not in ("eager", "compile", "reduce-overhead"):
@@ -433,6 +486,10 @@ def main(argv=None):
             if "peak_step_memory_gb" in r:
                 line += f"  peak step memory {r['peak_step_memory_gb']:.2f} GB"
             print(line, flush=True)
+            if "ab" in r:
+                ab = r["ab"]
+                print(f"{'':27s}interleaved: as set {ab['a_ms']:.2f} ms, with {ab['env']} {ab['b_ms']:.2f} ms "
+                      f"({ab['b_over_a']:.3f}x; {len(ab['a'])} + {len(ab['b'])} steps)", flush=True)
             if "profile" in r:
                 p = r["profile"]
                 kinds = "  ".join(f"{k} {v:.2f}" for k, v in p["by_kind_ms"].items())

@@ -163,3 +163,58 @@ def test_ncu_workloads_refuse_without_a_gpu(tmp_path):
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode != 0
     assert "needs a CUDA GPU" in r.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
+def test_linear_kernels_bench_refuses_without_a_gpu(tmp_path):
+    """bench/bench_linear_kernels.py profiles GPU kernels: without a GPU it says so."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_linear_kernels.py")],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode != 0
+    assert "needs a CUDA GPU" in r.stderr
+
+
+def _train_step_bench():
+    import importlib.util
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    spec = importlib.util.spec_from_file_location("bench_train_step", os.path.join(ROOT, "bench", "bench_train_step.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("initial", [None, "1"])
+def test_ab_rounds_interleave_and_restore(monkeypatch, initial):
+    """--ab-env: rounds alternate A-B, B-A, ...; every A step sees the variable as it was, every
+    B step sees the value asked for, each switch is followed by one untimed step, and the
+    variable is restored afterwards (unset stays unset)."""
+    bst = _train_step_bench()
+    name = "NVFP4_AB_TEST_VAR"
+    if initial is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, initial)
+    log = []
+
+    def step(i):
+        log.append(("step", i, os.environ.get(name)))
+
+    def timed(i):
+        log.append(("timed", i, os.environ.get(name)))
+        return 2.0 if os.environ.get(name) == "0" else 1.0
+
+    res = bst.ab_rounds(step, timed, f"{name}=0", 3, 2)
+    assert len(res["a"]) == len(res["b"]) == 6
+    assert res["a_ms"] == 1.0 and res["b_ms"] == 2.0 and res["b_over_a"] == 2.0
+    assert os.environ.get(name) == initial
+    sides = [e[2] for e in log if e[0] == "step"]  # the untimed step opening each side
+    assert sides == [initial, "0", "0", initial, initial, "0"]
+    assert [e for e in log if e[0] == "timed"][:2] == [("timed", 1, initial), ("timed", 2, initial)]
+
+
+def test_ab_env_needs_name_and_value(capsys):
+    bst = _train_step_bench()
+    for bad in ("NVFP4_PDL", "=0"):
+        with pytest.raises(SystemExit):
+            bst.main(["--smoke", "--ab-env", bad])
+        assert "--ab-env: expected NAME=VALUE" in capsys.readouterr().err
