@@ -258,29 +258,22 @@ def time_steps(model, args, dev, batches, mode):
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
         base = torch.cuda.memory_allocated(dev)
-    times = []
-    for i in range(args.steps):
-        if dev.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            step(i)
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) / 1e3)
-        else:
+    def timed(i):
+        """One step, its time in ms (CUDA events on the GPU, the host clock on the CPU)."""
+        if dev.type != "cuda":
             t0 = time.perf_counter()
             step(i)
-            times.append(time.perf_counter() - t0)
-    out = {"step_ms": 1e3 * statistics.median(times), "step_ms_min": 1e3 * min(times), "first_step_s": first}
-    if args.ab_env and dev.type == "cuda" and mode != "reduce-overhead":
-        def timed(i):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            step(i)
-            b.record()
-            b.synchronize()
-            return a.elapsed_time(b)
+            return 1e3 * (time.perf_counter() - t0)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step(i)
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b)
 
+    times = [timed(i) for i in range(args.steps)]
+    out = {"step_ms": statistics.median(times), "step_ms_min": min(times), "first_step_s": first}
+    if args.ab_env and dev.type == "cuda" and mode != "reduce-overhead":
         out["ab"] = ab_rounds(step, timed, args.ab_env, args.ab_rounds, args.ab_steps)
     if dev.type == "cuda":
         out["peak_step_memory_gb"] = (torch.cuda.max_memory_allocated(dev) - base) / 2**30

@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
-from test_decoded import SWIZZLED, LINEAR, _gemm, quantize_decoded, same_amax, same_bits  # noqa: E402
+from test_decoded import SWIZZLED, LINEAR, _gemm, decoded_mismatches, quantize_decoded  # noqa: E402
 
 
 def main() -> int:
@@ -40,19 +40,12 @@ def main() -> int:
                     cpu = quantize_decoded(x, *outs, block, rounding, layout, rht, seed=3, offset=1)
                     gpu = quantize_decoded(x.cuda(), *outs, block, rounding, layout, rht, seed=3, offset=1)
                     torch.cuda.synchronize()
-                    for c, gg in zip(cpu, gpu):
-                        if c is None:
-                            continue
-                        ok = True
-                        if c.values is not None:
-                            ok &= same_bits(gg.values, c.values) and same_amax(gg.vamax, c.vamax)
-                        if c.data is not None:
-                            ok &= torch.equal(gg.data.cpu(), c.data) and torch.equal(gg.scales.cpu(), c.scales)
-                        runs += 1
-                        if not ok:
-                            bad += 1
-                            print(f"MISMATCH quantize {rows}x{cols} cfg {(block, rounding, rht)} outs {outs} "
-                                  f"layout {layout}")
+                    diff = decoded_mismatches(gpu, cpu)
+                    runs += 1
+                    if diff:
+                        bad += 1
+                        print(f"MISMATCH quantize {rows}x{cols} cfg {(block, rounding, rht)} outs {outs} "
+                              f"layout {layout}: {', '.join(diff)}")
     for m, n, k, dt in [(130, 83, 64, torch.float32), (256, 264, 128, torch.bfloat16), (200, 77, 96, torch.bfloat16)]:
         a = torch.randn(m, k, generator=g).to(torch.bfloat16).cuda()
         b = torch.randn(n, k, generator=g).to(torch.bfloat16).cuda()

@@ -101,6 +101,28 @@ def same_bits(a, b):
     return torch.equal(na, nb) and torch.equal(a.view(torch.int16)[~na], b.view(torch.int16)[~nb])
 
 
+def decoded_mismatches(gpu, cpu):
+    """What a GPU quantize_decoded call wrote differently from the CPU reference's call with
+    the same arguments: the names of the differing fields ([] when every requested output
+    matches: decoded values and their amax by same_bits / same_amax, codes and scales bit for
+    bit)."""
+    bad = []
+    for name, c, g in zip(("row", "col"), cpu, gpu):
+        if c is None:
+            continue
+        if c.values is not None:
+            if not same_bits(g.values, c.values):  # every element written
+                bad.append(f"{name} values")
+            if not same_amax(g.vamax, c.vamax):
+                bad.append(f"{name} amax")
+        if c.data is not None:
+            if not torch.equal(g.data.cpu(), c.data):
+                bad.append(f"{name} codes")
+            if not torch.equal(g.scales.cpu(), c.scales):
+                bad.append(f"{name} scales")
+    return bad
+
+
 def inputs(rows, cols, dtype, device, kind="randn", seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, cols, generator=g) * 3
@@ -150,6 +172,19 @@ def test_decoded_alone_equals_decoded_beside_codes_cpu(dtype):
     # and the codes equal nvfp4_quantize's
     q = nvfp4.quantize(x, rounding="sr", rht="columnwise", seed=5, columnwise=True)
     assert torch.equal(q.data, both_r.data) and torch.equal(q.amax, both_r.amax)
+
+
+def test_decoded_mismatches_names_what_differs():
+    """The comparison the GPU tests and sanitize_decoded.py use: [] for equal outputs, and each
+    differing field by name."""
+    x = inputs(40, 64, torch.bfloat16, "cpu", seed=1)
+    a = quantize_decoded(x, True, True, True, True, rht=2, seed=4)
+    b = quantize_decoded(x, True, True, True, True, rht=2, seed=4)
+    assert decoded_mismatches(b, a) == []
+    b[0].values.view(torch.int16)[3, 5] += 1
+    b[1].scales[0, 0] ^= 1
+    b[1].vamax.fill_(1.0)
+    assert decoded_mismatches(b, a) == ["row values", "col amax", "col scales"]
 
 
 def test_decoded_refusals():
@@ -205,15 +240,9 @@ def test_decoded_values_cuda_match_cpu(block, rounding, rht, dtype, kind):
             cpu = quantize_decoded(x, *outs, block, rounding, SWIZZLED, rht, seed=11, offset=5)
             gpu = quantize_decoded(x.cuda(), *outs, block, rounding, SWIZZLED, rht, seed=11, offset=5)
             torch.cuda.synchronize()
+            assert decoded_mismatches(gpu, cpu) == [], (shape, outs)
             for c, g in zip(cpu, gpu):
-                if c is None:
-                    continue
-                if c.values is not None:
-                    assert same_bits(g.values, c.values), (shape, outs)  # every element written
-                    assert same_amax(g.vamax, c.vamax)
-                if c.data is not None:
-                    assert torch.equal(g.data.cpu(), c.data) and torch.equal(g.scales.cpu(), c.scales)
-                if c.values is not None and c.data is not None:
+                if c is not None and c.values is not None and c.data is not None:
                     _check_orientation(g)
 
 
