@@ -10,8 +10,18 @@ the same run: a device copy of X and of dY (read + write) and a read-only reduct
 (`torch.amax`, one reduction kernel), which bound what any pass over that tensor can cost. A kernel that reads X once
 and writes less than it reads cannot beat the read-only row; the amax pass should sit near it.
 
+Two more columns of the same run say how far each kernel is from its floor:
+- bytes: what each of the nvfp4 recipe's kernels must read and write on the Hopper decoded
+  road (model_bytes: X, dY and W read, decoded values, codes, swizzled scales written; the
+  GEMMs excluded), the bandwidth that makes at the measured time, and its fraction of the
+  copy bandwidth measured on the same tensor;
+- cuBLAS: the three GEMMs of the layer (fprop X Wᵀ, dgrad dY W, wgrad dYᵀ X) as torch.mm on
+  BF16 tensors of the same shapes (wgrad with a float32 output where torch.mm offers one, as
+  the Linear writes its float32 weight gradient), the ceiling of the emulated GEMMs.
+
     python3 bench/bench_linear_kernels.py [--tokens 16384] [--shapes 768x2304 768x768 ...]
                                           [--iters 20] [--recipe nvfp4] [--json out.json]
+    (the 400M model's block: --shapes 2048x6144 2048x2048 2048x8192 8192x2048)
 """
 from __future__ import annotations
 
@@ -49,6 +59,66 @@ def short(name: str) -> str:
     if name.startswith("_ZN7cutlass"):
         return "cutlass GEMM " + name[40:90]
     return name.split("(")[0][:90]
+
+
+def _up(v: int, m: int) -> int:
+    return (v + m - 1) // m * m
+
+
+def codes_bytes(rows: int, cols: int) -> int:
+    """An NVFP4 orientation [rows, cols]: codes, swizzled E4M3 scales, the float32 amax."""
+    return rows * cols // 2 + _up(rows, 128) * _up(cols // 16, 4) + 4
+
+
+# The kernel classes of the nvfp4 recipe's Linear on the Hopper decoded road, as named by the
+# profiler, and the bytes each must move (model_bytes).
+CLASSES = (
+    ("amax X, dY", lambda n: n.startswith("amax_colrht_kernel<")),
+    ("quantize X (RTN, row decoded + col RHT codes)", lambda n: n.startswith("tile_kernel<BF16, false")),
+    ("quantize dY (SR, row decoded + col RHT decoded)", lambda n: n.startswith("tile_kernel<BF16, true")),
+    ("quantize W (fp32: amax + 2D tile)", lambda n: n.startswith(("tile_kernel<F32", "amax_flat_kernel<F32"))),
+    ("decode (alpha; Wᵀ, Xᵀ)", lambda n: n.startswith("gemm_prep_kernel")),
+)
+
+
+def classify(name: str):
+    """The CLASSES entry a kernel (short name) belongs to, or None."""
+    for cls, match in CLASSES:
+        if match(name):
+            return cls
+    return None
+
+
+def model_bytes(tokens: int, fin: int, fout: int) -> dict:
+    """Bytes read + written by each kernel class of one nvfp4-recipe Linear's forward +
+    backward (BF16 X [tokens, fin] and dY [tokens, fout], float32 W [fout, fin]), on the Hopper
+    decoded road: X rowwise and dY both ways go to the GEMMs as BF16 values, Xᵀ and Wᵀ are
+    saved as codes and decoded for the backward GEMMs."""
+    t, k, n = tokens, fin, fout
+    tp, np_ = _up(t, 16), _up(n, 16)
+    return {
+        "amax X, dY": 2 * t * k + 2 * t * n,
+        "quantize X (RTN, row decoded + col RHT codes)": 2 * t * k + 2 * t * k + codes_bytes(k, tp),
+        "quantize dY (SR, row decoded + col RHT decoded)": 2 * t * n + 2 * t * n + 2 * n * tp,
+        "quantize W (fp32: amax + 2D tile)": 4 * n * k + 4 * n * k + 2 * n * k + codes_bytes(k, np_),
+        "decode (alpha; Wᵀ, Xᵀ)": codes_bytes(k, np_) + 2 * k * np_ + codes_bytes(k, tp) + 2 * k * tp,
+    }
+
+
+def bandwidth_rows(kernels: dict, bytes_by_class: dict, copy_tbs: float):
+    """[(class, µs, MB, TB/s, fraction of copy_tbs)] from {short kernel name: µs per step}."""
+    us = {}
+    for name, t in kernels.items():
+        cls = classify(name)
+        if cls is not None:
+            us[cls] = us.get(cls, 0.0) + t
+    rows = []
+    for cls, _ in CLASSES:
+        if cls in us and us[cls] > 0:
+            b = bytes_by_class[cls]
+            tbs = b / (us[cls] * 1e-6) / 1e12
+            rows.append((cls, us[cls], b / 1e6, tbs, tbs / copy_tbs if copy_tbs > 0 else float("nan")))
+    return rows
 
 
 def event_us(fn, iters: int) -> float:
@@ -100,17 +170,49 @@ def main(argv=None) -> int:
             "copy dY (r+w)": event_us(lambda: ys.clone(), a.iters),
             "read dY (amax)": event_us(lambda: ys.amax(), a.iters),
         }
+        # the layer's three GEMMs through cuBLAS on BF16 tensors of the same shapes
+        wb = torch.randn(fout, fin, device=dev, dtype=torch.bfloat16)
+        try:
+            torch.mm(ys[:16].t(), xs[:16], out_dtype=torch.float32)
+            wgrad_out = torch.float32
+        except (TypeError, RuntimeError):
+            wgrad_out = torch.bfloat16
+        blas = {
+            "fprop X Wᵀ": event_us(lambda: torch.mm(xs, wb.t()), a.iters),
+            "dgrad dY W": event_us(lambda: torch.mm(ys, wb), a.iters),
+            f"wgrad dYᵀ X ({str(wgrad_out).split('.')[-1]} out)": event_us(
+                (lambda: torch.mm(ys.t(), xs, out_dtype=torch.float32)) if wgrad_out is torch.float32
+                else (lambda: torch.mm(ys.t(), xs)), a.iters),
+        }
+        del wb
         print(f"\n== {a.tokens} x {fin} -> {fout}: X {xs.numel() * 2 / 1e6:.1f} MB, dY {ys.numel() * 2 / 1e6:.1f} MB")
         for k, v in floors.items():
             print(f"   {v:9.1f} us  {k}")
+        for k, v in blas.items():
+            print(f"   {v:9.1f} us  cuBLAS BF16 {k}")
         total = 0.0
+        named = {}
         for name, (us, n) in sorted(ks.items(), key=lambda kv: -kv[1][0]):
             total += us
             grand[short(name)] += us
+            named[short(name)] = named.get(short(name), 0.0) + us
             print(f"   {us:9.1f} us  x{n:<4.1f} {short(name)}")
         print(f"   {total:9.1f} us  all kernels of one forward + backward")
-        results.append(dict(shape=shp, tokens=a.tokens, floors_us=floors,
-                            kernels={short(k): dict(us=v[0], calls=v[1]) for k, v in ks.items()}))
+        gemm_us = sum(v for k, v in named.items() if k.startswith("cutlass GEMM"))
+        blas_us = sum(blas.values())
+        grand["cuBLAS BF16, the same 3 GEMMs (reference, not in the total)"] += blas_us
+        if blas_us > 0 and gemm_us > 0:
+            print(f"   GEMMs: {gemm_us:.1f} us vs cuBLAS BF16 {blas_us:.1f} us: {gemm_us / blas_us:.3f}x")
+        copy_tbs = max(2 * xs.numel() * 2 / (floors["copy X (r+w)"] * 1e-6),
+                       2 * ys.numel() * 2 / (floors["copy dY (r+w)"] * 1e-6)) / 1e12
+        bw = bandwidth_rows(named, model_bytes(a.tokens, fin, fout), copy_tbs) if a.recipe == "nvfp4" else []
+        if bw:
+            print(f"   bytes moved (model) and bandwidth, copy {copy_tbs:.2f} TB/s in this run:")
+            for cls, us, mb, tbs, frac in bw:
+                print(f"   {us:9.1f} us {mb:8.1f} MB {tbs:6.2f} TB/s {frac:5.2f} of copy  {cls}")
+        results.append(dict(shape=shp, tokens=a.tokens, floors_us=floors, cublas_us=blas, copy_tbs=copy_tbs,
+                            kernels={short(k): dict(us=v[0], calls=v[1]) for k, v in ks.items()},
+                            bandwidth=[dict(kind=c, us=u, mb=m, tbs=t, of_copy=f) for c, u, m, t, f in bw]))
     print("\n== all shapes, per kernel name (µs per step of one Linear of each shape)")
     for name, us in grand.most_common():
         print(f"   {us:9.1f} us  {name}")

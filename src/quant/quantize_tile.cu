@@ -89,6 +89,22 @@ using gpu::cp_async16;  // 16 bytes global -> shared, asynchronously (cuda/devic
 using gpu::cp_async_commit;
 using gpu::cp_async_wait;
 
+// Decoded values (BF16, 32 bytes a block) leave through a per-warp staging area in shared
+// memory: the lanes that made a row's (or a column's) blocks write them there, and after a
+// __syncwarp the same lanes store them in 16-byte chunks so that each store instruction
+// fills whole 32-byte sectors. (A lane storing its own block takes two 16-byte stores, each
+// writing half of every sector it touches: twice the L2 write requests.) Rows: 8 rows x 8
+// chunks a warp; columns: 4 columns x 16 chunks, at a stride of 17 chunks (fewer bank
+// conflicts between the 4 columns).
+constexpr int kColStageStride = 17;
+constexpr int kStageChunks = 4 * kColStageStride;  // >= 64, the rows' need
+__device__ __forceinline__ void stage_decoded(uint4* dst, const Encoded& o, const float (&lut)[16]) {
+  uint32_t p[8];
+  gpu::decode16_bf16(o.lo, o.hi, core::e4m3_decode(o.scale), lut, p);
+  dst[0] = make_uint4(p[0], p[1], p[2], p[3]);
+  dst[1] = make_uint4(p[4], p[5], p[6], p[7]);
+}
+
 // Which outputs and transforms a launch has are template parameters, so that each variant's
 // loop holds only its own work (kRowRht: RHT along rows for the rowwise output, kColRht:
 // along columns for the columnwise one; 1D only).
@@ -99,11 +115,15 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   static_assert(kRow || !kRowRht, "row RHT without rowwise output");
   static_assert(kCol || !kColRht, "column RHT without columnwise output");
   constexpr bool kRing = kUseRing<k2D, kRowRht, kColRht>;
+  // Staged decoded stores (see stage_decoded) in the RTN variants; the SR ones keep direct
+  // stores (staging there cost registers and made them slower: bench/NOTES.md, 2026-11-27).
+  constexpr bool kStage = !kSR;
   using S = Smem<T, kRing>;
   extern __shared__ __align__(128) uint8_t ring[];  // S::kBytes, dynamic
   __shared__ EncodeTable tab_r, tab_c;
   __shared__ float lut[16];  // E2M1 values, for the decoded outputs
   __shared__ uint32_t tam[2][8][4];  // 2D: amax bits of the tile's 8 x 4 16x16 tiles, double-buffered
+  __shared__ uint4 stage_all[kThreads / 32][kStageChunks];  // each warp's staging of decoded values
 
   constexpr bool do_row = kRow, do_col = kCol;
   const uint64_t sr_offset = kSR ? a.offset + (a.offset_device ? *a.offset_device : 0) : 0;
@@ -126,6 +146,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   if (static_cast<int64_t>(blockIdx.x) >= total) return;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint4* const stage = stage_all[warp];
   const char* x = static_cast<const char*>(a.x);
 
   // Phase A: two row blocks, rows rt[k] of the tile, block bq of its 4.
@@ -171,17 +192,25 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     for (int k = 0; k < 2; ++k)
       if (valid(c, k)) load_block<T>(b[k], x + (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes);
   };
+  // The ring's copies: the four lanes of a tile row (bq = 0..3) copy its 16-byte chunks
+  // j = 4 i + bq, so that each copy instruction of a warp fetches whole 64-byte runs of its
+  // rows (full sectors; copying each lane's own block would fetch every sector in two halves,
+  // one per instruction). A chunk lands where its block's reader expects it, and the barrier
+  // that opens each tile makes every lane's copies visible to all.
   auto load = [&](uint8_t* buf, const Cursor& c) {
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      const bool ok = valid(c, k);
-      const char* src = ok ? x + (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes : x;
+      const bool row_ok = rt[k] < a.rows - c.tr * 128;
+      const uint64_t row = (static_cast<uint64_t>(c.base) + off[k]) * T::kBytes - bq * (kBlock * T::kBytes);
 #pragma unroll
-      for (int i = 0; i < Layout<T>::kChunks; ++i)
-        cp_async16(buf + chunk_offset<T>(rt[k], bq * Layout<T>::kChunks + i), ok ? src + 16 * i : src, ok ? 16 : 0);
+      for (int i = 0; i < Layout<T>::kChunks; ++i) {
+        const int j = 4 * i + bq;
+        const bool ok = row_ok && j / Layout<T>::kChunks < a.nb - c.tc * 4;
+        cp_async16(buf + chunk_offset<T>(rt[k], j), ok ? x + row + 16 * j : x, ok ? 16 : 0);
+      }
     }
   };
-  // The row block this thread's own copies brought (ring), or its registers.
+  // This thread's row block, from the ring (after the tile's barrier), or its registers.
   auto read_block = [&](const uint8_t* buf, int k) {
     RawBlock<T> b;
 #pragma unroll
@@ -210,8 +239,24 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   for (int k = 0; k < 2; ++k) soff_lin[k] = static_cast<int64_t>(rt[k]) * a.nb + bq;
   auto store_row = [&](const Cursor& c, int k, const Encoded& o) {
     const bool ok = valid(c, k);
-    if (ok && a.rdec)
+    if (kStage && a.rdec) {  // the same for every lane: the whole warp stages
+      // the quad of row rt[k] stages its 4 blocks (8 chunks, 128 bytes), then lane bq stores
+      // chunks bq and 4 + bq: two lanes fill each 32-byte sector in one instruction
+      uint4* row = stage + 8 * ri;
+      stage_decoded(row + 2 * bq, o, lut);
+      __syncwarp();
+      const bool row_ok = rt[k] < a.rows - c.tr * 128;
+      uint4* dst = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.rdec) + static_cast<uint64_t>(c.base) +
+                                            off[k] - bq * kBlock);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int j = 4 * i + bq;  // of block j / 2
+        if (row_ok && j / 2 < a.nb - c.tc * 4) dst[j] = row[j];
+      }
+      __syncwarp();  // before the staging area is written again
+    } else if (ok && a.rdec) {
       store_decoded(static_cast<__nv_bfloat16*>(a.rdec) + static_cast<uint64_t>(c.base) + off[k], o, lut);
+    }
     if (a.rdata == nullptr) return;  // decoded values only
     if (ok) {
       const uint64_t e0 = static_cast<uint64_t>(c.base) + off[k];
@@ -321,7 +366,22 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     const uint64_t idx0 = t.idx + coff[u][h];
     const Encoded o = encode_with_scale<kSR>(v, s, tab_c, a.keys, sr_offset, idx0);
     const bool ok = cl < t.cols_left && 16 * rb < t.rows_left;
-    if (ok && a.cdec) store_decoded(static_cast<__nv_bfloat16*>(a.cdec) + idx0, o, lut);
+    if (kStage && a.cdec) {  // the same for every lane: the whole warp stages
+      // the 8 lanes of column cl (one per row block rb) stage its 16 chunks (256 bytes of
+      // x^T's row cl), then lane rb stores chunks rb and 8 + rb: whole sectors per instruction
+      uint4* col = stage + kColStageStride * wq;
+      stage_decoded(col + 2 * rb, o, lut);
+      __syncwarp();
+      uint4* dst = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.cdec) + idx0 - 16 * rb);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int j = 8 * i + rb;  // of row block j / 2
+        if (cl < t.cols_left && 16 * (j / 2) < t.rows_left) dst[j] = col[j];
+      }
+      __syncwarp();
+    } else if (ok && a.cdec) {
+      store_decoded(static_cast<__nv_bfloat16*>(a.cdec) + idx0, o, lut);
+    }
     if (a.cdata == nullptr) return;  // decoded values only
     if (ok) *reinterpret_cast<uint2*>(t.data + coff[u][h] / 2) = make_uint2(o.lo, o.hi);
     // swizzled: every byte inside the padded layout (0 outside x); linear: only x's

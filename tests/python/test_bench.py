@@ -174,6 +174,49 @@ def test_linear_kernels_bench_refuses_without_a_gpu(tmp_path):
     assert "needs a CUDA GPU" in r.stderr
 
 
+def _linear_kernels_bench():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_linear_kernels",
+                                                  os.path.join(ROOT, "bench", "bench_linear_kernels.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_linear_kernels_byte_model():
+    """The bytes bench_linear_kernels.py charges each kernel class, written out by hand for one
+    shape (160 tokens, 32 -> 48), and the bandwidth it derives from a time."""
+    blk = _linear_kernels_bench()
+    t, k, n = 160, 32, 48
+    xt_codes = k * t // 2 + 128 * 12 + 4  # X^T [32, 160]: codes, scales [128 rows, 12 cols] swizzled, amax
+    wt_codes = k * n // 2 + 128 * 4 + 4   # W^T [32, 48]: scales [128, 4]
+    want = {
+        "amax X, dY": 2 * t * k + 2 * t * n,
+        "quantize X (RTN, row decoded + col RHT codes)": 2 * t * k + 2 * t * k + xt_codes,
+        "quantize dY (SR, row decoded + col RHT decoded)": 2 * t * n * 3,
+        "quantize W (fp32: amax + 2D tile)": 4 * n * k * 2 + 2 * n * k + wt_codes,
+        "decode (alpha; Wᵀ, Xᵀ)": wt_codes + 2 * k * n + xt_codes + 2 * k * t,
+    }
+    assert blk.model_bytes(t, k, n) == want
+    assert [c for c, _ in blk.CLASSES] == list(want)
+    # the profiler's kernel names, as short() leaves them
+    names = {"amax_colrht_kernel<BF16>": "amax X, dY",
+             "tile_kernel<BF16, false, false, true, true, false, true>": "quantize X (RTN, row decoded + col RHT codes)",
+             "tile_kernel<BF16, true, false, true, true, false, true>": "quantize dY (SR, row decoded + col RHT decoded)",
+             "tile_kernel<F32, false, true, true, true, false, false>": "quantize W (fp32: amax + 2D tile)",
+             "amax_flat_kernel<F32, false>": "quantize W (fp32: amax + 2D tile)",
+             "gemm_prep_kernel": "decode (alpha; Wᵀ, Xᵀ)", "Memset ": None, "cutlass GEMM el13Gemm": None}
+    for name, cls in names.items():
+        assert blk.classify(name) == cls, name
+    # W's two kernels add up; a class with no kernel is left out; TB/s and the copy fraction
+    rows = blk.bandwidth_rows({"tile_kernel<F32, false": 3.0, "amax_flat_kernel<F32, false>": 1.0,
+                               "gemm_prep_kernel": 2.0, "Memset ": 5.0}, want, 2.0)
+    assert [r[0] for r in rows] == ["quantize W (fp32: amax + 2D tile)", "decode (alpha; Wᵀ, Xᵀ)"]
+    w = want["quantize W (fp32: amax + 2D tile)"]
+    assert rows[0][1] == 4.0 and rows[0][2] == w / 1e6
+    assert abs(rows[0][3] - w / 4e-6 / 1e12) < 1e-12 and abs(rows[0][4] - rows[0][3] / 2.0) < 1e-12
+
+
 def _train_step_bench():
     import importlib.util
     sys.path.insert(0, os.path.join(ROOT, "examples"))
