@@ -233,6 +233,30 @@ __device__ __forceinline__ void store_decoded(void* dst, const Encoded& o, const
   d[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
 }
 
+// store_decoded for a row block of a 128 x 64 tile whose lanes hold row blocks as (ri, bq) =
+// (lane / 4, lane % 4) (the rowwise and tile kernels' phase A), through the warp's staging
+// area in shared memory (kRowStageChunks 16-byte chunks: 8 rows x 8 a warp): the quad of a
+// tile row stages its 4 blocks, then lane bq stores chunks bq and 4 + bq, so that two lanes
+// fill each 32-byte sector in one store instruction (a lane storing its own block writes
+// every sector it touches in two halves, one per instruction: twice the L2 write requests).
+// Every lane of the warp calls it: it synchronizes the warp. row: the tile row's first
+// decoded element; row_ok: the row lies inside x; blocks: how many of its 4 blocks do.
+constexpr int kRowStageChunks = 64;
+__device__ __forceinline__ void store_decoded_row_staged(uint4* stage, int ri, int bq, const Encoded& o,
+                                                         const float (&lut)[16], __nv_bfloat16* row, bool row_ok,
+                                                         int blocks) {
+  uint4* s = stage + 8 * ri;
+  store_decoded(s + 2 * bq, o, lut);
+  __syncwarp();
+  uint4* dst = reinterpret_cast<uint4*>(row);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int j = 4 * i + bq;  // of block j / 2
+    if (row_ok && j / 2 < blocks) dst[j] = s[j];
+  }
+  __syncwarp();  // before the staging area is written again
+}
+
 // Quantizes v[0..15] with the scale byte `scale`. `idx0` is the Philox index of v[0]
 // and `keys` the round keys of the seed (stochastic rounding only).
 template <bool kSR>

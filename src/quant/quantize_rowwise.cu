@@ -11,7 +11,8 @@
 // Persistent grid, tiles in descending order (the amax pass read x ascending, so the
 // first tiles here are still in L2), and the next tile's loads are issued before the
 // current tile is encoded. The amax comes from device memory; each CTA turns it into
-// the global scale and a 256-entry table of encode factors once.
+// the global scale and a 256-entry table of encode factors once. The decoded output of
+// the RTN variants leaves through a per-warp staging area (whole sectors per store).
 #include "quant/common.cuh"
 #include "quant/launch.cuh"
 
@@ -46,6 +47,10 @@ template <class T, bool kSR, bool kRht>
 __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) {
   __shared__ EncodeTable tab;
   __shared__ float lut[16];  // E2M1 values, for the decoded output
+  // RTN: decoded values through each warp's staging area (store_decoded_row_staged); SR keeps
+  // direct stores, as in the tile kernel
+  constexpr bool kStage = !kSR;
+  __shared__ uint4 stage_all[kThreads / 32][kStage ? kRowStageChunks : 1];
   const core::GlobalScale gs = core::make_global_scale(*a.amax);
   const TensorScale ts = make_tensor_scale(gs);
   const uint64_t sr_offset = kSR ? a.offset + (a.offset_device ? *a.offset_device : 0) : 0;
@@ -59,6 +64,7 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
   // This thread's two blocks in every tile: rows rt[k] of the tile, block bq of its 4.
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int bq = lane & 3, ri = lane >> 2;
+  uint4* const stage = stage_all[warp];
   int rt[2];
   rt[0] = 2 * warp + (ri & 1) + 32 * (ri >> 1);
   rt[1] = rt[0] + 16;
@@ -124,7 +130,11 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
         bamax = raw_absmax_bits<T>(b[k]);
       }
       const Encoded o = encode_block<kSR>(v, bamax, ts, tab, a.keys, sr_offset, e0);
-      if (ok && a.dec) store_decoded(static_cast<__nv_bfloat16*>(a.dec) + e0, o, lut);
+      if (kStage && a.dec)  // the same for every lane: the whole warp stages
+        store_decoded_row_staged(stage, ri, bq, o, lut, static_cast<__nv_bfloat16*>(a.dec) + e0 - bq * kBlock,
+                                 rt[k] < a.rows - c.tr * 128, nb - c.tc * 4);
+      else if (ok && a.dec)
+        store_decoded(static_cast<__nv_bfloat16*>(a.dec) + e0, o, lut);
       if (a.data == nullptr) continue;  // decoded values only
       if (ok) *reinterpret_cast<uint2*>(a.data + e0 / 2) = make_uint2(o.lo, o.hi);
       if (a.swizzled)  // every byte of the tile's 512, padding included (as 0)

@@ -89,21 +89,13 @@ using gpu::cp_async16;  // 16 bytes global -> shared, asynchronously (cuda/devic
 using gpu::cp_async_commit;
 using gpu::cp_async_wait;
 
-// Decoded values (BF16, 32 bytes a block) leave through a per-warp staging area in shared
-// memory: the lanes that made a row's (or a column's) blocks write them there, and after a
-// __syncwarp the same lanes store them in 16-byte chunks so that each store instruction
-// fills whole 32-byte sectors. (A lane storing its own block takes two 16-byte stores, each
-// writing half of every sector it touches: twice the L2 write requests.) Rows: 8 rows x 8
-// chunks a warp; columns: 4 columns x 16 chunks, at a stride of 17 chunks (fewer bank
-// conflicts between the 4 columns).
+// Decoded values leave through a per-warp staging area in shared memory, so that each store
+// instruction fills whole 32-byte sectors: rows as store_decoded_row_staged (common.cuh);
+// columns alike, the 8 lanes of a column (one per row block) staging its 16 chunks, 4
+// columns a warp at a stride of 17 chunks (fewer bank conflicts between them).
 constexpr int kColStageStride = 17;
-constexpr int kStageChunks = 4 * kColStageStride;  // >= 64, the rows' need
-__device__ __forceinline__ void stage_decoded(uint4* dst, const Encoded& o, const float (&lut)[16]) {
-  uint32_t p[8];
-  gpu::decode16_bf16(o.lo, o.hi, core::e4m3_decode(o.scale), lut, p);
-  dst[0] = make_uint4(p[0], p[1], p[2], p[3]);
-  dst[1] = make_uint4(p[4], p[5], p[6], p[7]);
-}
+constexpr int kStageChunks = 4 * kColStageStride;
+static_assert(kStageChunks >= kRowStageChunks, "the staging area holds a warp's rows");
 
 // Which outputs and transforms a launch has are template parameters, so that each variant's
 // loop holds only its own work (kRowRht: RHT along rows for the rowwise output, kColRht:
@@ -115,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   static_assert(kRow || !kRowRht, "row RHT without rowwise output");
   static_assert(kCol || !kColRht, "column RHT without columnwise output");
   constexpr bool kRing = kUseRing<k2D, kRowRht, kColRht>;
-  // Staged decoded stores (see stage_decoded) in the RTN variants; the SR ones keep direct
+  // Staged decoded stores (see kStageChunks) in the RTN variants; the SR ones keep direct
   // stores (staging there cost registers and made them slower: bench/NOTES.md, 2026-11-27).
   constexpr bool kStage = !kSR;
   using S = Smem<T, kRing>;
@@ -240,20 +232,9 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   auto store_row = [&](const Cursor& c, int k, const Encoded& o) {
     const bool ok = valid(c, k);
     if (kStage && a.rdec) {  // the same for every lane: the whole warp stages
-      // the quad of row rt[k] stages its 4 blocks (8 chunks, 128 bytes), then lane bq stores
-      // chunks bq and 4 + bq: two lanes fill each 32-byte sector in one instruction
-      uint4* row = stage + 8 * ri;
-      stage_decoded(row + 2 * bq, o, lut);
-      __syncwarp();
-      const bool row_ok = rt[k] < a.rows - c.tr * 128;
-      uint4* dst = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.rdec) + static_cast<uint64_t>(c.base) +
-                                            off[k] - bq * kBlock);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int j = 4 * i + bq;  // of block j / 2
-        if (row_ok && j / 2 < a.nb - c.tc * 4) dst[j] = row[j];
-      }
-      __syncwarp();  // before the staging area is written again
+      store_decoded_row_staged(stage, ri, bq, o, lut,
+                               static_cast<__nv_bfloat16*>(a.rdec) + static_cast<uint64_t>(c.base) + off[k] - bq * kBlock,
+                               rt[k] < a.rows - c.tr * 128, a.nb - c.tc * 4);
     } else if (ok && a.rdec) {
       store_decoded(static_cast<__nv_bfloat16*>(a.rdec) + static_cast<uint64_t>(c.base) + off[k], o, lut);
     }
@@ -370,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
       // the 8 lanes of column cl (one per row block rb) stage its 16 chunks (256 bytes of
       // x^T's row cl), then lane rb stores chunks rb and 8 + rb: whole sectors per instruction
       uint4* col = stage + kColStageStride * wq;
-      stage_decoded(col + 2 * rb, o, lut);
+      store_decoded(col + 2 * rb, o, lut);
       __syncwarp();
       uint4* dst = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.cdec) + idx0 - 16 * rb);
 #pragma unroll
