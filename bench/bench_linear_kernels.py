@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 import nvfp4.nn as nn4
+from nvfp4._format import swizzled_shape
 
 
 def kernel_times(fn, iters: int):
@@ -67,7 +68,8 @@ def _up(v: int, m: int) -> int:
 
 def codes_bytes(rows: int, cols: int) -> int:
     """An NVFP4 orientation [rows, cols]: codes, swizzled E4M3 scales, the float32 amax."""
-    return rows * cols // 2 + _up(rows, 128) * _up(cols // 16, 4) + 4
+    sr, sc = swizzled_shape(rows, cols // 16)
+    return rows * cols // 2 + sr * sc + 4
 
 
 # The kernel classes of the nvfp4 recipe's Linear on the Hopper decoded road, as named by the
