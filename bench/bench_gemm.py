@@ -7,6 +7,12 @@ For each shape (M, N, K), D[M,N] = A[M,K] @ B[N,K]^T:
   cutlass-2step  on Hopper and M <= 128: the same with the fused small-M kernel disabled
   quant+<b>  the full path: nvfp4.quantize(A) (BF16 activations) + nvfp4.gemm
   mx-<b>     nvfp4.gemm_mxfp4 on pre-quantized MXFP4 operands (K % 32 == 0)
+  on Hopper, nvfp4_gemm_decoded with operands given by their decoded BF16 values (what the
+  Linear's decoded road hands the GEMM; cutlass backend):
+  dec-AB     A and B decoded: the CUTLASS GEMM alone (no decode pass)
+  dec-B      A as codes, B decoded: decode pass of A + CUTLASS
+  rs         A as codes, B decoded, through the kernel that decodes A in registers
+             (NVFP4_SM90_RS=1, opt-in while measured)
 Timing: nvfp4._timing.Timer (the timer of every nvfp4 benchmark): CUDA events, warm-up,
 inputs rotated through enough copies to exceed L2 three times (so small problems read
 their operands from memory as in a real model), the median of several timed batches.
@@ -30,6 +36,7 @@ BF16 decode and the CUTLASS GEMM of the two-step path, next to cuBLAS's own kern
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -100,10 +107,87 @@ def fmt_t(sec):
     return f"{sec * 1e6:9.1f}" if sec is not None else "        -"
 
 
+@contextlib.contextmanager
+def _env(env):
+    """The environment variables `env` set for the duration, restored after (the GEMM knobs are
+    read on each call)."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, val in saved.items():
+            if val is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = val
+
+
+def _quantize_decoded(x, block, codes: bool):
+    """x's rowwise NVFP4 operand as nvfp4_quantize_decoded writes it (round to nearest,
+    swizzled scales): (codes, scales, amax) when `codes` (else zeros), and (values bf16,
+    amax) of the decoded values (E2M1 x E4M3, no per-tensor scale)."""
+    from nvfp4 import _ops
+    from nvfp4._format import swizzled_shape
+    rows, cols = x.shape
+    dev = x.device
+    vals = torch.empty(rows, cols, dtype=torch.bfloat16, device=dev)
+    vamax = torch.empty(1, dtype=torch.float32, device=dev)
+    keep = [vals, vamax]
+    c3 = (0, 0, 0)
+    if codes:
+        data = torch.empty(rows, cols // 2, dtype=torch.uint8, device=dev)
+        scales = torch.empty(swizzled_shape(rows, cols // 16), dtype=torch.uint8, device=dev)
+        amax = torch.empty(1, dtype=torch.float32, device=dev)
+        keep += [data, scales, amax]
+        c3 = (data.data_ptr(), scales.data_ptr(), amax.data_ptr())
+    _ops.quantize_dec_raw(x.data_ptr(), _ops.DTYPE_CODE[x.dtype], rows, cols, *c3, vals.data_ptr(), vamax.data_ptr(),
+                          0, 0, 0, 0, 0, block, 0, 1, 0, _ops.DEFAULT_RHT_SIGN_MASK, 0, 0, 0, *_ops._device(x))
+    return c3, (vals.data_ptr(), vamax.data_ptr()), keep
+
+
+def decoded_variants(m, n, k, a16, b16, nb, out, record):
+    """dec-AB, dec-B and rs rows (see the top of the file); A 1D blocks, B 2D (a weight)."""
+    from nvfp4 import _ops
+    dev = out.device
+    dt = _ops._device(out)
+    try:
+        A = [_quantize_decoded(a16[i], 0, True) for i in range(nb)]
+        B = [_quantize_decoded(b16[i], 1, False) for i in range(nb)]
+    except Exception as ex:  # noqa: BLE001
+        for name in ("dec-AB", "dec-B", "rs"):
+            record(name, None, "error", f"quantize: {type(ex).__name__}: {str(ex).splitlines()[0]}")
+        return
+    for name, a_dec, env in (("dec-AB", True, {}), ("dec-B", False, {}), ("rs", False, {"NVFP4_SM90_RS": "1"})):
+        if k % 32 and name == "rs":
+            record(name, None, "not supported", "K % 32 != 0")
+            continue
+        try:
+            with _env(env):
+                ws_bytes = _ops.gemm_dec_workspace_bytes(m, n, k, 2, torch.bfloat16, None, a_dec, True, dev, dt)
+                ws = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=dev)
+
+                def fn(i, a_dec=a_dec, ws=ws, ws_bytes=ws_bytes):
+                    # the stream of each call (a CUDA-graph capture runs on its own)
+                    a3 = (0, 0, 0) if a_dec else A[i][0]
+                    a2 = A[i][1] if a_dec else (0, 0)
+                    _ops.gemm_dec_raw(*a3, *a2, 0, 0, 0, *B[i][1], m, n, k, 1, 0, 0, 0, 0, 0.0, out.data_ptr(),
+                                      _ops.DTYPE_CODE[torch.bfloat16], 2, ws.data_ptr(), ws_bytes,
+                                      *_ops._device(out))
+                record(name, timed(TIMER[0], fn, nb), fn=fn, n_sets=nb, with_kernels=True)
+        except Exception as ex:  # noqa: BLE001
+            record(name, None, "error", f"{type(ex).__name__}: {str(ex).splitlines()[0]}")
+    del A, B
+
+
+TIMER = [None]
+
+
 def bench_shape(m, n, k, backends, timer, hopper, quick, graph=True, kernels=False):
     flops = 2.0 * m * n * k
     dev = timer.device
     on_gpu = timer.on_gpu
+    TIMER[0] = timer
     rows = []
 
     def record(method, sec, status="ok", note="", fn=None, n_sets=1, with_kernels=False):
@@ -172,26 +256,23 @@ def bench_shape(m, n, k, backends, timer, hopper, quick, graph=True, kernels=Fal
                 reason = str(ex).split("\n")[0]
             record(name, None, "not supported", reason)
             continue
-        saved = {key: os.environ.get(key) for key in env}
-        os.environ.update(env)
         clear_workspace_cache()  # the knobs can change the kernel, hence the workspace
         try:
-            fn = lambda i: nvfp4.gemm(qa[i], qb[i], backend=be, out=out)  # noqa: E731
-            sec = timed(timer, fn, nq)
-            record(name, sec, fn=fn, n_sets=nq, with_kernels=True)
-            if name == be:
-                x = a16  # the full path: quantize the BF16 activations, then the GEMM
-                sec = timed(timer, lambda i: nvfp4.gemm(nvfp4.quantize(x[i % nb]), qb[i], backend=be, out=out), nq)
-                record(f"quant+{be}", sec)
+            with _env(env):
+                fn = lambda i: nvfp4.gemm(qa[i], qb[i], backend=be, out=out)  # noqa: E731
+                sec = timed(timer, fn, nq)
+                record(name, sec, fn=fn, n_sets=nq, with_kernels=True)
+                if name == be:
+                    x = a16  # the full path: quantize the BF16 activations, then the GEMM
+                    sec = timed(timer, lambda i: nvfp4.gemm(nvfp4.quantize(x[i % nb]), qb[i], backend=be, out=out),
+                                nq)
+                    record(f"quant+{be}", sec)
         except Exception as ex:  # noqa: BLE001
             record(name, None, "error", f"{type(ex).__name__}: {str(ex).splitlines()[0]}")
         finally:
-            for key, val in saved.items():
-                if val is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = val
             clear_workspace_cache()
+    if hopper and on_gpu and "cutlass" in backends:
+        decoded_variants(m, n, k, a16, b16, nb, out, record)
     # MXFP4 operands (E8M0 scales over 32 values): the same GEMM through nvfp4.gemm_mxfp4,
     # for the formats comparison (on Hopper the same decode + BF16 GEMM emulation as NVFP4's).
     del qa, qb

@@ -75,17 +75,23 @@ bool sm90_direct_accepts(const GemmJob& job, int) { return sm90_direct_applicabl
 nvfp4_status_t sm90_direct_run(const GemmJob& job, int, void*, size_t, nvfp4_stream_t stream) {
   return sm90_direct_gemm(job, stream);
 }
+bool sm90_rs_accepts(const GemmJob& job, int) { return sm90_rs_applicable(job); }
+nvfp4_status_t sm90_rs_run(const GemmJob& job, int, void*, size_t, nvfp4_stream_t stream) {
+  return sm90_rs_gemm(job, stream);
+}
 bool sm90_grouped_accepts(const GemmJob& job, int) { return sm90_grouped_applicable(*job.grouped); }
 #define NVFP4_SM90_GROUPED true, &sm90_grouped_accepts, nullptr, &sm90_grouped_workspace, &sm90_grouped_run
 #define NVFP4_SM90_STREAM true, &sm90_stream_accepts, nullptr, &no_workspace, &sm90_stream_run
 #define NVFP4_SM90_RING true, &sm90_ring_accepts, nullptr, &no_workspace, &sm90_ring_run
 #define NVFP4_SM90_DIRECT true, &sm90_direct_accepts, nullptr, &no_workspace, &sm90_direct_run
+#define NVFP4_SM90_RS true, &sm90_rs_accepts, nullptr, &no_workspace, &sm90_rs_run
 #define NVFP4_SM90_TWO_STEP true, nullptr, nullptr, &sm90_two_step_workspace, &sm90_two_step_run
 #else
 #define NVFP4_SM90_GROUPED false, nullptr, nullptr, nullptr, nullptr
 #define NVFP4_SM90_STREAM false, nullptr, nullptr, nullptr, nullptr
 #define NVFP4_SM90_RING false, nullptr, nullptr, nullptr, nullptr
 #define NVFP4_SM90_DIRECT false, nullptr, nullptr, nullptr, nullptr
+#define NVFP4_SM90_RS false, nullptr, nullptr, nullptr, nullptr
 #define NVFP4_SM90_TWO_STEP false, nullptr, nullptr, nullptr, nullptr
 #endif
 
@@ -216,6 +222,12 @@ const Runner kRunners[] = {
      "exact emulation, fused: FP4 codes and scales decoded into shared memory inside a warp-specialized wgmma "
      "GEMM (128x256 tiles, BF16, FP32 accumulation); no BF16 copy of an operand in global memory",
      NVFP4_SM90_DIRECT},
+    {"sm90-fp4-rs", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90, "rs_kernel",
+     "A as codes, B decoded, K % 32 == 0, swizzled scales, 16-byte aligned operands; only with NVFP4_SM90_RS=1 "
+     "(experimental)",
+     "exact emulation, fused: A's FP4 codes and scales decoded in registers right before a register-sourced wgmma, "
+     "B read as decoded BF16 (128x256 tiles, FP32 accumulation); no BF16 copy of A",
+     NVFP4_SM90_RS},
     {"cutlass-sm90", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90,
      kSm90TwoStepKernels, "any shape",
      "exact emulation: FP4 -> BF16 decode + CUTLASS sm90 BF16 GEMM (TMA, wgmma), alpha/bias/beta*C in its epilogue",
@@ -381,7 +393,7 @@ bool takes_decoded(const Runner& r) {
 #if defined(NVFP4_HAS_SM90_GEMM)
   const char* off = std::getenv("NVFP4_SM90_DECODED");
   if (off != nullptr && std::strcmp(off, "0") == 0) return false;
-  return r.format == Format::kNvfp4 && r.run == &sm90_two_step_run;
+  return r.format == Format::kNvfp4 && (r.run == &sm90_two_step_run || r.run == &sm90_rs_run);
 #else
   (void)r;
   return false;

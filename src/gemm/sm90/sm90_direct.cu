@@ -40,6 +40,7 @@
 #include "cuda/device.h"
 #include "gemm/sm90/sm90_direct.h"
 #include "gemm/sm90/sm90_fp4_decode.cuh"
+#include "gemm/sm90/sm90_wgmma.cuh"
 
 namespace nvfp4::detail {
 namespace {
@@ -79,44 +80,13 @@ using gpu::cp_async_commit;
 using gpu::cp_async_wait;
 using gpu::smem_u32;
 
-// ---- mbarrier, named barriers ----------------------------------------------------------------
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  const uint32_t addr = smem_u32(bar);
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  }
-}
-// A barrier among the 128 threads of one warpgroup (ids 1..3; 0 is __syncthreads).
-__device__ __forceinline__ void wg_barrier(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
-// Generic-proxy writes to shared memory (the decoded tiles) become visible to wgmma.
-__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// ---- wgmma ---------------------------------------------------------------------------------
-// Descriptor of a K-major 16-bit tile in the 128-byte swizzle: rows of 128 bytes, 8-row groups
-// 1024 bytes apart (the stride), start address in 16-byte units. Advancing K by 16 elements
-// inside the 64-element row is +32 bytes on the start address.
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
-  uint64_t d = static_cast<uint64_t>((addr & 0x3ffff) >> 4);
-  d |= static_cast<uint64_t>(1) << 16;             // leading byte offset (unused by this layout)
-  d |= static_cast<uint64_t>(1024 >> 4) << 32;     // stride byte offset
-  d |= static_cast<uint64_t>(1) << 62;             // 128-byte swizzle
-  return d;
-}
+using sm90::fence_acc;
+using sm90::fence_async_smem;
+using sm90::mbar_arrive;
+using sm90::mbar_init;
+using sm90::mbar_wait;
+using sm90::sw128_desc;
+using sm90::wg_barrier;
 
 using Wgmma = cute::SM90::GMMA::MMA_64x256x16_F32F16F16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
 
@@ -124,11 +94,6 @@ template <size_t... I>
 __device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&acc)[128], bool accumulate,
                                            std::index_sequence<I...>) {
   Wgmma::fma(da, db, acc[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
-}
-
-__device__ __forceinline__ void fence_acc(float (&acc)[128]) {
-#pragma unroll
-  for (int i = 0; i < 128; ++i) cute::warpgroup_fence_operand(acc[i]);
 }
 
 // Row r of a tile (all four 16-value blocks of the K tile): codes from `raw` (32 bytes per
@@ -274,29 +239,15 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
 
   // ---- epilogue: beta * C + (alpha * acc + bias), the association of every runner ----
   // The accumulators go through shared memory (the stages are free once both consumer
-  // warpgroups are past their last wgmma), so that the stores to D are row-contiguous
-  // across a warp and the dtype switches are not unrolled 128 times. Accumulator i of the
-  // m64n256 fragment: row 16 * warp + lane / 4 (+ 8 for i % 4 >= 2), column
-  // 8 * (i / 4) + 2 * (lane % 4) + i % 2.
+  // warpgroups are past their last wgmma), so that the stores to D are row-contiguous across
+  // a warp and the dtype switches are not unrolled 128 times.
   asm volatile("bar.sync 4, 256;\n" ::: "memory");
   constexpr int kLd = kBN + 8;  // floats per staged row
   float* tile = reinterpret_cast<float*>(smem) + w * 64 * kLd;
-  const int warp = t128 / 32, lane = t128 % 32;
-#pragma unroll
-  for (int i = 0; i < 128; i += 2) {
-    const int row = 16 * warp + lane / 4 + ((i & 2) ? 8 : 0);
-    const int col = 8 * (i / 4) + 2 * (lane % 4);
-    *reinterpret_cast<float2*>(tile + row * kLd + col) = make_float2(acc[i], acc[i + 1]);
-  }
+  sm90::stage_acc(acc, tile, kLd, t128 / 32, t128 % 32);
   wg_barrier(2 + w);
   const float alpha = core::gemm_alpha(p.epi.amax_a, p.epi.amax_b);
-#pragma unroll 1
-  for (int e = t128; e < 64 * kBN; e += 128) {
-    const int r = e / kBN, cl = e % kBN;
-    const int row = m0 + 64 * w + r, col = n0 + cl;
-    if (row >= p.m || col >= p.n) continue;
-    sm90::store_output(p.epi, alpha, tile[r * kLd + cl], row, col, p.n);
-  }
+  sm90::store_tile_per_element(p.epi, alpha, tile, kLd, m0 + 64 * w, n0, p.m, p.n, t128);
 }
 
 bool direct_enabled() {
