@@ -146,7 +146,7 @@ def _quantize_decoded(x, block, codes: bool):
     return c3, (vals.data_ptr(), vamax.data_ptr()), keep
 
 
-def decoded_variants(m, n, k, a16, b16, nb, out, record):
+def decoded_variants(m, n, k, a16, b16, nb, out, record, timer):
     """dec-AB, dec-B and rs rows (see the top of the file); A 1D blocks, B 2D (a weight)."""
     from nvfp4 import _ops
     dev = out.device
@@ -174,20 +174,17 @@ def decoded_variants(m, n, k, a16, b16, nb, out, record):
                     _ops.gemm_dec_raw(*a3, *a2, 0, 0, 0, *B[i][1], m, n, k, 1, 0, 0, 0, 0, 0.0, out.data_ptr(),
                                       _ops.DTYPE_CODE[torch.bfloat16], 2, ws.data_ptr(), ws_bytes,
                                       *_ops._device(out))
-                record(name, timed(TIMER[0], fn, nb), fn=fn, n_sets=nb, with_kernels=True)
+                record(name, timed(timer, fn, nb), fn=fn, n_sets=nb, with_kernels=True)
         except Exception as ex:  # noqa: BLE001
             record(name, None, "error", f"{type(ex).__name__}: {str(ex).splitlines()[0]}")
     del A, B
 
-
-TIMER = [None]
 
 
 def bench_shape(m, n, k, backends, timer, hopper, quick, graph=True, kernels=False):
     flops = 2.0 * m * n * k
     dev = timer.device
     on_gpu = timer.on_gpu
-    TIMER[0] = timer
     rows = []
 
     def record(method, sec, status="ok", note="", fn=None, n_sets=1, with_kernels=False):
@@ -272,7 +269,7 @@ def bench_shape(m, n, k, backends, timer, hopper, quick, graph=True, kernels=Fal
         finally:
             clear_workspace_cache()
     if hopper and on_gpu and "cutlass" in backends:
-        decoded_variants(m, n, k, a16, b16, nb, out, record)
+        decoded_variants(m, n, k, a16, b16, nb, out, record, timer)
     # MXFP4 operands (E8M0 scales over 32 values): the same GEMM through nvfp4.gemm_mxfp4,
     # for the formats comparison (on Hopper the same decode + BF16 GEMM emulation as NVFP4's).
     del qa, qb

@@ -11,8 +11,11 @@ before each run (an unwritten element fails the bound check).
 import pytest
 import torch
 
+import types
+
 import nvfp4
 from nvfp4 import _ops
+import nvfp4_ref as ref
 from conftest import first_mismatch
 from test_decoded import SWIZZLED, _dev, quantize_decoded
 from test_gemm_cuda import check_bound
@@ -133,6 +136,36 @@ def test_rs_special_values_bias_and_beta(monkeypatch, out_dtype):
     monkeypatch.setenv("NVFP4_SM90_TILE", "large")
     two_step = gemm_codes_x_decoded(ra, rb, m, n, k, out_dtype, bias=bias)
     assert torch.equal(got.view(torch.uint8), two_step.view(torch.uint8)), first_mismatch(got, two_step)
+
+
+@needs_rs
+def test_rs_decodes_every_code_with_every_scale(monkeypatch):
+    """Every E2M1 code with every E4M3 scale byte, NaN (0x7F) included: row r of A has scale
+    byte r in each block and the 16 codes in turn along K; B is the identity (decoded BF16)
+    and both amaxes are 2688 (alpha = 1), so the fp32 output is A's decoded values exactly.
+    Checked against the reference decode (nvfp4_ref's tables, independent of the library)
+    and, bit for bit, against the two-step path."""
+    m, k = 128, 256
+    n = k
+    codes = torch.arange(16, dtype=torch.uint8).repeat(k // 16)  # element j: code j % 16
+    data = (codes[0::2] | (codes[1::2] << 4)).repeat(m, 1).cuda()
+    lin = torch.arange(128, dtype=torch.uint8)[:, None].repeat(1, k // 16)  # row r: scale byte r
+    scales = _ops.swizzle(lin.cuda(), m, k // 16, True)
+    amax = torch.full((1,), 2688.0, device="cuda")
+    ra = types.SimpleNamespace(codes_addr=lambda: (data.data_ptr(), scales.data_ptr(), amax.data_ptr()))
+    eye = torch.eye(n, k, dtype=torch.bfloat16, device="cuda")
+    rb = types.SimpleNamespace(dec_addr=lambda: (eye.data_ptr(), amax.data_ptr()))
+    want = ref.e2m1_decode(codes.long())[None, :].double() * ref.e4m3_value(lin.contiguous()).double().repeat_interleave(16, 1)
+    monkeypatch.setenv("NVFP4_SM90_RS", "1")
+    got = gemm_codes_x_decoded(ra, rb, m, n, k, torch.float32)
+    nan = got.isnan()
+    assert nan[127].all() and not nan[:127].any(), "NaN exactly in the row of the NaN scale byte"
+    assert torch.equal(got[:127].double(), want[:127]), first_mismatch(got[:127].double(), want[:127])
+    monkeypatch.setenv("NVFP4_SM90_RS", "0")
+    monkeypatch.setenv("NVFP4_SM90_TILE", "large")
+    two_step = gemm_codes_x_decoded(ra, rb, m, n, k, torch.float32)
+    assert torch.equal(two_step.isnan(), nan)
+    assert torch.equal(got[:127].view(torch.int32), two_step[:127].view(torch.int32))
 
 
 @needs_rs

@@ -43,7 +43,7 @@
 #include "core/scale.h"
 #include "cuda/device.h"
 #include "gemm/sm90/sm90_fp4_decode.cuh"
-#include "gemm/sm90/sm90_rs.h"
+#include "gemm/backends.h"
 #include "gemm/sm90/sm90_wgmma.cuh"
 
 namespace nvfp4::detail {
@@ -76,7 +76,6 @@ struct Params {
 using gpu::smem_u32;
 using sm90::bulk_load;
 using sm90::fence_acc;
-using sm90::fence_async_smem;
 using sm90::mbar_arrive;
 using sm90::mbar_arrive_expect_tx;
 using sm90::mbar_init;
@@ -131,8 +130,10 @@ __device__ __forceinline__ void scale_pairs(uint32_t four, uint32_t (&s2)[4]) {
 // Eight E2M1 codes (code i in nibble i; byte j holds the pair of elements 2j, 2j+1) ->
 // four BF16 pairs p[j] = (value(code 2j), value(code 2j+1)) times the scale pair of that
 // byte: sa for bytes 0, 1, sb for bytes 2, 3. The magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}
-// come from byte tables by byte permutes (low and high bytes of their BF16 patterns), the
-// sign bit is moved into place by one more permute, the scale multiply is exact.
+// (core::e2m1_magnitude) come from byte tables by byte permutes (low and high bytes of their
+// BF16 patterns), the sign bit is moved into place by one more permute, the scale multiply is
+// exact. test_rs_decodes_every_code_with_every_scale checks every code with every scale byte
+// against the reference decode.
 __device__ __forceinline__ void decode_word(uint32_t x, uint32_t sa, uint32_t sb, uint32_t* p) {
   constexpr uint32_t kLo0 = 0xC0800000u, kLo1 = 0xC0804000u;  // low bytes of 0, .5, 1, 1.5 | 2, 3, 4, 6
   constexpr uint32_t kHi0 = 0x3F3F3F00u, kHi1 = 0x40404040u;  // high bytes
@@ -235,8 +236,7 @@ __global__ void __launch_bounds__(kThreads, 1) rs_kernel(const Params p, const _
   // release that tile's stage.
   auto step = [&](int kt, uint32_t(&f)[16], uint32_t(&prev)[16]) {
     const int s = kt % kStages;
-    mbar_wait(&full[s], (kt / kStages) & 1);
-    fence_async_smem();
+    mbar_wait(&full[s], (kt / kStages) & 1);  // the stage's TMA/bulk bytes landed (async proxy, as wgmma reads)
     const uint8_t* st = smem + s * kStageBytes;
     decode_a(st, r0, t, min(4, (p.k - kt * kBK) / 16), f);
     const uint32_t b_base = smem_u32(st + kOffB);
