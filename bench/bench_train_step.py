@@ -8,7 +8,9 @@ the same run:
 - fakequant: the same recipe written with torch ops only (FakeQuantLinear below): quantize
              and dequantize in FP32 torch code, BF16 matmuls, the BF16 input saved;
 - fp8, fp8_delayed (on request, --variants): every block's Linear converted to the FP8
-             baseline recipes (E4M3 forward, E5M2 gradients, torch._scaled_mm);
+             baseline recipes (E4M3 forward, E5M2 gradients, torch._scaled_mm); with
+             "+opaque" / "+traced" (fp8+opaque), compiled steps keep the kernel path's ops
+             opaque / trace the casts as torch ops (FP8Recipe.inductor_casts);
 - any other name of nvfp4.nn.RECIPES (on request, e.g. mx_baseline, tetrajet): every
              block's Linear converted with that recipe.
 A step is forward + backward + fused AdamW. Times are medians over --steps steps after
@@ -17,7 +19,8 @@ A step is forward + backward + fused AdamW. Times are medians over --steps steps
 --ab-env NAME=VALUE times each eager/compile row again in interleaved rounds, as the process
 is set and with NAME=VALUE, in the same process (same compiled graphs, host and GPU state):
 the before/after of a library setting read at each call, free of run-to-run drift (the bf16
-row's figure is the noise floor).
+row's figure is the noise floor). --interleave R times the variants themselves that way: every
+model built and compiled first, then R rounds that each run every variant in turn.
 
     python3 bench/bench_train_step.py                               # GPU, ~85M parameters, eager (CPU: --smoke)
     python3 bench/bench_train_step.py --size 400m --modes eager,compile,reduce-overhead --profile
@@ -48,6 +51,20 @@ import nvfp4.nn as nn4  # noqa: E402
 
 FLT_MAX = torch.finfo(torch.float32).max
 FP8_VARIANTS = ("fp8", "fp8_delayed")  # converted with nvfp4.nn.convert(model, name)
+# "+opaque" / "+traced": the same FP8 recipe with inductor_casts False / True (compiled, the
+# kernel path's ops stay opaque to the compiler, or the casts are traced as torch ops); eager
+# rows take the same kernel path either way
+FP8_ROADS = {"+opaque": False, "+traced": True}
+
+
+def _fp8_variant(name: str):
+    """The FP8Recipe a variant name stands for, or None."""
+    from nvfp4.nn.fp8 import get_fp8_recipe
+    base, _, road = name.partition("+")
+    if base not in FP8_VARIANTS or (road and "+" + road not in FP8_ROADS):
+        return None
+    r = get_fp8_recipe(base)
+    return r.replace(name=name, inductor_casts=FP8_ROADS["+" + road]) if road else r
 
 
 # ------------------------------------------------------------------------------ fake quantization in torch
@@ -228,6 +245,35 @@ _WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchroniz
 def time_steps(model, args, dev, batches, mode):
     """mode: "eager", "compile" (torch.compile fullgraph) or "reduce-overhead" (the same with
     CUDA graphs). The first step's time includes compilation: reported as compile_s."""
+    step, timed, first, base = prepare_steps(model, args, dev, batches, mode)
+    times = [timed(i) for i in range(args.steps)]
+    out = {"step_ms": statistics.median(times), "step_ms_min": min(times), "first_step_s": first}
+    if args.ab_env and dev.type == "cuda" and mode != "reduce-overhead":
+        out["ab"] = ab_rounds(step, timed, args.ab_env, args.ab_rounds, args.ab_steps)
+    if dev.type == "cuda":
+        out["peak_step_memory_gb"] = (torch.cuda.max_memory_allocated(dev) - base) / 2**30
+    if args.profile and dev.type == "cuda":
+        out["profile"] = profile_steps(step, dev, args.profile_steps)
+    return out
+
+
+def interleaved_rows(runners: dict, rounds: int, steps: int) -> dict:
+    """--interleave: the variants' prepared steps timed in rounds, each round running every
+    variant (one untimed step after the switch, then `steps` timed ones) in a rotated order,
+    so that all of them see the same host and GPU state; the median over the rounds."""
+    names = list(runners)
+    samples = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            step, timed = runners[n]
+            step(0)
+            samples[n] += [timed(i) for i in range(1, 1 + steps)]
+    return {n: {"step_ms": statistics.median(v), "step_ms_min": min(v), "samples": v} for n, v in samples.items()}
+
+
+def prepare_steps(model, args, dev, batches, mode):
+    """(step(i), timed(i) -> ms, first step seconds, memory base) for one model and mode, after
+    compilation and warm-up."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
     if mode == "eager":
         run = model
@@ -271,15 +317,7 @@ def time_steps(model, args, dev, batches, mode):
         b.synchronize()
         return a.elapsed_time(b)
 
-    times = [timed(i) for i in range(args.steps)]
-    out = {"step_ms": statistics.median(times), "step_ms_min": min(times), "first_step_s": first}
-    if args.ab_env and dev.type == "cuda" and mode != "reduce-overhead":
-        out["ab"] = ab_rounds(step, timed, args.ab_env, args.ab_rounds, args.ab_steps)
-    if dev.type == "cuda":
-        out["peak_step_memory_gb"] = (torch.cuda.max_memory_allocated(dev) - base) / 2**30
-    if args.profile and dev.type == "cuda":
-        out["profile"] = profile_steps(step, dev, args.profile_steps)
-    return out
+    return step, timed, first, (base if dev.type == "cuda" else 0)
 
 
 def ab_rounds(step, timed, env: str, rounds: int, steps: int) -> dict:
@@ -311,6 +349,22 @@ def ab_rounds(step, timed, env: str, rounds: int, steps: int) -> dict:
     res["b_ms"] = statistics.median(res["b"])
     res["b_over_a"] = res["b_ms"] / res["a_ms"]
     return res
+
+
+def build_variant(name, margs, dev, a, ap):
+    """examples/train.py's model with the variant's Linear layers."""
+    model = T.build_model(margs, dev)
+    if name == "nvfp4":
+        nn4.convert(model, a.recipe_obj, include="blocks.*")
+    elif name == "fakequant":
+        fakequant_convert(model, a.recipe_obj)
+    elif _fp8_variant(name) is not None:
+        nn4.convert(model, _fp8_variant(name), include="blocks.*")
+    elif name in nn4.RECIPES and name not in ("nvfp4", "bf16"):
+        nn4.convert(model, name, include="blocks.*")
+    elif name != "bf16":
+        ap.error(f"--variants: unknown variant {name!r}")
+    return model
 
 
 def saved_bytes(layer, x):
@@ -398,6 +452,10 @@ def main(argv=None):
                          "environment setting (a library setting read at each call, e.g. NVFP4_PDL=0)")
     ap.add_argument("--ab-rounds", type=int, default=6, help="rounds of --ab-env (A then B, B then A, ...)")
     ap.add_argument("--ab-steps", type=int, default=5, help="timed steps per side and round of --ab-env")
+    ap.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                    help="time the variants of each mode in ROUNDS interleaved rounds of --steps steps each "
+                         "(all models built and compiled first, the order rotated every round) instead of "
+                         "one after the other: ratios free of the host's drift between rows")
     ap.add_argument("--moe-top-k", type=int, default=2)
     ap.add_argument("--moe-ffn", type=int, default=None, help="hidden units per expert (default d_model)")
     a = ap.parse_args(argv)
@@ -450,18 +508,36 @@ def main(argv=None):
     if moe:
         results["model"]["moe"] = {"experts": moe, "top_k": a.moe_top_k, "ffn": margs.moe_ffn}
     for mode in modes:
+        if a.interleave:
+            held = {}  # name -> (model, step, timed, first)
+            torch._dynamo.reset()  # once: the models' compiled graphs must all stay cached
+            for name in a.variants.split(","):
+                if name == "fakequant" and mode != "eager":
+                    continue
+                model = build_variant(name, margs, dev, a, ap)
+                step, timed, first, _ = prepare_steps(model, a, dev, batches, mode)
+                held[name] = (model, step, timed, first)
+            got = interleaved_rows({n: h[1:3] for n, h in held.items()}, a.interleave, a.steps)
+            for name, r in got.items():
+                r.update(first_step_s=held[name][3], interleaved_rounds=a.interleave,
+                         tokens_per_s=tokens / (r["step_ms"] / 1e3))
+                if a.profile and dev.type == "cuda":
+                    r["profile"] = profile_steps(held[name][1], dev, a.profile_steps)
+                results["rows"][f"{name}/{mode}"] = r
+                print(f"{name:10s} {mode:16s} step {r['step_ms']:9.2f} ms  {r['tokens_per_s']:12,.0f} tokens/s  "
+                      f"({a.interleave} interleaved rounds of {a.steps}; min {r['step_ms_min']:.2f})", flush=True)
+                if "profile" in r:
+                    p = r["profile"]
+                    print(f"{'':27s}profile: {p['kernels_per_step']:.0f} kernels/step, GPU busy "
+                          f"{p['gpu_busy_ms']:.2f} ms", flush=True)
+            del held
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+            continue
         for name in a.variants.split(","):
             if name == "fakequant" and mode != "eager":
                 continue  # the plain-PyTorch baseline is an eager baseline
-            model = T.build_model(margs, dev)
-            if name == "nvfp4":
-                nn4.convert(model, a.recipe_obj, include="blocks.*")
-            elif name == "fakequant":
-                fakequant_convert(model, a.recipe_obj)
-            elif name in FP8_VARIANTS or (name in nn4.RECIPES and name not in ("nvfp4", "bf16")):
-                nn4.convert(model, name, include="blocks.*")
-            elif name != "bf16":
-                ap.error(f"--variants: unknown variant {name!r}")
+            model = build_variant(name, margs, dev, a, ap)
             if mode != "eager":
                 torch._dynamo.reset()
             try:
@@ -501,7 +577,7 @@ def main(argv=None):
     for mode in modes:
         b, q = rows.get(f"bf16/{mode}", {}), rows.get(f"nvfp4/{mode}", {})
         others = [v for v in a.variants.split(",")
-                  if v in FP8_VARIANTS or (v in nn4.RECIPES and v not in ("nvfp4", "bf16"))]
+                  if _fp8_variant(v) is not None or (v in nn4.RECIPES and v not in ("nvfp4", "bf16"))]
         for f8 in others:
             r8 = rows.get(f"{f8}/{mode}", {})
             if "step_ms" in b and "step_ms" in r8:

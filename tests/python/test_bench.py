@@ -255,6 +255,29 @@ def test_ab_rounds_interleave_and_restore(monkeypatch, initial):
     assert [e for e in log if e[0] == "timed"][:2] == [("timed", 1, initial), ("timed", 2, initial)]
 
 
+def test_interleaved_rows_rotate_and_take_medians():
+    """--interleave: every round runs every variant (one untimed step after the switch, then
+    the timed ones), the order rotated by one each round; each row is the median of its
+    samples."""
+    bst = _train_step_bench()
+    log = []
+
+    def runner(name, ms):
+        return (lambda i: log.append(("step", name, i)),
+                lambda i: (log.append(("timed", name, i)), ms + i)[1])
+
+    rows = bst.interleaved_rows({"a": runner("a", 10.0), "b": runner("b", 20.0), "c": runner("c", 30.0)}, 3, 2)
+    opened = [e[1] for e in log if e[0] == "step"]
+    assert opened == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    for name, base in (("a", 10.0), ("b", 20.0), ("c", 30.0)):
+        assert rows[name]["samples"] == [base + 1, base + 2] * 3
+        assert rows[name]["step_ms"] == base + 1.5 and rows[name]["step_ms_min"] == base + 1
+    # each untimed step is followed by that variant's own timed steps
+    for k, e in enumerate(log):
+        if e[0] == "step":
+            assert log[k + 1:k + 3] == [("timed", e[1], 1), ("timed", e[1], 2)]
+
+
 def test_ab_env_needs_name_and_value(capsys):
     bst = _train_step_bench()
     for bad in ("NVFP4_PDL", "=0"):

@@ -194,13 +194,31 @@ def test_kernel_path_runs_one_op_per_pass(kernel_path_on_cpu):
         assert not heavy, f"{recipe}: torch ops beside the passes: {heavy}"
 
 
+def _noting_backend(codes: list, inductor: bool):
+    """A torch.compile backend that notes the code of what dynamo traced, then compiles it
+    with Inductor, or runs it through AOTAutograd alone (inductor=False: the traced road on
+    the CPU, where what matters is the graph — no nvfp4 op in it, the state mutations, the
+    padding — and Inductor's CPU code generation is not what runs in training; torch 2.11's
+    fails to compile the delayed-scaling update. Inductor's numerics on that road are checked
+    on the GPU.)"""
+    def backend(gm, example_inputs):
+        codes.extend(m.code for _, m in gm.named_modules() if isinstance(m, torch.fx.GraphModule))
+        if inductor:
+            from torch._inductor.compile_fx import compile_fx
+            return compile_fx(gm, example_inputs)
+        return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
+    return backend
+
+
+@pytest.mark.parametrize("inductor_casts", [True, False], ids=["traced", "opaque"])
 @pytest.mark.parametrize("recipe", ["fp8", "fp8_delayed"])
-def test_kernel_path_compiled_equals_eager(kernel_path_on_cpu, recipe):
+def test_kernel_path_compiled_equals_eager(kernel_path_on_cpu, recipe, inductor_casts):
     """torch.compile (fullgraph) of two FP8 layers: the same outputs, gradients and delayed
-    state as eager, bit for bit, over steps (the state is mutated by the forward and the
-    backward ops)."""
+    state as eager (the kernel path), bit for bit, over steps (the state is mutated by the
+    forward and the backward). Compiled, the casts are either traced as torch ops
+    (inductor_casts) or the kernel path's two ops."""
     torch.manual_seed(0)
-    r = F8.get_fp8_recipe(recipe).replace(amax_history_len=8)
+    r = F8.get_fp8_recipe(recipe).replace(amax_history_len=8, inductor_casts=inductor_casts)
     model = torch.nn.Sequential(FP8Linear(32, 64, bias=False, recipe=r), FP8Linear(64, 32, bias=True, recipe=r))
     ref = copy.deepcopy(model)
 
@@ -210,7 +228,9 @@ def test_kernel_path_compiled_equals_eager(kernel_path_on_cpu, recipe):
                 return mod(x)
         return f
 
-    compiled = torch.compile(fwd(model), fullgraph=True)
+    codes = []
+    torch._dynamo.reset()
+    compiled = torch.compile(fwd(model), fullgraph=True, backend=_noting_backend(codes, inductor=not inductor_casts))
     g = torch.Generator().manual_seed(1)
     for step in range(3):
         x = torch.randn(48, 32, generator=g) * (step + 1)
@@ -228,6 +248,10 @@ def test_kernel_path_compiled_equals_eager(kernel_path_on_cpu, recipe):
             assert torch.equal(_bits(b), _bits(c)), f"step {step}: {name}"
         model.zero_grad(set_to_none=True)
         ref.zero_grad(set_to_none=True)
+    traced = "\n".join(codes)
+    assert ("fp8_linear_fwd" in traced and "fp8_linear_bwd" in traced) == (not inductor_casts), traced
+    if inductor_casts:
+        assert "_scaled_mm" in traced, traced
 
 
 # ----------------------------------------------------------------------------- the ops themselves
@@ -406,3 +430,66 @@ def test_direct_eager_road_equals_the_dispatched_ops(kernel_path_on_cpu, monkeyp
     assert len(runs[0]) == len(runs[1])
     for i, (a, b) in enumerate(zip(*runs)):
         assert a.dtype == b.dtype and torch.equal(_bits(a), _bits(b)), i
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_fp8_gpu)])
+@pytest.mark.parametrize("recipe", ["fp8", "fp8_delayed"])
+@pytest.mark.parametrize("autocast", [torch.bfloat16, torch.float16, None], ids=["bf16", "f16", "f32"])
+def test_compiled_equals_eager_with_fused_producers(request, device, recipe, autocast):
+    """torch.compile (fullgraph) of two FP8 layers, each fed by an op Inductor fuses with their
+    casts (x * 1.5, a ReLU), against the same model in eager (the kernel path): y, dx, W's
+    gradients and the delayed state bit for bit over steps, with 50 x 4 tokens (padded for
+    wgrad). BF16 and FP32 inputs take the traced road (no nvfp4 op left in the graph: the
+    casts compiled by Inductor, the GEMMs torch._scaled_mm), FP16 inputs the kernel ops.
+    The bias gradient is a torch sum over tokens on both roads, whose order Inductor chooses:
+    within FP32 summation error of eager's. (ReLU, not GELU: an op whose compiled and eager
+    values differ would make the layers' inputs differ.) On the CPU the kernel path runs on
+    the library's CPU casts and torch's CPU _scaled_mm, and the traced road without Inductor
+    (_noting_backend)."""
+    if device == "cpu":
+        request.getfixturevalue("kernel_path_on_cpu")
+    torch.manual_seed(0)
+    r = F8.get_fp8_recipe(recipe).replace(amax_history_len=5, inductor_casts=True)  # fp8_delayed: off by default
+    model = torch.nn.Sequential(FP8Linear(64, 96, bias=True, recipe=r), torch.nn.ReLU(),
+                                FP8Linear(96, 48, bias=False, recipe=r)).to(device)
+    ref = copy.deepcopy(model)
+
+    def fwd(mod):
+        def f(x):
+            with torch.autocast(device, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+                return mod(x * 1.5)
+        return f
+
+    codes = []
+    torch._dynamo.reset()  # one code object for every parametrization: no recompile limit across them
+    traced_road = autocast is not torch.float16
+    compiled = torch.compile(fwd(model), fullgraph=True,
+                             backend=_noting_backend(codes, inductor=device == "cuda" or not traced_road))
+    dy1 = []  # the first layer's output gradient in the eager model
+    ref[0].register_full_backward_hook(lambda mod, gin, gout: dy1.__setitem__(slice(None), [gout[0].detach()]))
+    g = torch.Generator().manual_seed(4)
+    for step in range(3):
+        x = (torch.randn(4, 50, 64, generator=g) * 2.0 ** (step - 1)).to(device, autocast or torch.float32)
+        xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        ya = compiled(xa)
+        yb = fwd(ref)(xb)
+        dy = torch.randn(ya.shape, generator=g).to(device, ya.dtype)
+        ya.backward(dy)
+        yb.backward(dy)
+        assert torch.equal(ya, yb), f"step {step}: y: {first_mismatch(ya.float(), yb.float())}"
+        assert torch.equal(xa.grad, xb.grad), f"step {step}: dx: {first_mismatch(xa.grad.float(), xb.grad.float())}"
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            if name.endswith("bias"):
+                # 200 FP32 additions per column in any order: |error| <= 200 * 2^-24 * sum |dY1|
+                colsum = dy1[0].reshape(-1, dy1[0].shape[-1]).float().abs().sum(0)
+                err = (p.grad - q.grad).abs()
+                assert torch.all(err <= 2.0 ** -16 * colsum), f"step {step}: {name}: {err.max()}"
+            else:
+                assert torch.equal(p.grad, q.grad), f"step {step}: {name}.grad: {first_mismatch(p.grad, q.grad)}"
+        for (name, b), c in zip(model.named_buffers(), ref.buffers()):
+            assert torch.equal(_bits(b), _bits(c)), f"step {step}: {name}"
+        model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+    traced = "\n".join(codes)
+    assert ("fp8_linear_fwd" in traced and "fp8_linear_bwd" in traced) == (not traced_road), traced
+    assert not traced_road or "_scaled_mm" in traced

@@ -83,6 +83,12 @@ class FP8Recipe:
     compile_cast: where fused_cast is off or cannot run (a build without CUDA kernels),
     fuse scale-multiply, clamp and cast into one kernel with torch.compile
     (falls back to eager ops, with a warning, where that is unavailable).
+    inductor_casts: inside a model compiled with torch.compile, run the casts as torch ops
+    that the compiler traces (amax, scale, multiply, clamp, cast, the transposed copy) so
+    that Inductor compiles them with the code around the layer (the amax and the cast fused
+    with the kernel that produces the tensor), the GEMMs staying torch._scaled_mm; False
+    keeps the kernel path's two ops per step, opaque to the compiler. Both give the same
+    bits (tested); eager calls take the kernel path either way.
     """
 
     name: str = "fp8"
@@ -96,6 +102,7 @@ class FP8Recipe:
     emulate: bool = False
     fused_cast: bool = True
     compile_cast: bool = True
+    inductor_casts: bool = True
 
     def __post_init__(self):
         self.validate()
@@ -114,7 +121,7 @@ class FP8Recipe:
         if not isinstance(self.margin, (int, float)) or isinstance(self.margin, bool) or not math.isfinite(self.margin) \
                 or self.margin < 0:
             raise ValueError(f"margin: must be a finite number >= 0, got {self.margin!r}")
-        for f in ("fast_accum_fprop", "emulate", "fused_cast", "compile_cast"):
+        for f in ("fast_accum_fprop", "emulate", "fused_cast", "compile_cast", "inductor_casts"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"{f}: must be a bool, got {getattr(self, f)!r}")
         return self
@@ -134,7 +141,10 @@ class FP8Recipe:
 
 FP8_RECIPES = {
     "fp8": FP8Recipe(name="fp8", scaling="current"),
-    "fp8_delayed": FP8Recipe(name="fp8_delayed", scaling="delayed"),
+    # Delayed scaling keeps its kernel ops under torch.compile: its cast reduces the amax
+    # itself (no amax pass to fuse), and the history update traced as torch ops made the
+    # compiled 85M step slower (bench/NOTES.md)
+    "fp8_delayed": FP8Recipe(name="fp8_delayed", scaling="delayed", inductor_casts=False),
 }
 
 
@@ -169,10 +179,18 @@ def tensor_amax(t: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(t, float("inf"), dtype=torch.float32)
 
 
+def _div32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a / b of two float32 tensors, correctly rounded to float32 wherever it is computed: the
+    quotient in float64 rounded to float32 is the correctly rounded float32 quotient (53 >=
+    2 * 24 + 2 bits: the double rounding is innocuous), while float32 division compiled by
+    Inductor into Triton may be the approximate div.full.f32."""
+    return (a.double() / b.double()).float()
+
+
 def current_scale(amax: torch.Tensor, fmax: float, margin: float = 0.0) -> torch.Tensor:
     """s = fmax * 2^-margin / amax; 1 when amax is 0, inf or NaN; FLT_MAX when that overflows."""
     scaled_max = torch.full_like(amax, fmax * 2.0 ** -margin)
-    s = scaled_max / amax
+    s = _div32(scaled_max, amax)
     s = torch.where(torch.isinf(s), torch.full_like(s, _FLT_MAX), s)
     ok = torch.isfinite(amax) & (amax > 0)
     return torch.where(ok, s, torch.ones_like(s))
@@ -191,6 +209,10 @@ def delayed_scale_update(history: torch.Tensor, scale: torch.Tensor, role: int, 
     One library call (nvfp4_fp8_delayed_update: one kernel on CUDA) in place of ~15 torch
     ops; delayed_scale_update_torch is the same update in torch ops."""
     h = history[role]
+    if torch.compiler.is_compiling():
+        # traced (FP8Recipe.inductor_casts): torch ops, which Inductor compiles into the step
+        delayed_scale_update_torch(history, scale, role, fmax, margin, algo)
+        return
     if fmax in _FMAX_FORMAT and algo in _ALGO_CODE and h.is_contiguous() and h.dtype == torch.float32 and \
             scale.dtype == torch.float32 and h.device.type in ("cpu", "cuda") and \
             (h.device.type == "cpu" or _HAS_CUDA_KERNELS):
@@ -208,7 +230,7 @@ def delayed_scale_update_torch(history: torch.Tensor, scale: torch.Tensor, role:
     else:
         amax = h[0]
     scaled_max = torch.full_like(amax, fmax * 2.0 ** -margin)
-    s = scaled_max / amax
+    s = _div32(scaled_max, amax)
     s = torch.where(torch.isinf(s), torch.full_like(s, _FLT_MAX), s)
     ok = torch.isfinite(amax) & (amax > 0)
     scale[role].copy_(torch.where(ok, s, scale[role]))
@@ -258,6 +280,8 @@ def quantize_fp8(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, compi
     if transposed and t.dim() != 2:
         raise ValueError(f"t: transposed=True needs a 2D tensor, got shape {tuple(t.shape)}")
     fmax = fp8_max(dtype)
+    if compiled and torch.compiler.is_compiling():
+        compiled = False  # already inside a compiled region: the ops below are traced into it
     if compiled and t.is_cuda and not _compile_failed:
         try:
             # detached (no autograd state, no view base to guard on); grad mode and autocast
@@ -333,10 +357,23 @@ def _require_fp8(device: torch.device) -> None:
         raise RuntimeError(f"FP8Linear: {why}. Use a recipe with emulate=True to run the FP32 emulation instead.")
 
 
+def _as_stored(t: torch.Tensor) -> torch.Tensor:
+    """t (BF16 or FP32) as FP32 holding the values its dtype stores. Compiled, Inductor may hand
+    a consumer fused with t's producer the producer's FP32 result where eager rounds it to
+    BF16 first, and folds conversions and bitcast round trips that would round it; the BF16
+    bits widened by integer ops into an FP32 word cannot be folded, so the quantization sees
+    the BF16 values (NaN and infinities included) as eager does. Eager: t.float()."""
+    if t.dtype is torch.bfloat16 and torch.compiler.is_compiling():
+        return (t.view(torch.int16).to(torch.int32) << 16).view(torch.float32)
+    return t.float()
+
+
 def _quantize_role(t, role, dtype, plan: _Plan, history, scale, transposed: bool = False):
     """(q, scale_inv) of t for one role with the recipe's scaling, in torch ops (the reference
     path: emulation, or fused_cast=False); (q, qᵀ, scale_inv) with transposed=True."""
     r = plan.recipe
+    if torch.compiler.is_compiling():
+        t = _as_stored(t)
     fmax = fp8_max(dtype)
     if r.scaling == "current":
         s = current_scale(tensor_amax(t), fmax)
@@ -347,7 +384,8 @@ def _quantize_role(t, role, dtype, plan: _Plan, history, scale, transposed: bool
         if plan.update:
             history[role, 0].copy_(tensor_amax(t))
     q = quantize_fp8(t, s, dtype, compiled=r.compile_cast and not plan.emulate, transposed=transposed)
-    return (*q, 1.0 / s) if transposed else (q, 1.0 / s)
+    s_inv = _div32(torch.ones_like(s), s)
+    return (*q, s_inv) if transposed else (q, s_inv)
 
 
 def _mm(a, a_sinv, b, b_sinv, out_dtype, emulate: bool, fast_accum: bool) -> torch.Tensor:
@@ -408,7 +446,7 @@ class _FP8LinearFn(torch.autograd.Function):
         need_dx, need_dw, need_db = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
         dx = dw = db = None
         with torch.autocast(dy.device.type, enabled=False):
-            dy2 = dy.reshape(-1, n)
+            dy2 = (_as_stored(dy) if torch.compiler.is_compiling() else dy).reshape(-1, n)
             if need_dx or need_dw:
                 dyp = F.pad(dy2, (0, 0, 0, pad)) if pad else dy2
                 if need_dw:
@@ -563,5 +601,9 @@ class FP8Linear(nn.Linear):
         plan = self._fp8_plans[2 * emulate + update]
         history = self.fp8_amax_history if delayed else None
         scale = self.fp8_scale if delayed else None
-        fn = _FP8KernelFn if kernel else _FP8LinearFn
+        # Inside torch.compile the kernel path is traced as torch ops instead (the recipe's
+        # inductor_casts): the same casts and GEMMs, compiled with the model. FP16 inputs keep
+        # the kernel ops (_as_stored has no cheap way to restore their rounding).
+        traced = kernel and r.inductor_casts and x.dtype is not torch.float16 and torch.compiler.is_compiling()
+        fn = _FP8KernelFn if kernel and not traced else _FP8LinearFn
         return fn.apply(x, self.weight, self.bias, history, scale, plan)
