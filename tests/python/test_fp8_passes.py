@@ -449,7 +449,7 @@ def test_compiled_equals_eager_with_fused_producers(request, device, recipe, aut
     if device == "cpu":
         request.getfixturevalue("kernel_path_on_cpu")
     torch.manual_seed(0)
-    r = F8.get_fp8_recipe(recipe).replace(amax_history_len=5, inductor_casts=True)  # fp8_delayed: off by default
+    r = F8.get_fp8_recipe(recipe).replace(amax_history_len=5, inductor_casts=True)  # off by default
     model = torch.nn.Sequential(FP8Linear(64, 96, bias=True, recipe=r), torch.nn.ReLU(),
                                 FP8Linear(96, 48, bias=False, recipe=r)).to(device)
     ref = copy.deepcopy(model)

@@ -86,9 +86,13 @@ class FP8Recipe:
     inductor_casts: inside a model compiled with torch.compile, run the casts as torch ops
     that the compiler traces (amax, scale, multiply, clamp, cast, the transposed copy) so
     that Inductor compiles them with the code around the layer (the amax and the cast fused
-    with the kernel that produces the tensor), the GEMMs staying torch._scaled_mm; False
-    keeps the kernel path's two ops per step, opaque to the compiler. Both give the same
-    bits (tested); eager calls take the kernel path either way.
+    with the kernel that produces the tensor), the GEMMs staying torch._scaled_mm, instead
+    of the kernel path's two ops per step, which the compiler keeps opaque. Both give the
+    same bits (tested); eager calls take the kernel path either way. Off by default: on an
+    H100 the traced casts cost more GPU time than the kernels and the compiled step was
+    slower with them (400M 0.863x of BF16 against 0.815x; 85M 1.169x against 1.143x;
+    bench/NOTES.md); they save host time, which can pay on a slow host. FP16 inputs always
+    take the kernel ops.
     """
 
     name: str = "fp8"
@@ -102,7 +106,7 @@ class FP8Recipe:
     emulate: bool = False
     fused_cast: bool = True
     compile_cast: bool = True
-    inductor_casts: bool = True
+    inductor_casts: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -141,10 +145,7 @@ class FP8Recipe:
 
 FP8_RECIPES = {
     "fp8": FP8Recipe(name="fp8", scaling="current"),
-    # Delayed scaling keeps its kernel ops under torch.compile: its cast reduces the amax
-    # itself (no amax pass to fuse), and the history update traced as torch ops made the
-    # compiled 85M step slower (bench/NOTES.md)
-    "fp8_delayed": FP8Recipe(name="fp8_delayed", scaling="delayed", inductor_casts=False),
+    "fp8_delayed": FP8Recipe(name="fp8_delayed", scaling="delayed"),
 }
 
 
