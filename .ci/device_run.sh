@@ -166,8 +166,10 @@ job_fp8() {  # the FP8 baseline: its GPU tests, bench_fp8.py (cast GB/s vs copy,
       for lib in new base; do
         path=$([[ $lib == new ]] && echo "$NEW" || echo "$BASE")
         [[ $lib == base && ! -d /tmp/base/nvfp4 ]] && continue
+        # interleaved rounds: the compiled FP8 step waits on its host, and rows timed one after
+        # the other moved by up to 50% between calls (bench/NOTES.md)
         stepbench "fp8_${size}_${mode}_$lib" "$path" --size "$sz" --variants bf16,fp8,fp8_delayed --modes "$mode" \
-          --profile --no-memory --steps 10 --warmup 3
+          --profile --no-memory --steps 5 --warmup 3 --interleave ${FP8_ROUNDS:-8}
       done
     done
   done
