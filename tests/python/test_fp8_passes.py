@@ -210,6 +210,22 @@ def _noting_backend(codes: list, inductor: bool):
     return backend
 
 
+def _same_state_then_zero_grad(model, ref, step) -> None:
+    """The delayed-scaling buffers of both models equal bit for bit; gradients cleared."""
+    for (name, b), c in zip(model.named_buffers(), ref.buffers()):
+        assert torch.equal(_bits(b), _bits(c)), f"step {step}: {name}"
+    model.zero_grad(set_to_none=True)
+    ref.zero_grad(set_to_none=True)
+
+
+def _assert_road(codes: list, traced: bool) -> None:
+    """What dynamo traced: the casts as torch ops and torch._scaled_mm (traced), or the two
+    nvfp4 ops of the kernel path."""
+    text = "\n".join(codes)
+    assert ("fp8_linear_fwd" in text and "fp8_linear_bwd" in text) == (not traced), text
+    assert not traced or "_scaled_mm" in text, text
+
+
 @pytest.mark.parametrize("inductor_casts", [True, False], ids=["traced", "opaque"])
 @pytest.mark.parametrize("recipe", ["fp8", "fp8_delayed"])
 def test_kernel_path_compiled_equals_eager(kernel_path_on_cpu, recipe, inductor_casts):
@@ -244,14 +260,8 @@ def test_kernel_path_compiled_equals_eager(kernel_path_on_cpu, recipe, inductor_
         assert torch.equal(xa.grad, xb.grad), f"step {step}: dx"
         for (name, p), q in zip(model.named_parameters(), ref.parameters()):
             assert torch.equal(p.grad, q.grad), f"step {step}: {name}.grad"
-        for (name, b), c in zip(model.named_buffers(), ref.buffers()):
-            assert torch.equal(_bits(b), _bits(c)), f"step {step}: {name}"
-        model.zero_grad(set_to_none=True)
-        ref.zero_grad(set_to_none=True)
-    traced = "\n".join(codes)
-    assert ("fp8_linear_fwd" in traced and "fp8_linear_bwd" in traced) == (not inductor_casts), traced
-    if inductor_casts:
-        assert "_scaled_mm" in traced, traced
+        _same_state_then_zero_grad(model, ref, step)
+    _assert_road(codes, traced=inductor_casts)
 
 
 # ----------------------------------------------------------------------------- the ops themselves
@@ -486,10 +496,5 @@ def test_compiled_equals_eager_with_fused_producers(request, device, recipe, aut
                 assert torch.all(err <= 2.0 ** -16 * colsum), f"step {step}: {name}: {err.max()}"
             else:
                 assert torch.equal(p.grad, q.grad), f"step {step}: {name}.grad: {first_mismatch(p.grad, q.grad)}"
-        for (name, b), c in zip(model.named_buffers(), ref.buffers()):
-            assert torch.equal(_bits(b), _bits(c)), f"step {step}: {name}"
-        model.zero_grad(set_to_none=True)
-        ref.zero_grad(set_to_none=True)
-    traced = "\n".join(codes)
-    assert ("fp8_linear_fwd" in traced and "fp8_linear_bwd" in traced) == (not traced_road), traced
-    assert not traced_road or "_scaled_mm" in traced
+        _same_state_then_zero_grad(model, ref, step)
+    _assert_road(codes, traced=traced_road)
