@@ -8,9 +8,9 @@
 // left in L2):
 //  - amax_flat: one 16-element row block per unit (16-byte loads), two units per thread
 //    per iteration; max |x| and, optionally, max |RHT(block)| along rows.
-//  - amax_colrht: a unit is a 16-row x 16-byte column strip (16 loads in flight per
-//    thread); the RHT runs down each of its columns, rows past the end being the zero
-//    padding the columnwise output quantizes. Also gives max |x| when wanted.
+//  - amax_colrht: a unit is a 16-row x 8-byte column strip (16 loads in flight per
+//    thread); the RHT runs down each of its columns, rows past the end
+//    being the zero padding the columnwise output quantizes. Also gives max |x| when wanted.
 // Each CTA reduces in registers and shared memory and issues one atomicMax per output.
 #include "quant/common.cuh"
 #include "quant/launch.cuh"
@@ -59,11 +59,20 @@ __global__ void __launch_bounds__(kThreads) amax_flat_kernel(const AmaxArgs a) {
   if constexpr (kRowRht) block_reduce_amax(m_rht, a.rht, nullptr);
 }
 
+// Units of amax_colrht: 16 rows x 8 bytes (half a 16-byte chunk). With 16-byte units an X of
+// 16384 x 768 BF16 is 1.45 units per thread of the resident grid (2 CTAs of 256 per SM on
+// 132 SMs), so the slowest threads ran two while most ran one; 8-byte units make it 2.9,
+// three for the slowest, each half the bytes. (Three CTAs per SM at 80 registers spill and
+// ran slower: bench/NOTES.md.)
+constexpr int kColUnitBytes = 8;
+
+__device__ __forceinline__ uint32_t half_word(const uint2& q, int i) { return i == 0 ? q.x : q.y; }
+
 template <class T>
 __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a) {
-  constexpr int E = Layout<T>::kPerChunk;  // columns per strip
-  const int64_t nq = a.cols / E;           // strips per row group
-  const int64_t ng = (a.rows + 15) / 16;   // row groups
+  constexpr int E = kColUnitBytes / T::kBytes;  // columns per strip
+  const int64_t nq = a.cols / E;                // strips per row group
+  const int64_t ng = (a.rows + 15) / 16;        // row groups
   const int64_t n = nq * ng;
   const char* x = static_cast<const char*>(a.x);
   const int64_t row_bytes = a.cols * T::kBytes;
@@ -73,36 +82,45 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
   int64_t g = u / nq, q = u % nq;
   const int64_t dg = stride / nq, dq = stride % nq;
   uint32_t m_plain = 0u, m_rht = 0u;
-  float rht_sign[kBlock];  // core::rht16's signs as +-1 factors (core::rht16_fma)
-#pragma unroll
-  for (int i = 0; i < kBlock; ++i) rht_sign[i] = ((a.sign_mask >> i) & 1u) ? -1.0f : 1.0f;
+  // core::rht16: row i of a 16-row group is negated where bit i of the mask is set, then the
+  // scaled Walsh-Hadamard transform; the negation is done on the loaded words (sign bits of
+  // every element in them), which leaves the plain amax (taken without signs) unchanged
+  constexpr uint32_t kFlip = T::kBytes == 4 ? 0x80000000u : 0x80008000u;
   for (; u < n; u += stride) {
-    uint4 c[16];
-    const char* p = x + (g * 16) * row_bytes + q * 16;
+    uint2 c[16];
+    const char* p = x + (g * 16) * row_bytes + q * kColUnitBytes;
 #pragma unroll
     for (int i = 0; i < 16; ++i)
-      c[i] = (g * 16 + i < a.rows) ? __ldg(reinterpret_cast<const uint4*>(p + i * row_bytes))
-                                   : make_uint4(0u, 0u, 0u, 0u);
+      c[i] = (g * 16 + i < a.rows) ? __ldg(reinterpret_cast<const uint2*>(p + i * row_bytes)) : make_uint2(0u, 0u);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t f = ((a.sign_mask >> i) & 1u) ? kFlip : 0u;
+      c[i].x ^= f;
+      c[i].y ^= f;
+    }
 #pragma unroll
     for (int k = 0; k < E; ++k) {
       float v[kBlock];
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
-        const uint32_t w = word_of(c[i], T::kBytes == 4 ? k : k / 2);
+        const uint32_t w = half_word(c[i], T::kBytes == 4 ? k : k / 2);
         if constexpr (T::kBytes == 4)
           v[i] = __uint_as_float(w);
         else
           v[i] = (k & 1) ? hi_f<T>(w) : lo_f<T>(w);
       }
-      core::rht16_fma(v, rht_sign);
+      core::fwht16_scaled(v);
       m_rht = max(m_rht, absmax_bits(v));
     }
     if (a.plain0) {
+      // the 16 loads as raw 16-element blocks (two 8-byte loads a 16-byte chunk)
+      constexpr int kRows = 2 * Layout<T>::kChunks;  // rows per block
 #pragma unroll
-      for (int i = 0; i < 16; i += Layout<T>::kChunks) {
+      for (int i = 0; i < 16; i += kRows) {
         RawBlock<T> b;
 #pragma unroll
-        for (int j = 0; j < Layout<T>::kChunks; ++j) b.c[j] = c[i + j];
+        for (int j = 0; j < Layout<T>::kChunks; ++j)
+          b.c[j] = make_uint4(c[i + 2 * j].x, c[i + 2 * j].y, c[i + 2 * j + 1].x, c[i + 2 * j + 1].y);
         m_plain = max(m_plain, raw_absmax_bits<T>(b));
       }
     }
@@ -149,7 +167,7 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   }
   if (col_rht) {
     a.rht = job.col.amax;
-    const int64_t strips = (job.cols / Layout<T>::kPerChunk) * ((job.rows + 15) / 16);
+    const int64_t strips = (job.cols / (kColUnitBytes / T::kBytes)) * ((job.rows + 15) / 16);
     const unsigned grid = persistent_grid(amax_colrht_kernel<T>, kThreads, 0, (strips + kThreads - 1) / kThreads);
     amax_colrht_kernel<T><<<grid, kThreads, 0, stream>>>(a);
     if (nvfp4_status_t s = check_launch("nvfp4 amax (columnwise RHT) kernel"); s != NVFP4_SUCCESS) return s;
