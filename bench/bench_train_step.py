@@ -60,11 +60,11 @@ FP8_ROADS = {"+opaque": False, "+traced": True}
 def _fp8_variant(name: str):
     """The FP8Recipe a variant name stands for, or None."""
     from nvfp4.nn.fp8 import get_fp8_recipe
-    base, _, road = name.partition("+")
-    if base not in FP8_VARIANTS or (road and "+" + road not in FP8_ROADS):
+    base, plus, road = name.partition("+")
+    if base not in FP8_VARIANTS or (plus and plus + road not in FP8_ROADS):
         return None
     r = get_fp8_recipe(base)
-    return r.replace(name=name, inductor_casts=FP8_ROADS["+" + road]) if road else r
+    return r.replace(name=name, inductor_casts=FP8_ROADS[plus + road]) if plus else r
 
 
 # ------------------------------------------------------------------------------ fake quantization in torch
@@ -475,6 +475,11 @@ def main(argv=None):
     a.mem_tokens = a.mem_tokens or (64 if a.smoke else 8192)
     if a.ab_env is not None and ("=" not in a.ab_env or not a.ab_env.split("=", 1)[0]):
         ap.error(f"--ab-env: expected NAME=VALUE, got {a.ab_env!r}")
+    if a.interleave < 0:
+        ap.error(f"--interleave: expected a number of rounds >= 1 (0: off), got {a.interleave}")
+    if a.interleave and a.ab_env is not None:
+        ap.error("--interleave and --ab-env: one at a time (--ab-env interleaves one row with a setting, "
+                 "--interleave the variants)")
     modes = ["compile"] if a.compile else [m.strip() for m in a.modes.split(",") if m.strip()]
     for m in modes:
         if m not in ("eager", "compile", "reduce-overhead"):

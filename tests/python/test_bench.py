@@ -278,6 +278,21 @@ def test_interleaved_rows_rotate_and_take_medians():
             assert log[k + 1:k + 3] == [("timed", e[1], 1), ("timed", e[1], 2)]
 
 
+def test_interleave_refusals_and_fp8_variant_names(capsys):
+    """--interleave takes rounds >= 0 and not beside --ab-env; FP8 variant names take only
+    the roads they name."""
+    bst = _train_step_bench()
+    for argv in (["--smoke", "--interleave", "-1"], ["--smoke", "--interleave", "2", "--ab-env", "NVFP4_PDL=0"]):
+        with pytest.raises(SystemExit):
+            bst.main(argv)
+        assert "--interleave" in capsys.readouterr().err
+    assert bst._fp8_variant("fp8").inductor_casts is False
+    assert bst._fp8_variant("fp8+traced").inductor_casts is True
+    assert bst._fp8_variant("fp8_delayed+opaque").inductor_casts is False
+    for bad in ("fp8+", "fp8+fast", "nvfp4+traced", "fp8_delayed+traced+opaque"):
+        assert bst._fp8_variant(bad) is None, bad
+
+
 def test_ab_env_needs_name_and_value(capsys):
     bst = _train_step_bench()
     for bad in ("NVFP4_PDL", "=0"):
