@@ -371,7 +371,8 @@ def _as_stored(t: torch.Tensor) -> torch.Tensor:
 
 def _quantize_role(t, role, dtype, plan: _Plan, history, scale, transposed: bool = False):
     """(q, scale_inv) of t for one role with the recipe's scaling, in torch ops (the reference
-    path: emulation, or fused_cast=False); (q, qᵀ, scale_inv) with transposed=True."""
+    path: emulation, or fused_cast=False; and, inside torch.compile, the traced road of
+    inductor_casts); (q, qᵀ, scale_inv) with transposed=True."""
     r = plan.recipe
     if torch.compiler.is_compiling():
         t = _as_stored(t)
