@@ -292,7 +292,8 @@ def test_module_api_and_errors():
         FP8Linear(32, 32, recipe="fp16")
     for bad, field in ((dict(scaling="static"), "scaling"), (dict(fwd_format="e3m4"), "fwd_format"),
                        (dict(amax_history_len=0), "amax_history_len"), (dict(amax_compute_algo="mean"), "amax_compute_algo"),
-                       (dict(margin=-1), "margin"), (dict(emulate=1), "emulate")):
+                       (dict(margin=-1), "margin"), (dict(emulate=1), "emulate"),
+                       (dict(inductor_casts="yes"), "inductor_casts")):
         with pytest.raises(ValueError, match=field):
             FP8Recipe(**bad)
     with pytest.raises(TypeError, match="x: FP8Linear"):
