@@ -174,6 +174,13 @@ def test_zero_input_and_nan():
 
 
 # ----------------------------------------------------------------------------- delayed scaling
+def _state_rows(layer):
+    """role -> (history, scale, row) of a delayed-scaling FP8Linear: x and w in the forward's
+    buffers, dy in the gradient's."""
+    fwd, grad = (layer.fp8_amax_history, layer.fp8_scale), (layer.fp8_grad_amax_history, layer.fp8_grad_scale)
+    return {"x": (*fwd, 0), "w": (*fwd, 1), "dy": (*grad, 0)}
+
+
 def _hand_update(hist: list, scale: float, fmax: float, margin: float, algo: str):
     """TransformerEngine's rule, written out: returns (new history, new scale)."""
     vals = [0.0 if math.isnan(v) else v for v in hist]
@@ -191,7 +198,8 @@ def test_delayed_scaling_history_and_scales(algo, margin):
     L = 4
     recipe = emu("fp8_delayed", amax_history_len=L, amax_compute_algo=algo, margin=float(margin))
     layer = FP8Linear(32, 16, bias=False, recipe=recipe)
-    assert layer.fp8_amax_history.shape == (3, L) and torch.equal(layer.fp8_scale, torch.ones(3))
+    assert layer.fp8_amax_history.shape == (2, L) and torch.equal(layer.fp8_scale, torch.ones(2))
+    assert layer.fp8_grad_amax_history.shape == (1, L) and torch.equal(layer.fp8_grad_scale, torch.ones(1))
     base = torch.randn(8, 32)
     base = base / base.abs().max()           # amax 1
     gbase = torch.randn(8, 16)
@@ -217,10 +225,10 @@ def test_delayed_scaling_history_and_scales(algo, margin):
         used["dy"] = scale["dy"]
         hist["dy"][0] = ad
         y.backward(gbase * ad)
-        for i, role in enumerate(("x", "w", "dy")):
-            got_h = layer.fp8_amax_history[i].tolist()
+        for role, (h, s, i) in _state_rows(layer).items():
+            got_h = h[i].tolist()
             assert got_h == pytest.approx(hist[role], rel=0, abs=0), f"step {step} {role} history {got_h} != {hist[role]}"
-            assert layer.fp8_scale[i].item() == used[role], f"step {step} {role} scale"
+            assert s[i].item() == used[role], f"step {step} {role} scale"
         # the forward used exactly those scales
         sx = torch.tensor(used["x"])
         sw = torch.tensor(used["w"])
@@ -261,25 +269,89 @@ def test_delayed_scaling_eval_and_no_grad_do_not_update():
     assert torch.equal(layer.fp8_amax_history, h0) and torch.equal(layer.fp8_scale, s0)
 
 
-def test_delayed_state_survives_two_forwards_before_backward():
-    layer = FP8Linear(32, 16, recipe=emu("fp8_delayed", amax_history_len=8))
-    x1, x2 = torch.randn(4, 32, requires_grad=True), torch.randn(4, 32, requires_grad=True)
-    y1, y2 = layer(x1), layer(x2)
-    (y1.sum() + y2.sum()).backward()
-    assert x1.grad is not None and x2.grad is not None
+def test_delayed_state_two_forwards_before_their_backwards():
+    """Forwards update x and w, backwards dy, in the order they run: two forwards, then their
+    backwards (the engine runs the second call's first). Each role's history and scale follow
+    TransformerEngine's update in that order, and each backward casts dY with the scale the
+    backward before it left (the gradients say which scale each call used)."""
+    L = 4
+    algo, margin = "max", 0.0
+    layer = FP8Linear(32, 16, bias=False, recipe=emu("fp8_delayed", amax_history_len=L))
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(16, 32) * 0.1)
+    w = layer.weight.detach().clone()
+    w_amax = float(w.abs().max())
+    x_amaxes, dy_amaxes = (2.0, 8.0), (0.5, 4.0)
+    def with_amax(shape, a):  # values in [-a, a], one of them a
+        t = (torch.rand(shape) * 2 - 1) * a
+        t[0, 0] = a
+        return t
+
+    xs = [with_amax((4, 32), a).requires_grad_(True) for a in x_amaxes]
+    dys = [with_amax((4, 16), a) for a in dy_amaxes]
+    hist = {r: [0.0] * L for r in ("x", "w", "dy")}
+    scale = {"x": 1.0, "w": 1.0, "dy": 1.0}
+    fmax = {"x": 448.0, "w": 448.0, "dy": 57344.0}
+    used_w, used_dy = [], [None, None]
+
+    def record(role, amax):
+        hist[role], scale[role] = _hand_update(hist[role], scale[role], fmax[role], margin, algo)
+        hist[role][0] = amax
+        return scale[role]
+
+    ys = []
+    for x, a in zip(xs, x_amaxes):
+        record("x", a)
+        used_w.append(record("w", w_amax))
+        ys.append(layer(x))
+    for i in (1, 0):
+        used_dy[i] = record("dy", dy_amaxes[i])
+    torch.autograd.backward(ys, dys)  # the engine runs the second call's backward first
+    for role, (h, s, i) in _state_rows(layer).items():
+        assert h[i].tolist() == pytest.approx(hist[role], rel=0, abs=0), f"{role}: {h[i].tolist()} != {hist[role]}"
+        assert s[i].item() == scale[role], role
+    assert used_dy[0] != used_dy[1]  # the two backwards used different scales
+    for i, x in enumerate(xs):
+        s_dy, s_w = torch.tensor(used_dy[i]), torch.tensor(used_w[i])
+        want = (F8.dequantize_fp8(F8.quantize_fp8(dys[i], s_dy, E5M2), 1 / s_dy)
+                @ F8.dequantize_fp8(F8.quantize_fp8(w, s_w, E4M3), 1 / s_w))
+        assert torch.equal(x.grad, want), f"call {i}: dX"
 
 
 # ----------------------------------------------------------------------------- module API
+def test_delayed_state_dict_of_the_earlier_layout_loads():
+    """A checkpoint of the layout with one history [3, L] (rows x, w, dy) and one scale [3]
+    loads into the forward's and the gradient's buffers, row by row; the current layout
+    round-trips; a history of another length is refused by load_state_dict."""
+    L = 6
+    layer = FP8Linear(32, 16, recipe=emu("fp8_delayed", amax_history_len=L))
+    old = {k: v for k, v in layer.state_dict().items() if not k.startswith("fp8_")}
+    old["fp8_amax_history"] = torch.arange(3 * L, dtype=torch.float32).view(3, L)
+    old["fp8_scale"] = torch.tensor([2.0, 3.0, 4.0])
+    layer.load_state_dict(old)
+    assert torch.equal(layer.fp8_amax_history, old["fp8_amax_history"][:2])
+    assert torch.equal(layer.fp8_grad_amax_history, old["fp8_amax_history"][2:])
+    assert layer.fp8_scale.tolist() == [2.0, 3.0] and layer.fp8_grad_scale.tolist() == [4.0]
+    other = FP8Linear(32, 16, recipe=emu("fp8_delayed", amax_history_len=L))
+    other.load_state_dict(layer.state_dict())
+    for name in F8._FP8_BUFFERS:
+        assert torch.equal(getattr(other, name), getattr(layer, name)), name
+    bad = dict(old, fp8_amax_history=torch.zeros(3, L + 1))
+    with pytest.raises(RuntimeError, match="fp8_amax_history"):
+        layer.load_state_dict(bad)
+
+
 def test_module_api_and_errors():
     lin = nn.Linear(64, 32)
     w = lin.weight
     m = FP8Linear.from_linear(lin, "fp8_delayed")
     assert m is lin and type(m) is FP8Linear and m.weight is w
     sd = m.state_dict()
-    assert "fp8_amax_history" in sd and "fp8_scale" in sd and sd["fp8_amax_history"].shape == (3, 1024)
+    assert sd["fp8_amax_history"].shape == (2, 1024) and sd["fp8_scale"].shape == (2,)
+    assert sd["fp8_grad_amax_history"].shape == (1, 1024) and sd["fp8_grad_scale"].shape == (1,)
     assert "recipe=fp8_delayed" in repr(m)
     m.fp8_recipe = "fp8"
-    assert "fp8_amax_history" not in m.state_dict()
+    assert not any(k.startswith("fp8_") for k in m.state_dict())
     back = m.to_linear()
     assert type(back) is nn.Linear and set(back.state_dict()) == {"weight", "bias"}
     with pytest.raises(ValueError, match="multiples of 16"):
@@ -343,13 +415,14 @@ def test_scaled_mm_path_on_cpu(m, recipe):
             xi.grad = None
             layer.weight.grad = None
             # bypass the device check: run the _scaled_mm path on CPU tensors
-            h = layer.fp8_amax_history if recipe == "fp8_delayed" else None
-            s = layer.fp8_scale if recipe == "fp8_delayed" else None
-            y = F8._FP8LinearFn.apply(xi, layer.weight, layer.bias, h, s, F8._Plan(r, emulate, recipe == "fp8_delayed"))
+            state = ((layer.fp8_amax_history, layer.fp8_scale, layer.fp8_grad_amax_history, layer.fp8_grad_scale)
+                     if recipe == "fp8_delayed" else (None,) * 4)
+            y = F8._FP8LinearFn.apply(xi, layer.weight, layer.bias, *state,
+                                      F8._Plan(r, emulate, recipe == "fp8_delayed"))
             y.backward(dy)
         res.append((y.detach(), xi.grad, layer.weight.grad, layer.bias.grad,
-                    None if h is None else h.clone(), None if s is None else s.clone()))
-    (ye, dxe, dwe, dbe, he, se), (y, dx, dw, db, h, s) = res
+                    [t.clone() for t in state if t is not None]))
+    (ye, dxe, dwe, dbe, state_e), (y, dx, dw, db, state) = res
 
     def mag(t):
         # bounds |dequantized t|: FP8 rounding changes a value by at most 2^-3 of it (E5M2;
@@ -364,5 +437,6 @@ def test_scaled_mm_path_on_cpu(m, recipe):
         err = (got.double() - want.double()).abs()
         assert (err <= bound).all(), f"{name}: worst ratio {(err / bound).max().item():.3g}"
     assert torch.equal(db, dbe)
-    if he is not None:
-        assert torch.equal(h, he) and torch.equal(s, se)
+    assert len(state) == (4 if recipe == "fp8_delayed" else 0)
+    for got, want in zip(state, state_e):
+        assert torch.equal(got, want)

@@ -304,7 +304,7 @@ def test_gpu_fp8linear_fused_equals_torch_path(recipe):
         for name, a, b in zip(("y", "dx", "dw", "db"), outs[True], outs[False]):
             assert torch.equal(a, b), f"step {step}: {name} differs: {first_mismatch(a.float(), b.float())}"
         if recipe == "fp8_delayed":
-            for buf in ("fp8_amax_history", "fp8_scale"):
+            for buf in F8._FP8_BUFFERS:
                 assert torch.equal(getattr(layers[True], buf), getattr(layers[False], buf)), f"step {step}: {buf}"
 
 

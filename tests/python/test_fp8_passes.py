@@ -159,10 +159,11 @@ def test_kernel_path_equals_emulation_on_cpu(kernel_path_on_cpu, recipe, shape, 
             if a is not None:
                 _same(a, b, f"step {step}: {name}")
         if r.scaling == "delayed":
-            assert torch.equal(_bits(kern.fp8_amax_history), _bits(emu.fp8_amax_history)), f"step {step}: history"
-            assert torch.equal(_bits(kern.fp8_scale), _bits(emu.fp8_scale)), f"step {step}: scale"
+            for name in F8._FP8_BUFFERS:
+                assert torch.equal(_bits(getattr(kern, name)), _bits(getattr(emu, name))), f"step {step}: {name}"
     if r.scaling == "delayed" and mode != "eval":
         assert bool((kern.fp8_amax_history[:, 1:] > 0).any()), "the history never recorded an amax"
+        assert bool((kern.fp8_grad_amax_history[:, 1:] > 0).any()), "the gradient history never recorded an amax"
 
 
 def test_kernel_path_runs_one_op_per_pass(kernel_path_on_cpu):
@@ -291,7 +292,7 @@ def test_ops_shapes_and_meta():
 
 def test_ops_refuse_bad_arguments():
     x, w = torch.randn(32, 64), torch.randn(48, 64)
-    h, s = torch.zeros(3, 4), torch.ones(3)
+    h, s = torch.zeros(2, 4), torch.ones(2)  # the forward's state: rows x, w
     fwd = P.fp8_linear_fwd
     with pytest.raises(ValueError, match="x: in_features must be a multiple of 16"):
         fwd(torch.randn(32, 40), torch.randn(48, 40), None, None, None, CUR, 0.0, False, False)
@@ -311,10 +312,10 @@ def test_ops_refuse_bad_arguments():
         fwd(x, w, None, h, s, CUR, 0.0, False, False)
     with pytest.raises(ValueError, match="history/scale: delayed scaling"):
         fwd(x, w, None, None, None, DEL, 0.0, False, False)
-    with pytest.raises(ValueError, match=r"history: expected float32 \[3, L\]"):
-        fwd(x, w, None, torch.zeros(2, 4), s, DEL, 0.0, False, False)
-    with pytest.raises(ValueError, match="scale"):
-        fwd(x, w, None, h, torch.ones(2), DEL, 0.0, False, False)
+    with pytest.raises(ValueError, match=r"history: expected float32 \[2, L\] \(the forward's state"):
+        fwd(x, w, None, torch.zeros(3, 4), torch.ones(3), DEL, 0.0, False, False)
+    with pytest.raises(ValueError, match=r"scale: expected float32 \[2\]"):
+        fwd(x, w, None, h, torch.ones(3), DEL, 0.0, False, False)
     with pytest.raises(ValueError, match="history"):
         fwd(x, w, None, h.double(), s, DEL, 0.0, False, False)
     y, xt, wt, sc = fwd(x, w, None, None, None, CUR, 0.0, True, True)
@@ -332,30 +333,43 @@ def test_ops_refuse_bad_arguments():
         bwd(torch.randn(30, 48), xt, wt, sc, None, None, CUR, 0.0, False, True, torch.float32)
     with pytest.raises(TypeError, match="dw_dtype"):
         bwd(dy, xt, wt, sc, None, None, CUR, 0.0, True, True, torch.float64)
+    # the backward takes the gradient's state (row dy), not the forward's
+    with pytest.raises(ValueError, match=r"history: expected float32 \[1, L\] \(the gradient's state"):
+        bwd(dy, xt, wt, sc, h, s, DEL, 0.0, True, True, torch.float32)
+    with pytest.raises(ValueError, match=r"scale: expected float32 \[1\]"):
+        bwd(dy, xt, wt, sc, torch.zeros(1, 4), torch.ones(2), DEL, 0.0, True, True, torch.float32)
+    with pytest.raises(ValueError, match="history/scale: given with current scaling"):
+        bwd(dy, xt, wt, sc, torch.zeros(1, 4), torch.ones(1), CUR, 0.0, True, True, torch.float32)
 
 
 def test_delayed_state_addressed_by_role():
-    """fp8_linear_fwd updates and records the x and w rows of the history and nothing of the
-    dy row; fp8_linear_bwd the dy row alone."""
+    """fp8_linear_fwd updates and records the x and w rows of the forward's state and writes
+    nothing else; fp8_linear_bwd the dy row of the gradient's state alone."""
     x, w = torch.randn(32, 64) * 3, torch.randn(48, 64) * 0.5
-    h = torch.zeros(3, 4)
-    h[:, 0] = torch.tensor([5.0, 6.0, 7.0])
-    s = torch.tensor([2.0, 3.0, 4.0])
+    h, gh = torch.zeros(2, 4), torch.zeros(1, 4)
+    h[:, 0] = torch.tensor([5.0, 6.0])
+    gh[0, 0] = 7.0
+    s, gs = torch.tensor([2.0, 3.0]), torch.tensor([4.0])
+    gh0, gs0 = gh.clone(), gs.clone()
     y, xt, wt, sc = P.fp8_linear_fwd(x, w, None, h, s, DEL, 0.0, True, True)
     # each forward role: rolled, then the new amax in slot 0; the scale from the old slot-0 value
     assert torch.equal(h[0], torch.tensor([x.abs().max().item(), 0.0, 0.0, 5.0]))
     assert torch.equal(h[1], torch.tensor([w.abs().max().item(), 0.0, 0.0, 6.0]))
-    assert torch.equal(h[2], torch.tensor([7.0, 0.0, 0.0, 0.0]))
     f32 = torch.tensor  # the scale is an fp32 quotient
-    assert s[0] == f32(448.0) / 5.0 and s[1] == f32(448.0) / 6.0 and s[2].item() == 4.0
+    assert s[0] == f32(448.0) / 5.0 and s[1] == f32(448.0) / 6.0
+    h1, s1 = h.clone(), s.clone()
     dy = torch.randn(32, 48)
-    P.fp8_linear_bwd(dy, xt, wt, sc, h, s, DEL, 0.0, True, True, torch.float32)
-    assert torch.equal(h[2], torch.tensor([dy.abs().max().item(), 0.0, 0.0, 7.0]))
-    assert s[2] == f32(57344.0) / 7.0
+    P.fp8_linear_bwd(dy, xt, wt, sc, gh, gs, DEL, 0.0, True, True, torch.float32)
+    assert torch.equal(gh[0], torch.tensor([dy.abs().max().item(), 0.0, 0.0, 7.0]))
+    assert gs[0] == f32(57344.0) / 7.0
+    assert torch.equal(h, h1) and torch.equal(s, s1)  # the backward leaves the forward's state alone
+    assert not torch.equal(gh, gh0) and not torch.equal(gs, gs0)
     # without the update flag: the state is only read
-    h0, s0 = h.clone(), s.clone()
-    P.fp8_linear_fwd(x, w, None, h, s, (0, 1, 1, 0, 0, 1), 0.0, True, True)
-    assert torch.equal(h, h0) and torch.equal(s, s0)
+    h0, s0, gh0, gs0 = h.clone(), s.clone(), gh.clone(), gs.clone()
+    nu = (0, 1, 1, 0, 0, 1)
+    P.fp8_linear_fwd(x, w, None, h, s, nu, 0.0, True, True)
+    P.fp8_linear_bwd(dy, xt, wt, sc, gh, gs, nu, 0.0, True, True, torch.float32)
+    assert torch.equal(h, h0) and torch.equal(s, s0) and torch.equal(gh, gh0) and torch.equal(gs, gs0)
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -392,8 +406,8 @@ def test_gpu_kernel_path_equals_torch_op_path(recipe, shape, autocast):
         for name, a, b in zip(("y", "dx", "dw", "db"), *outs):
             assert torch.equal(a, b), f"step {step}: {name}: {first_mismatch(a.float(), b.float())}"
         if recipe == "fp8_delayed":
-            assert torch.equal(_bits(fused.fp8_amax_history), _bits(ref.fp8_amax_history)), f"step {step}"
-            assert torch.equal(_bits(fused.fp8_scale), _bits(ref.fp8_scale)), f"step {step}"
+            for name in F8._FP8_BUFFERS:
+                assert torch.equal(_bits(getattr(fused, name)), _bits(getattr(ref, name))), f"step {step}: {name}"
 
 
 @pytest.mark.parametrize("recipe", ["fp8", "fp8_delayed"])
@@ -498,3 +512,55 @@ def test_compiled_equals_eager_with_fused_producers(request, device, recipe, aut
                 assert torch.equal(p.grad, q.grad), f"step {step}: {name}.grad: {first_mismatch(p.grad, q.grad)}"
         _same_state_then_zero_grad(model, ref, step)
     _assert_road(codes, traced=traced_road)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_fp8_gpu)])
+@pytest.mark.parametrize("inductor_casts", [True, False], ids=["traced", "opaque"])
+def test_compiled_delayed_state_two_forwards_before_their_backwards(request, device, inductor_casts):
+    """Delayed scaling, compiled (fullgraph) against eager: two micro-batches forward, then one
+    backward through both (the engine runs the second's first), over steps. The forward's
+    state is written by forwards only and the gradient's by backwards only, so a compiled
+    backward updates the layer's gradient state as eager does, not a copy taken when its
+    forward ran (which a later forward would have made stale): y, dx, dW and all four
+    buffers bit for bit, on both roads (traced casts, or the kernel path's ops). On the CPU
+    the kernel path runs on the library's CPU casts and torch's CPU _scaled_mm, the traced
+    road through AOTAutograd alone (_noting_backend)."""
+    if device == "cpu":
+        request.getfixturevalue("kernel_path_on_cpu")
+    torch.manual_seed(0)
+    r = F8.get_fp8_recipe("fp8_delayed").replace(amax_history_len=4, inductor_casts=inductor_casts)
+    model = torch.nn.Sequential(FP8Linear(64, 96, bias=False, recipe=r), torch.nn.ReLU(),
+                                FP8Linear(96, 48, bias=False, recipe=r)).to(device)
+    ref = copy.deepcopy(model)
+
+    def fwd(mod):
+        def f(x):
+            with torch.autocast(device, dtype=torch.bfloat16):
+                return mod(x)
+        return f
+
+    codes = []
+    torch._dynamo.reset()
+    compiled = torch.compile(fwd(model), fullgraph=True,
+                             backend=_noting_backend(codes, inductor=device == "cuda" or not inductor_casts))
+    g = torch.Generator().manual_seed(5)
+    for step in range(3):
+        xs = [(torch.randn(32, 64, generator=g) * 2.0 ** (2 * i - step)).to(device) for i in range(2)]
+        dys = [(torch.randn(32, 48, generator=g) * 2.0 ** (3 * i + step)).to(device, torch.bfloat16)
+               for i in range(2)]
+        xa = [x.clone().requires_grad_(True) for x in xs]
+        xb = [x.clone().requires_grad_(True) for x in xs]
+        ya = [compiled(x) for x in xa]
+        yb = [fwd(ref)(x) for x in xb]
+        torch.autograd.backward(ya, dys)
+        torch.autograd.backward(yb, dys)
+        for i in range(2):
+            assert torch.equal(ya[i], yb[i]), f"step {step}, micro-batch {i}: y"
+            assert torch.equal(xa[i].grad, xb[i].grad), \
+                f"step {step}, micro-batch {i}: dx: {first_mismatch(xa[i].grad.float(), xb[i].grad.float())}"
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            assert torch.equal(p.grad, q.grad), f"step {step}: {name}.grad: {first_mismatch(p.grad, q.grad)}"
+        _same_state_then_zero_grad(model, ref, step)
+    assert set(dict(model.named_buffers())) == {f"{i}.{b}" for i in (0, 2) for b in F8._FP8_BUFFERS}
+    assert bool((model[0].fp8_grad_amax_history > 0).all()), "each of the 4 backward passes recorded its amax"
+    _assert_road(codes, traced=inductor_casts)

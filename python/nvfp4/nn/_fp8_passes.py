@@ -15,9 +15,12 @@ device and writes 1/s), one allocation per output, the delayed-scaling history a
 role inside the op (no views), and the newest history slot filled by the cast itself (its
 max |x| added into the slot the update has just cleared: no amax pass, no copy).
 
-Delayed scaling's state is the layer's two buffers, history float32 [3, L] and scale
-float32 [3] (rows / entries: x, w, dy), mutated in place on the device; an op that does not
-update them reads the scale only.
+Delayed scaling's state is the layer's buffers, mutated in place on the device: the
+forward's history float32 [2, L] and scale float32 [2] (rows / entries: x, w), given to
+``fp8_linear_fwd``, and the gradient's history [1, L] and scale [1] (dy), given to
+``fp8_linear_bwd``; an op that does not update them reads the scale only. Neither op
+writes the other's state, so that a compiled backward mutates the gradient state the
+layer holds, not a copy taken at its forward.
 
 Each op checks the tensors it is given before it takes an address. On the meta device (and
 for torch.compile's fake tensors) they return outputs of the right shape and dtype and run
@@ -33,7 +36,9 @@ from .._ops import DTYPE_CODE, _device, _need_2d, lib
 
 __all__ = ["Fp8Config", "fp8_linear_fwd", "fp8_linear_bwd", "ROLE_X", "ROLE_W", "ROLE_DY"]
 
-ROLE_X, ROLE_W, ROLE_DY = 0, 1, 2
+# rows of the state each op is given: x and w of the forward's, dy of the gradient's
+ROLE_X, ROLE_W, ROLE_DY = 0, 1, 0
+_FWD_ROWS, _BWD_ROWS = 2, 1
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)  # format codes 0 and 1
 _F32 = torch.float32
 _FLOATS = frozenset(check.FLOATS)
@@ -70,28 +75,30 @@ def _cfg(cfg) -> None:
         raise ValueError(f"cfg: every entry must be 0 or 1 (Fp8Config), got {list(cfg)}")
 
 
-def _state_ok(history, scale, dev) -> bool:
+def _state_ok(history, scale, dev, rows: int) -> bool:
     hs = history.shape
-    return (history.dtype is _F32 and scale.dtype is _F32 and len(hs) == 2 and hs[0] == 3 and hs[1] >= 1
-            and scale.dim() == 1 and scale.shape[0] == 3 and history.is_contiguous() and scale.is_contiguous()
+    return (history.dtype is _F32 and scale.dtype is _F32 and len(hs) == 2 and hs[0] == rows and hs[1] >= 1
+            and scale.dim() == 1 and scale.shape[0] == rows and history.is_contiguous() and scale.is_contiguous()
             and history.device == dev and scale.device == dev)
 
 
-def _state_check(history, scale, cfg, dev, device_of: str) -> None:
-    """Delayed scaling needs the layer's history float32 [3, L] and scale float32 [3] on the
-    device of the data; current scaling takes neither."""
+def _state_check(history, scale, cfg, dev, device_of: str, rows: int) -> None:
+    """Delayed scaling needs a history float32 [rows, L] and a scale float32 [rows] on the
+    device of the data (the forward's: rows x, w; the gradient's: dy); current scaling
+    takes neither."""
     if not cfg[Fp8Config.DELAYED]:
         if history is not None or scale is not None:
             raise ValueError("history/scale: given with current scaling (cfg: delayed = 0)")
         return
     if history is None or scale is None:
         raise ValueError("history/scale: delayed scaling (cfg: delayed = 1) needs both")
-    if _state_ok(history, scale, dev):
+    if _state_ok(history, scale, dev, rows):
         return
+    what = "the forward's state: rows x, w" if rows == _FWD_ROWS else "the gradient's state: row dy"
     check.tensor("history", history, (_F32,), None, dev, device_of)
-    if history.dim() != 2 or history.shape[0] != 3 or history.shape[1] < 1:
-        raise ValueError(f"history: expected float32 [3, L] (rows x, w, dy), L >= 1, got {check.describe(history)}")
-    check.tensor("scale", scale, (_F32,), (3,), dev, device_of)
+    if history.dim() != 2 or history.shape[0] != rows or history.shape[1] < 1:
+        raise ValueError(f"history: expected float32 [{rows}, L] ({what}), L >= 1, got {check.describe(history)}")
+    check.tensor("scale", scale, (_F32,), (rows,), dev, device_of)
 
 
 def _aligned(t: torch.Tensor) -> torch.Tensor:
@@ -144,7 +151,7 @@ def _fwd_check(x, w, bias, history, scale, cfg, save_xt, save_wt):
                                   and bias.device == dev))
             and ((history is None and scale is None and not cfg[Fp8Config.DELAYED])
                  or (history is not None and scale is not None and cfg[Fp8Config.DELAYED]
-                     and _state_ok(history, scale, dev)))
+                     and _state_ok(history, scale, dev, _FWD_ROWS)))
             and (not save_xt or xs[0] % 16 == 0)):
         _fwd_check_slow(x, w, bias, history, scale, cfg, save_xt, save_wt)
     _cfg(cfg)
@@ -170,7 +177,7 @@ def _fwd_check_slow(x, w, bias, history, scale, cfg, save_xt, save_wt):
     if bias is not None:
         check.tensor("bias", bias, check.FLOATS, (n,), dev, "x", contiguous=False)
     _cfg(cfg)
-    _state_check(history, scale, cfg, dev, "x")
+    _state_check(history, scale, cfg, dev, "x", _FWD_ROWS)
 
 
 def _fwd_impl(x, w, bias, history, scale, cfg, margin, save_xt, save_wt):
@@ -222,7 +229,7 @@ def _bwd_check(dy, xt, wt, scalars, history, scale, cfg, need_dx, need_dw, dw_dt
             and scalars.device == dev \
             and ((history is None and scale is None and not cfg[Fp8Config.DELAYED])
                  or (history is not None and scale is not None and cfg[Fp8Config.DELAYED]
-                     and _state_ok(history, scale, dev))):
+                     and _state_ok(history, scale, dev, _BWD_ROWS))):
         f8 = _FP8[cfg[Fp8Config.FWD_FORMAT]] if 0 <= cfg[Fp8Config.FWD_FORMAT] <= 1 else None
         xs, wts = xt.shape, wt.shape
         ok_x = not need_dw or (ds[0] % 16 == 0 and xt.dtype is f8 and len(xs) == 2 and xs[1] == ds[0]
@@ -262,7 +269,7 @@ def _bwd_check_slow(dy, xt, wt, scalars, history, scale, cfg, need_dx, need_dw, 
             raise ValueError(f"wt: expected W^T [in_features, {n}]" + (f" with in_features {k}" if k >= 0 else "")
                              + f", got {check.describe(wt)}")
         k = wt.shape[0]
-    _state_check(history, scale, cfg, dev, "dy")
+    _state_check(history, scale, cfg, dev, "dy", _BWD_ROWS)
     return m, n, k
 
 

@@ -19,7 +19,12 @@ names them:
   the history rolls by one; after quantizing, the tensor's amax becomes the newest entry.
   This is TransformerEngine's DelayedScaling update (its amax_and_scale_update), run at the
   start of a role's next quantization instead of at the end of the step. History and scales
-  are module buffers, updated in place on the device, with no host synchronization.
+  are module buffers, updated in place on the device, with no host synchronization: the
+  forward's (x, w), which only forwards change, and the gradient's (dy), which only backward
+  passes change, in separate buffers as TransformerEngine keeps its forward and backward
+  scaling state, so that a backward reads the gradient state as the backward before it left
+  it, whatever forwards ran in between — under torch.compile as in eager (a state shared by
+  both passes is what a compiled backward would take as a snapshot of its forward).
 
 On a CUDA GPU with FP8 tensor cores (compute capability 8.9 or newer) the GEMMs run through
 ``torch._scaled_mm``; elsewhere (the CPU, or ``emulate=True``) through the reference
@@ -53,8 +58,12 @@ __all__ = ["FP8Recipe", "FP8_RECIPES", "get_fp8_recipe", "FP8Linear", "fp8_max",
 
 _FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 _FLT_MAX = torch.finfo(torch.float32).max
-# Roles of the delayed-scaling state: rows of the amax history and entries of the scales.
-ROLE_X, ROLE_W, ROLE_DY = 0, 1, 2
+# Rows of the delayed-scaling state (amax history rows, scale entries): x and w in the
+# forward's buffers, dy in the gradient's.
+ROLE_X, ROLE_W, ROLE_DY = 0, 1, 0
+# the delayed-scaling buffers of an FP8Linear; each history's scale
+_SCALE_OF = {"fp8_amax_history": "fp8_scale", "fp8_grad_amax_history": "fp8_grad_scale"}
+_FP8_BUFFERS = ("fp8_amax_history", "fp8_scale", "fp8_grad_amax_history", "fp8_grad_scale")
 # _scaled_mm needs the inner dimension (and N) to be multiples of 16; the token axis is the
 # inner dimension of wgrad and is padded with zero rows (they change no amax and no product).
 _ALIGN = 16
@@ -401,7 +410,7 @@ def _mm(a, a_sinv, b, b_sinv, out_dtype, emulate: bool, fast_accum: bool) -> tor
 
 class _FP8LinearFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, history, scale, plan: _Plan):
+    def forward(ctx, x, weight, bias, history, scale, grad_history, grad_scale, plan: _Plan):
         r = plan.recipe
         cdt = x.dtype
         k = x.shape[-1]
@@ -430,10 +439,11 @@ class _FP8LinearFn(torch.autograd.Function):
             if bias is not None:
                 y = (y + bias.float()).to(cdt)
         ctx.save_for_backward(qxt, qwt, sx_inv, sw_inv)
-        # The delayed-scaling state is shared by every step and updated in place (dY's role by
-        # this backward): held by reference, not saved, so that later forwards may update it
-        # before this backward runs (gradient accumulation, recomputation).
-        ctx.state = (history, scale)
+        # The gradient's delayed-scaling state is updated in place by every backward: held by
+        # reference, not saved (its version changes with each backward that runs before this
+        # one). Forwards never write it, so it is the same buffer whatever forwards run
+        # before this backward (gradient accumulation, recomputation), compiled or not.
+        ctx.state = (grad_history, grad_scale)
         ctx.plan = plan
         ctx.meta = (tuple(x.shape), m, n, pad, cdt, weight.dtype, None if bias is None else bias.dtype)
         return y.reshape(*x.shape[:-1], n)
@@ -465,7 +475,7 @@ class _FP8LinearFn(torch.autograd.Function):
                 dw = _mm(qdyt, sdy_inv, qxt, sx_inv, torch.float32, plan.emulate, False).to(w_dtype)
             if need_db:
                 db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
-        return dx, dw, db, None, None, None
+        return dx, dw, db, None, None, None, None, None
 
 
 class _FP8KernelFn(torch.autograd.Function):
@@ -474,7 +484,7 @@ class _FP8KernelFn(torch.autograd.Function):
     autocast list."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, history, scale, plan: _Plan):
+    def forward(ctx, x, weight, bias, history, scale, grad_history, grad_scale, plan: _Plan):
         k = x.shape[-1]
         x2 = x.reshape(-1, k)
         m = x2.shape[0]
@@ -488,7 +498,7 @@ class _FP8KernelFn(torch.autograd.Function):
             y = y[:m]
         ctx.save_for_backward(xt, wt, sc)
         # held by reference, not saved: see _FP8LinearFn
-        ctx.state = (history, scale)
+        ctx.state = (grad_history, grad_scale)
         ctx.plan = plan
         ctx.meta = (x.shape, m, pad, weight.dtype, None if bias is None else bias.dtype)
         return y.view(*x.shape[:-1], y.shape[-1])
@@ -512,7 +522,7 @@ class _FP8KernelFn(torch.autograd.Function):
                 dw = gw
         if need_db:
             db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
-        return dx, dw, db, None, None, None
+        return dx, dw, db, None, None, None, None, None
 
 
 # ------------------------------------------------------------------------------ module
@@ -521,10 +531,13 @@ class FP8Linear(nn.Linear):
 
     recipe: "fp8" (current scaling), "fp8_delayed" (delayed scaling) or an FP8Recipe.
     in_features and out_features must be multiples of 16 (FP8 GEMM operand rules).
-    With delayed scaling the module holds two buffers (in its state_dict, so a checkpoint
-    resumes them): ``fp8_amax_history`` float32 [3, amax_history_len] (rows: x, w, dy) and
-    ``fp8_scale`` float32 [3]. They are updated by training forwards (module in training
-    mode, autograd on) and by the backward pass, and only read otherwise.
+    With delayed scaling the module holds four buffers (in its state_dict, so a checkpoint
+    resumes them): the forward's ``fp8_amax_history`` float32 [2, amax_history_len] (rows:
+    x, w) and ``fp8_scale`` float32 [2], updated by training forwards (module in training
+    mode, autograd on), and the gradient's ``fp8_grad_amax_history`` float32 [1,
+    amax_history_len] (dy) and ``fp8_grad_scale`` float32 [1], updated by the backward pass;
+    only read otherwise. A state_dict of the earlier layout (one history [3, L] with rows x,
+    w, dy and one scale [3]) loads into these.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
@@ -549,15 +562,25 @@ class FP8Linear(nn.Linear):
         self._fp8_plans = _plans(recipe)
         dev = self.weight.device
         if recipe.scaling == "delayed":
-            h = getattr(self, "fp8_amax_history", None)
-            if h is None or h.shape != (3, recipe.amax_history_len):
-                self.register_buffer("fp8_amax_history",
-                                     torch.zeros(3, recipe.amax_history_len, dtype=torch.float32, device=dev))
-                self.register_buffer("fp8_scale", torch.ones(3, dtype=torch.float32, device=dev))
+            hlen = recipe.amax_history_len
+            for name, rows in (("fp8_amax_history", 2), ("fp8_grad_amax_history", 1)):
+                h = self._buffers.get(name)
+                if h is None or h.shape != (rows, hlen):
+                    self.register_buffer(name, torch.zeros(rows, hlen, dtype=torch.float32, device=dev))
+                    self.register_buffer(_SCALE_OF[name], torch.ones(rows, dtype=torch.float32, device=dev))
         else:
-            for b in ("fp8_amax_history", "fp8_scale"):
-                if b in self._buffers:
-                    del self._buffers[b]
+            for b in _FP8_BUFFERS:
+                self._buffers.pop(b, None)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # the earlier layout: one history [3, L] (rows x, w, dy) and one scale [3]
+        h, s = state_dict.get(prefix + "fp8_amax_history"), state_dict.get(prefix + "fp8_scale")
+        if isinstance(h, torch.Tensor) and isinstance(s, torch.Tensor) and h.dim() == 2 and h.shape[0] == 3 \
+                and s.shape == (3,) and prefix + "fp8_grad_amax_history" not in state_dict \
+                and prefix + "fp8_grad_scale" not in state_dict:
+            state_dict[prefix + "fp8_amax_history"], state_dict[prefix + "fp8_grad_amax_history"] = h[:2], h[2:]
+            state_dict[prefix + "fp8_scale"], state_dict[prefix + "fp8_grad_scale"] = s[:2], s[2:]
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @classmethod
     def from_linear(cls, module: nn.Linear, recipe: Union[str, FP8Recipe] = "fp8") -> "FP8Linear":
@@ -573,7 +596,7 @@ class FP8Linear(nn.Linear):
 
     def to_linear(self) -> nn.Linear:
         """The reverse of from_linear, in place (the FP8 buffers are dropped)."""
-        for b in ("fp8_amax_history", "fp8_scale"):
+        for b in _FP8_BUFFERS:
             self._buffers.pop(b, None)
         self.__dict__.pop("_fp8_recipe", None)
         self.__dict__.pop("_fp8_plans", None)
@@ -601,11 +624,15 @@ class FP8Linear(nn.Linear):
         delayed = r.scaling == "delayed"
         update = delayed and self.training and torch.is_grad_enabled()
         plan = self._fp8_plans[2 * emulate + update]
-        history = self.fp8_amax_history if delayed else None
-        scale = self.fp8_scale if delayed else None
+        if delayed:
+            b = self._buffers
+            history, scale = b["fp8_amax_history"], b["fp8_scale"]
+            grad_history, grad_scale = b["fp8_grad_amax_history"], b["fp8_grad_scale"]
+        else:
+            history = scale = grad_history = grad_scale = None
         # Inside torch.compile the kernel path is traced as torch ops instead (the recipe's
         # inductor_casts): the same casts and GEMMs, compiled with the model. FP16 inputs keep
         # the kernel ops (_as_stored has no cheap way to restore their rounding).
         traced = kernel and r.inductor_casts and x.dtype is not torch.float16 and torch.compiler.is_compiling()
         fn = _FP8KernelFn if kernel and not traced else _FP8LinearFn
-        return fn.apply(x, self.weight, self.bias, history, scale, plan)
+        return fn.apply(x, self.weight, self.bias, history, scale, grad_history, grad_scale, plan)
