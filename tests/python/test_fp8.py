@@ -175,10 +175,14 @@ def test_zero_input_and_nan():
 
 # ----------------------------------------------------------------------------- delayed scaling
 def _state_rows(layer):
-    """role -> (history, scale, row) of a delayed-scaling FP8Linear: x and w in the forward's
-    buffers, dy in the gradient's."""
-    fwd, grad = (layer.fp8_amax_history, layer.fp8_scale), (layer.fp8_grad_amax_history, layer.fp8_grad_scale)
-    return {"x": (*fwd, 0), "w": (*fwd, 1), "dy": (*grad, 0)}
+    """role -> (scale, history) of a delayed-scaling FP8Linear, views of its buffers: x and w
+    rows of the forward's state, dy of the gradient's; per row the scale, then the history."""
+    fwd, grad = layer.fp8_state, layer.fp8_grad_state
+    rows = {"x": (fwd[0, 0], fwd[0, 1:]), "w": (fwd[1, 0], fwd[1, 1:]), "dy": (grad[0, 0], grad[0, 1:])}
+    got = layer.fp8_delayed_state()
+    assert got.keys() == rows.keys() and all(
+        a.data_ptr() == b.data_ptr() and a.shape == b.shape for r in rows for a, b in zip(got[r], rows[r]))
+    return rows
 
 
 def _hand_update(hist: list, scale: float, fmax: float, margin: float, algo: str):
@@ -198,8 +202,9 @@ def test_delayed_scaling_history_and_scales(algo, margin):
     L = 4
     recipe = emu("fp8_delayed", amax_history_len=L, amax_compute_algo=algo, margin=float(margin))
     layer = FP8Linear(32, 16, bias=False, recipe=recipe)
-    assert layer.fp8_amax_history.shape == (2, L) and torch.equal(layer.fp8_scale, torch.ones(2))
-    assert layer.fp8_grad_amax_history.shape == (1, L) and torch.equal(layer.fp8_grad_scale, torch.ones(1))
+    assert layer.fp8_state.shape == (2, 1 + L) and layer.fp8_grad_state.shape == (1, 1 + L)
+    for st in (layer.fp8_state, layer.fp8_grad_state):  # scales 1, histories empty
+        assert torch.equal(st[:, 0], torch.ones(st.shape[0])) and not st[:, 1:].any()
     base = torch.randn(8, 32)
     base = base / base.abs().max()           # amax 1
     gbase = torch.randn(8, 16)
@@ -225,10 +230,10 @@ def test_delayed_scaling_history_and_scales(algo, margin):
         used["dy"] = scale["dy"]
         hist["dy"][0] = ad
         y.backward(gbase * ad)
-        for role, (h, s, i) in _state_rows(layer).items():
-            got_h = h[i].tolist()
+        for role, (s, h) in _state_rows(layer).items():
+            got_h = h.tolist()
             assert got_h == pytest.approx(hist[role], rel=0, abs=0), f"step {step} {role} history {got_h} != {hist[role]}"
-            assert s[i].item() == used[role], f"step {step} {role} scale"
+            assert s.item() == used[role], f"step {step} {role} scale"
         # the forward used exactly those scales
         sx = torch.tensor(used["x"])
         sw = torch.tensor(used["w"])
@@ -240,7 +245,7 @@ def test_delayed_scaling_history_and_scales(algo, margin):
 def test_delayed_scaling_ignores_nan_and_keeps_scale_on_zero_or_inf():
     L = 3
     layer = FP8Linear(32, 16, bias=False, recipe=emu("fp8_delayed", amax_history_len=L))
-    h, s = layer.fp8_amax_history, layer.fp8_scale
+    h, s = layer.fp8_state[:, 1:], layer.fp8_state[:, 0]  # views: the update writes the layer's buffer
     with torch.no_grad():
         h[0] = torch.tensor([2.0, float("nan"), 1.0])
         s[0] = 7.0
@@ -261,12 +266,12 @@ def test_delayed_scaling_ignores_nan_and_keeps_scale_on_zero_or_inf():
 def test_delayed_scaling_eval_and_no_grad_do_not_update():
     layer = FP8Linear(32, 16, recipe=emu("fp8_delayed", amax_history_len=8))
     layer(torch.randn(4, 32)).sum().backward()
-    h0, s0 = layer.fp8_amax_history.clone(), layer.fp8_scale.clone()
+    h0, s0 = layer.fp8_state.clone(), layer.fp8_grad_state.clone()
     with torch.no_grad():
         layer(torch.randn(4, 32) * 100)
     layer.eval()
     layer(torch.randn(4, 32) * 100)
-    assert torch.equal(layer.fp8_amax_history, h0) and torch.equal(layer.fp8_scale, s0)
+    assert torch.equal(layer.fp8_state, h0) and torch.equal(layer.fp8_grad_state, s0)
 
 
 def test_delayed_state_two_forwards_before_their_backwards():
@@ -307,9 +312,9 @@ def test_delayed_state_two_forwards_before_their_backwards():
     for i in (1, 0):
         used_dy[i] = record("dy", dy_amaxes[i])
     torch.autograd.backward(ys, dys)  # the engine runs the second call's backward first
-    for role, (h, s, i) in _state_rows(layer).items():
-        assert h[i].tolist() == pytest.approx(hist[role], rel=0, abs=0), f"{role}: {h[i].tolist()} != {hist[role]}"
-        assert s[i].item() == scale[role], role
+    for role, (s, h) in _state_rows(layer).items():
+        assert h.tolist() == pytest.approx(hist[role], rel=0, abs=0), f"{role}: {h.tolist()} != {hist[role]}"
+        assert s.item() == scale[role], role
     assert used_dy[0] != used_dy[1]  # the two backwards used different scales
     for i, x in enumerate(xs):
         s_dy, s_w = torch.tensor(used_dy[i]), torch.tensor(used_w[i])
@@ -321,23 +326,25 @@ def test_delayed_state_two_forwards_before_their_backwards():
 # ----------------------------------------------------------------------------- module API
 def test_delayed_state_dict_of_the_earlier_layout_loads():
     """A checkpoint of the layout with one history [3, L] (rows x, w, dy) and one scale [3]
-    loads into the forward's and the gradient's buffers, row by row; the current layout
-    round-trips; a history of another length is refused by load_state_dict."""
+    loads into the forward's and the gradient's state, row by row ([scale, history...]); the
+    current layout round-trips; a history of another length is refused by load_state_dict."""
     L = 6
     layer = FP8Linear(32, 16, recipe=emu("fp8_delayed", amax_history_len=L))
     old = {k: v for k, v in layer.state_dict().items() if not k.startswith("fp8_")}
     old["fp8_amax_history"] = torch.arange(3 * L, dtype=torch.float32).view(3, L)
     old["fp8_scale"] = torch.tensor([2.0, 3.0, 4.0])
     layer.load_state_dict(old)
-    assert torch.equal(layer.fp8_amax_history, old["fp8_amax_history"][:2])
-    assert torch.equal(layer.fp8_grad_amax_history, old["fp8_amax_history"][2:])
-    assert layer.fp8_scale.tolist() == [2.0, 3.0] and layer.fp8_grad_scale.tolist() == [4.0]
+    rows = _state_rows(layer)
+    for i, role in enumerate(("x", "w", "dy")):
+        assert rows[role][0].item() == old["fp8_scale"][i].item(), role
+        assert torch.equal(rows[role][1], old["fp8_amax_history"][i]), role
+    assert "fp8_amax_history" in old  # the caller's dict is not changed
     other = FP8Linear(32, 16, recipe=emu("fp8_delayed", amax_history_len=L))
     other.load_state_dict(layer.state_dict())
     for name in F8._FP8_BUFFERS:
         assert torch.equal(getattr(other, name), getattr(layer, name)), name
     bad = dict(old, fp8_amax_history=torch.zeros(3, L + 1))
-    with pytest.raises(RuntimeError, match="fp8_amax_history"):
+    with pytest.raises(RuntimeError, match="fp8_state"):
         layer.load_state_dict(bad)
 
 
@@ -347,11 +354,12 @@ def test_module_api_and_errors():
     m = FP8Linear.from_linear(lin, "fp8_delayed")
     assert m is lin and type(m) is FP8Linear and m.weight is w
     sd = m.state_dict()
-    assert sd["fp8_amax_history"].shape == (2, 1024) and sd["fp8_scale"].shape == (2,)
-    assert sd["fp8_grad_amax_history"].shape == (1, 1024) and sd["fp8_grad_scale"].shape == (1,)
+    assert sd["fp8_state"].shape == (2, 1025) and sd["fp8_grad_state"].shape == (1, 1025)
     assert "recipe=fp8_delayed" in repr(m)
     m.fp8_recipe = "fp8"
     assert not any(k.startswith("fp8_") for k in m.state_dict())
+    with pytest.raises(RuntimeError, match="fp8_delayed_state: .*current scaling"):
+        m.fp8_delayed_state()
     back = m.to_linear()
     assert type(back) is nn.Linear and set(back.state_dict()) == {"weight", "bias"}
     with pytest.raises(ValueError, match="multiples of 16"):
@@ -415,8 +423,7 @@ def test_scaled_mm_path_on_cpu(m, recipe):
             xi.grad = None
             layer.weight.grad = None
             # bypass the device check: run the _scaled_mm path on CPU tensors
-            state = ((layer.fp8_amax_history, layer.fp8_scale, layer.fp8_grad_amax_history, layer.fp8_grad_scale)
-                     if recipe == "fp8_delayed" else (None,) * 4)
+            state = (layer.fp8_state, layer.fp8_grad_state) if recipe == "fp8_delayed" else (None, None)
             y = F8._FP8LinearFn.apply(xi, layer.weight, layer.bias, *state,
                                       F8._Plan(r, emulate, recipe == "fp8_delayed"))
             y.backward(dy)
@@ -437,6 +444,6 @@ def test_scaled_mm_path_on_cpu(m, recipe):
         err = (got.double() - want.double()).abs()
         assert (err <= bound).all(), f"{name}: worst ratio {(err / bound).max().item():.3g}"
     assert torch.equal(db, dbe)
-    assert len(state) == (4 if recipe == "fp8_delayed" else 0)
+    assert len(state) == (2 if recipe == "fp8_delayed" else 0)
     for got, want in zip(state, state_e):
         assert torch.equal(got, want)

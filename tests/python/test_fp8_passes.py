@@ -162,8 +162,8 @@ def test_kernel_path_equals_emulation_on_cpu(kernel_path_on_cpu, recipe, shape, 
             for name in F8._FP8_BUFFERS:
                 assert torch.equal(_bits(getattr(kern, name)), _bits(getattr(emu, name))), f"step {step}: {name}"
     if r.scaling == "delayed" and mode != "eval":
-        assert bool((kern.fp8_amax_history[:, 1:] > 0).any()), "the history never recorded an amax"
-        assert bool((kern.fp8_grad_amax_history[:, 1:] > 0).any()), "the gradient history never recorded an amax"
+        assert bool((kern.fp8_state[:, 2:] > 0).any()), "the history never recorded an amax"
+        assert bool((kern.fp8_grad_state[:, 2:] > 0).any()), "the gradient history never recorded an amax"
 
 
 def test_kernel_path_runs_one_op_per_pass(kernel_path_on_cpu):
@@ -272,104 +272,103 @@ DEL = (0, 1, 1, 1, 0, 1)        # delayed scaling, updating
 
 def test_ops_shapes_and_meta():
     x, w = torch.randn(32, 64), torch.randn(48, 64)
-    y, xt, wt, sc = P.fp8_linear_fwd(x, w, None, None, None, CUR, 0.0, True, True)
+    y, xt, wt, sc = P.fp8_linear_fwd(x, w, None, None, CUR, 0.0, True, True)
     assert y.shape == (32, 48) and y.dtype == torch.float32
     assert xt.shape == (64, 32) and xt.dtype == E4M3 and wt.shape == (64, 48) and sc.shape == (16,)
     # each scalar in a 16-byte slot: cuBLASLt refuses scale pointers that are not 16-byte aligned
     assert sc.data_ptr() % 16 == 0 and sc[4].data_ptr() % 16 == 0
-    _, xt0, wt0, _ = P.fp8_linear_fwd(x, w, None, None, None, CUR, 0.0, False, False)
+    _, xt0, wt0, _ = P.fp8_linear_fwd(x, w, None, None, CUR, 0.0, False, False)
     assert xt0.numel() == 0 and wt0.numel() == 0
-    dx, dw = P.fp8_linear_bwd(torch.randn(32, 48), xt, wt, sc, None, None, CUR, 0.0, True, True, torch.float32)
+    dx, dw = P.fp8_linear_bwd(torch.randn(32, 48), xt, wt, sc, None, CUR, 0.0, True, True, torch.float32)
     assert dx.shape == (32, 64) and dw.shape == (48, 64) and dw.dtype == torch.float32
     # the meta device: shapes and dtypes, nothing run
     xm, wm = x.to("meta").bfloat16(), w.to("meta")
-    ym, xtm, wtm, scm = P.fp8_linear_fwd(xm, wm, None, None, None, CUR, 0.0, True, True)
+    ym, xtm, wtm, scm = P.fp8_linear_fwd(xm, wm, None, None, CUR, 0.0, True, True)
     assert ym.device.type == "meta" and ym.shape == (32, 48) and ym.dtype == torch.bfloat16 and xtm.shape == (64, 32)
-    dxm, dwm = P.fp8_linear_bwd(torch.empty(32, 48, device="meta", dtype=torch.bfloat16), xtm, wtm, scm, None, None,
+    dxm, dwm = P.fp8_linear_bwd(torch.empty(32, 48, device="meta", dtype=torch.bfloat16), xtm, wtm, scm, None,
                                 CUR, 0.0, True, True, torch.float32)
     assert dxm.shape == (32, 64) and dwm.shape == (48, 64)
 
 
 def test_ops_refuse_bad_arguments():
     x, w = torch.randn(32, 64), torch.randn(48, 64)
-    h, s = torch.zeros(2, 4), torch.ones(2)  # the forward's state: rows x, w
+    st = torch.zeros(2, 5)  # the forward's state: rows x, w; per row the scale, 4 history entries
     fwd = P.fp8_linear_fwd
     with pytest.raises(ValueError, match="x: in_features must be a multiple of 16"):
-        fwd(torch.randn(32, 40), torch.randn(48, 40), None, None, None, CUR, 0.0, False, False)
+        fwd(torch.randn(32, 40), torch.randn(48, 40), None, None, CUR, 0.0, False, False)
     with pytest.raises(ValueError, match="w: out_features must be a multiple of 16"):
-        fwd(x, torch.randn(40, 64), None, None, None, CUR, 0.0, False, False)
+        fwd(x, torch.randn(40, 64), None, None, CUR, 0.0, False, False)
     with pytest.raises(ValueError, match="w: expected a weight"):
-        fwd(x, torch.randn(48, 32), None, None, None, CUR, 0.0, False, False)
+        fwd(x, torch.randn(48, 32), None, None, CUR, 0.0, False, False)
     with pytest.raises(ValueError, match="x: with save_xt the rows"):
-        fwd(torch.randn(30, 64), w, None, None, None, CUR, 0.0, True, False)
+        fwd(torch.randn(30, 64), w, None, None, CUR, 0.0, True, False)
     with pytest.raises(ValueError, match="bias"):
-        fwd(x, w, torch.randn(40), None, None, CUR, 0.0, False, False)
+        fwd(x, w, torch.randn(40), None, CUR, 0.0, False, False)
     with pytest.raises(ValueError, match="cfg: expected 6 ints"):
-        fwd(x, w, None, None, None, (0, 1, 0), 0.0, False, False)
+        fwd(x, w, None, None, (0, 1, 0), 0.0, False, False)
     with pytest.raises(ValueError, match="cfg: every entry must be 0 or 1"):
-        fwd(x, w, None, None, None, (2, 1, 0, 0, 0, 1), 0.0, False, False)
-    with pytest.raises(ValueError, match="history/scale: given with current scaling"):
-        fwd(x, w, None, h, s, CUR, 0.0, False, False)
-    with pytest.raises(ValueError, match="history/scale: delayed scaling"):
-        fwd(x, w, None, None, None, DEL, 0.0, False, False)
-    with pytest.raises(ValueError, match=r"history: expected float32 \[2, L\] \(the forward's state"):
-        fwd(x, w, None, torch.zeros(3, 4), torch.ones(3), DEL, 0.0, False, False)
-    with pytest.raises(ValueError, match=r"scale: expected float32 \[2\]"):
-        fwd(x, w, None, h, torch.ones(3), DEL, 0.0, False, False)
-    with pytest.raises(ValueError, match="history"):
-        fwd(x, w, None, h.double(), s, DEL, 0.0, False, False)
-    y, xt, wt, sc = fwd(x, w, None, None, None, CUR, 0.0, True, True)
+        fwd(x, w, None, None, (2, 1, 0, 0, 0, 1), 0.0, False, False)
+    with pytest.raises(ValueError, match="state: given with current scaling"):
+        fwd(x, w, None, st, CUR, 0.0, False, False)
+    with pytest.raises(ValueError, match="state: delayed scaling .* needs the layer's state"):
+        fwd(x, w, None, None, DEL, 0.0, False, False)
+    with pytest.raises(ValueError, match=r"state: expected float32 \[2, 1 \+ L\] \(the forward's state"):
+        fwd(x, w, None, torch.zeros(3, 5), DEL, 0.0, False, False)
+    with pytest.raises(ValueError, match=r"state: expected float32 \[2, 1 \+ L\]"):
+        fwd(x, w, None, torch.zeros(2, 1), DEL, 0.0, False, False)  # a scale and no history
+    with pytest.raises(ValueError, match="state"):
+        fwd(x, w, None, st.double(), DEL, 0.0, False, False)
+    with pytest.raises(ValueError, match="state"):
+        fwd(x, w, None, torch.zeros(5, 2).t(), DEL, 0.0, False, False)  # not contiguous
+    y, xt, wt, sc = fwd(x, w, None, None, CUR, 0.0, True, True)
     bwd = P.fp8_linear_bwd
     dy = torch.randn(32, 48)
     with pytest.raises(ValueError, match=r"xt: expected X\^T"):
-        bwd(dy, xt[:, :16].contiguous(), wt, sc, None, None, CUR, 0.0, True, True, torch.float32)
+        bwd(dy, xt[:, :16].contiguous(), wt, sc, None, CUR, 0.0, True, True, torch.float32)
     with pytest.raises(ValueError, match="xt"):
-        bwd(dy, xt.view(torch.uint8), wt, sc, None, None, CUR, 0.0, True, True, torch.float32)
+        bwd(dy, xt.view(torch.uint8), wt, sc, None, CUR, 0.0, True, True, torch.float32)
     with pytest.raises(ValueError, match=r"wt: expected W\^T"):
-        bwd(dy, xt, wt[:, :16].contiguous(), sc, None, None, CUR, 0.0, True, True, torch.float32)
+        bwd(dy, xt, wt[:, :16].contiguous(), sc, None, CUR, 0.0, True, True, torch.float32)
     with pytest.raises(ValueError, match="scalars"):
-        bwd(dy, xt, wt, sc[:2], None, None, CUR, 0.0, True, True, torch.float32)
+        bwd(dy, xt, wt, sc[:2], None, CUR, 0.0, True, True, torch.float32)
     with pytest.raises(ValueError, match="dy: with need_dw the rows"):
-        bwd(torch.randn(30, 48), xt, wt, sc, None, None, CUR, 0.0, False, True, torch.float32)
+        bwd(torch.randn(30, 48), xt, wt, sc, None, CUR, 0.0, False, True, torch.float32)
     with pytest.raises(TypeError, match="dw_dtype"):
-        bwd(dy, xt, wt, sc, None, None, CUR, 0.0, True, True, torch.float64)
+        bwd(dy, xt, wt, sc, None, CUR, 0.0, True, True, torch.float64)
     # the backward takes the gradient's state (row dy), not the forward's
-    with pytest.raises(ValueError, match=r"history: expected float32 \[1, L\] \(the gradient's state"):
-        bwd(dy, xt, wt, sc, h, s, DEL, 0.0, True, True, torch.float32)
-    with pytest.raises(ValueError, match=r"scale: expected float32 \[1\]"):
-        bwd(dy, xt, wt, sc, torch.zeros(1, 4), torch.ones(2), DEL, 0.0, True, True, torch.float32)
-    with pytest.raises(ValueError, match="history/scale: given with current scaling"):
-        bwd(dy, xt, wt, sc, torch.zeros(1, 4), torch.ones(1), CUR, 0.0, True, True, torch.float32)
+    with pytest.raises(ValueError, match=r"state: expected float32 \[1, 1 \+ L\] \(the gradient's state"):
+        bwd(dy, xt, wt, sc, st, DEL, 0.0, True, True, torch.float32)
+    with pytest.raises(ValueError, match="state: given with current scaling"):
+        bwd(dy, xt, wt, sc, torch.zeros(1, 5), CUR, 0.0, True, True, torch.float32)
 
 
 def test_delayed_state_addressed_by_role():
-    """fp8_linear_fwd updates and records the x and w rows of the forward's state and writes
-    nothing else; fp8_linear_bwd the dy row of the gradient's state alone."""
+    """fp8_linear_fwd updates and records the x and w rows of the forward's state ([scale,
+    history...] each) and writes nothing else; fp8_linear_bwd the dy row of the gradient's
+    state alone."""
     x, w = torch.randn(32, 64) * 3, torch.randn(48, 64) * 0.5
-    h, gh = torch.zeros(2, 4), torch.zeros(1, 4)
-    h[:, 0] = torch.tensor([5.0, 6.0])
-    gh[0, 0] = 7.0
-    s, gs = torch.tensor([2.0, 3.0]), torch.tensor([4.0])
-    gh0, gs0 = gh.clone(), gs.clone()
-    y, xt, wt, sc = P.fp8_linear_fwd(x, w, None, h, s, DEL, 0.0, True, True)
+    st, gst = torch.zeros(2, 5), torch.zeros(1, 5)
+    st[:, 0] = torch.tensor([2.0, 3.0])   # scales
+    st[:, 1] = torch.tensor([5.0, 6.0])   # newest history entries
+    gst[0, 0], gst[0, 1] = 4.0, 7.0
+    g0 = gst.clone()
+    y, xt, wt, sc = P.fp8_linear_fwd(x, w, None, st, DEL, 0.0, True, True)
     # each forward role: rolled, then the new amax in slot 0; the scale from the old slot-0 value
-    assert torch.equal(h[0], torch.tensor([x.abs().max().item(), 0.0, 0.0, 5.0]))
-    assert torch.equal(h[1], torch.tensor([w.abs().max().item(), 0.0, 0.0, 6.0]))
     f32 = torch.tensor  # the scale is an fp32 quotient
-    assert s[0] == f32(448.0) / 5.0 and s[1] == f32(448.0) / 6.0
-    h1, s1 = h.clone(), s.clone()
+    assert torch.equal(st[0], torch.stack([f32(448.0) / 5.0, x.abs().max(), f32(0.0), f32(0.0), f32(5.0)]))
+    assert torch.equal(st[1], torch.stack([f32(448.0) / 6.0, w.abs().max(), f32(0.0), f32(0.0), f32(6.0)]))
+    assert torch.equal(gst, g0)  # the forward leaves the gradient's state alone
+    st1 = st.clone()
     dy = torch.randn(32, 48)
-    P.fp8_linear_bwd(dy, xt, wt, sc, gh, gs, DEL, 0.0, True, True, torch.float32)
-    assert torch.equal(gh[0], torch.tensor([dy.abs().max().item(), 0.0, 0.0, 7.0]))
-    assert gs[0] == f32(57344.0) / 7.0
-    assert torch.equal(h, h1) and torch.equal(s, s1)  # the backward leaves the forward's state alone
-    assert not torch.equal(gh, gh0) and not torch.equal(gs, gs0)
+    P.fp8_linear_bwd(dy, xt, wt, sc, gst, DEL, 0.0, True, True, torch.float32)
+    assert torch.equal(gst[0], torch.stack([f32(57344.0) / 7.0, dy.abs().max(), f32(0.0), f32(0.0), f32(7.0)]))
+    assert torch.equal(st, st1)  # the backward leaves the forward's state alone
     # without the update flag: the state is only read
-    h0, s0, gh0, gs0 = h.clone(), s.clone(), gh.clone(), gs.clone()
+    st0, gst0 = st.clone(), gst.clone()
     nu = (0, 1, 1, 0, 0, 1)
-    P.fp8_linear_fwd(x, w, None, h, s, nu, 0.0, True, True)
-    P.fp8_linear_bwd(dy, xt, wt, sc, gh, gs, nu, 0.0, True, True, torch.float32)
-    assert torch.equal(h, h0) and torch.equal(s, s0) and torch.equal(gh, gh0) and torch.equal(gs, gs0)
+    P.fp8_linear_fwd(x, w, None, st, nu, 0.0, True, True)
+    P.fp8_linear_bwd(dy, xt, wt, sc, gst, nu, 0.0, True, True, torch.float32)
+    assert torch.equal(st, st0) and torch.equal(gst, gst0)
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -562,5 +561,5 @@ def test_compiled_delayed_state_two_forwards_before_their_backwards(request, dev
             assert torch.equal(p.grad, q.grad), f"step {step}: {name}.grad: {first_mismatch(p.grad, q.grad)}"
         _same_state_then_zero_grad(model, ref, step)
     assert set(dict(model.named_buffers())) == {f"{i}.{b}" for i in (0, 2) for b in F8._FP8_BUFFERS}
-    assert bool((model[0].fp8_grad_amax_history > 0).all()), "each of the 4 backward passes recorded its amax"
+    assert bool((model[0].fp8_grad_state[:, 1:] > 0).all()), "each of the 4 backward passes recorded its amax"
     _assert_road(codes, traced=inductor_casts)

@@ -15,12 +15,12 @@ device and writes 1/s), one allocation per output, the delayed-scaling history a
 role inside the op (no views), and the newest history slot filled by the cast itself (its
 max |x| added into the slot the update has just cleared: no amax pass, no copy).
 
-Delayed scaling's state is the layer's buffers, mutated in place on the device: the
-forward's history float32 [2, L] and scale float32 [2] (rows / entries: x, w), given to
-``fp8_linear_fwd``, and the gradient's history [1, L] and scale [1] (dy), given to
-``fp8_linear_bwd``; an op that does not update them reads the scale only. Neither op
-writes the other's state, so that a compiled backward mutates the gradient state the
-layer holds, not a copy taken at its forward.
+Delayed scaling's state is the layer's buffers, mutated in place on the device, one row
+per role, [scale, amax history (L entries, newest first)]: the forward's float32 [2, 1 + L]
+(rows x, w), given to ``fp8_linear_fwd``, and the gradient's [1, 1 + L] (dy), given to
+``fp8_linear_bwd``; an op that does not update it reads the scale only. Neither op writes
+the other's state, so that a compiled backward mutates the gradient state the layer holds,
+not a copy taken at its forward.
 
 Each op checks the tensors it is given before it takes an address. On the meta device (and
 for torch.compile's fake tensors) they return outputs of the right shape and dtype and run
@@ -50,16 +50,16 @@ class Fp8Config:
 
     FWD_FORMAT = 0   # X and W: 0 E4M3, 1 E5M2
     BWD_FORMAT = 1   # dY
-    DELAYED = 2      # 0 current scaling, 1 delayed scaling (history and scale given)
+    DELAYED = 2      # 0 current scaling, 1 delayed scaling (the state given)
     UPDATE = 3       # delayed: update the history and scale of each role cast (training)
     ALGO = 4         # delayed: the history's amax, 0 max, 1 most recent
     FAST_ACCUM = 5   # the forward GEMM's use_fast_accum
     SIZE = 6
 
 
-lib.define("fp8_linear_fwd(Tensor x, Tensor w, Tensor? bias, Tensor(a!)? history, Tensor(b!)? scale, int[] cfg, "
+lib.define("fp8_linear_fwd(Tensor x, Tensor w, Tensor? bias, Tensor(a!)? state, int[] cfg, "
            "float margin, bool save_xt, bool save_wt) -> (Tensor, Tensor, Tensor, Tensor)")
-lib.define("fp8_linear_bwd(Tensor dy, Tensor xt, Tensor wt, Tensor scalars, Tensor(a!)? history, Tensor(b!)? scale, "
+lib.define("fp8_linear_bwd(Tensor dy, Tensor xt, Tensor wt, Tensor scalars, Tensor(a!)? state, "
            "int[] cfg, float margin, bool need_dx, bool need_dw, ScalarType dw_dtype) -> (Tensor, Tensor)")
 
 
@@ -75,30 +75,28 @@ def _cfg(cfg) -> None:
         raise ValueError(f"cfg: every entry must be 0 or 1 (Fp8Config), got {list(cfg)}")
 
 
-def _state_ok(history, scale, dev, rows: int) -> bool:
-    hs = history.shape
-    return (history.dtype is _F32 and scale.dtype is _F32 and len(hs) == 2 and hs[0] == rows and hs[1] >= 1
-            and scale.dim() == 1 and scale.shape[0] == rows and history.is_contiguous() and scale.is_contiguous()
-            and history.device == dev and scale.device == dev)
+def _state_ok(state, dev, rows: int) -> bool:
+    ss = state.shape
+    return (state.dtype is _F32 and len(ss) == 2 and ss[0] == rows and ss[1] >= 2 and state.is_contiguous()
+            and state.device == dev)
 
 
-def _state_check(history, scale, cfg, dev, device_of: str, rows: int) -> None:
-    """Delayed scaling needs a history float32 [rows, L] and a scale float32 [rows] on the
-    device of the data (the forward's: rows x, w; the gradient's: dy); current scaling
-    takes neither."""
+def _state_check(state, cfg, dev, device_of: str, rows: int) -> None:
+    """Delayed scaling needs a state float32 [rows, 1 + L] on the device of the data (the
+    forward's: rows x, w; the gradient's: dy); current scaling takes none."""
     if not cfg[Fp8Config.DELAYED]:
-        if history is not None or scale is not None:
-            raise ValueError("history/scale: given with current scaling (cfg: delayed = 0)")
+        if state is not None:
+            raise ValueError("state: given with current scaling (cfg: delayed = 0)")
         return
-    if history is None or scale is None:
-        raise ValueError("history/scale: delayed scaling (cfg: delayed = 1) needs both")
-    if _state_ok(history, scale, dev, rows):
+    if state is None:
+        raise ValueError("state: delayed scaling (cfg: delayed = 1) needs the layer's state")
+    if _state_ok(state, dev, rows):
         return
     what = "the forward's state: rows x, w" if rows == _FWD_ROWS else "the gradient's state: row dy"
-    check.tensor("history", history, (_F32,), None, dev, device_of)
-    if history.dim() != 2 or history.shape[0] != rows or history.shape[1] < 1:
-        raise ValueError(f"history: expected float32 [{rows}, L] ({what}), L >= 1, got {check.describe(history)}")
-    check.tensor("scale", scale, (_F32,), (rows,), dev, device_of)
+    check.tensor("state", state, (_F32,), None, dev, device_of)
+    if state.dim() != 2 or state.shape[0] != rows or state.shape[1] < 2:
+        raise ValueError(f"state: expected float32 [{rows}, 1 + L] ({what}; per row the scale, then L >= 1 "
+                         f"history entries), got {check.describe(state)}")
 
 
 def _aligned(t: torch.Tensor) -> torch.Tensor:
@@ -110,15 +108,15 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _cast(t, fmt, history, scale, role, cfg, margin, q, qt, want_qt, sinv_addr, amax_scratch, dt, di, st) -> None:
+def _cast(t, fmt, state, role, cfg, margin, q, qt, want_qt, sinv_addr, amax_scratch, dt, di, st) -> None:
     """nvfp4_fp8_cast of one role. Current scaling: amax (a scratch float) and s from t.
     Delayed scaling: the role's history update first (training), then the cast with s read
     on the device, max |t| added into the newest history slot that the update cleared."""
     if cfg[Fp8Config.DELAYED]:
-        hlen = history.shape[1]
-        s_addr = scale.data_ptr() + 4 * role
+        hlen = state.shape[1] - 1
+        s_addr = state.data_ptr() + 4 * (hlen + 1) * role  # the row: [scale, history...]
         update = cfg[Fp8Config.UPDATE]
-        h_addr = history.data_ptr() + 4 * hlen * role
+        h_addr = s_addr + 4
         if update:
             _ops.fp8_delayed_update_raw(h_addr, hlen, s_addr, fmt, margin, cfg[Fp8Config.ALGO], dt, di, st)
         _ops.fp8_cast_raw(t.data_ptr(), DTYPE_CODE[t.dtype], t.shape[0], t.shape[1], fmt, 0.0, s_addr,
@@ -141,7 +139,7 @@ def _smm(a, b, sa, sb, out_dtype, fast_accum: bool):
 
 
 # ------------------------------------------------------------------------------ forward
-def _fwd_check(x, w, bias, history, scale, cfg, save_xt, save_wt):
+def _fwd_check(x, w, bias, state, cfg, save_xt, save_wt):
     xs, ws = x.shape, w.shape
     dev = x.device
     # the common case (a layer's own call) in one expression; the rest names what is wrong
@@ -149,15 +147,14 @@ def _fwd_check(x, w, bias, history, scale, cfg, save_xt, save_wt):
             and x.dtype in _FLOATS and w.dtype in _FLOATS and w.device == dev and len(cfg) == Fp8Config.SIZE
             and (bias is None or (bias.dtype in _FLOATS and bias.dim() == 1 and bias.shape[0] == ws[0]
                                   and bias.device == dev))
-            and ((history is None and scale is None and not cfg[Fp8Config.DELAYED])
-                 or (history is not None and scale is not None and cfg[Fp8Config.DELAYED]
-                     and _state_ok(history, scale, dev, _FWD_ROWS)))
+            and ((state is None and not cfg[Fp8Config.DELAYED])
+                 or (state is not None and cfg[Fp8Config.DELAYED] and _state_ok(state, dev, _FWD_ROWS)))
             and (not save_xt or xs[0] % 16 == 0)):
-        _fwd_check_slow(x, w, bias, history, scale, cfg, save_xt, save_wt)
+        _fwd_check_slow(x, w, bias, state, cfg, save_xt, save_wt)
     _cfg(cfg)
 
 
-def _fwd_check_slow(x, w, bias, history, scale, cfg, save_xt, save_wt):
+def _fwd_check_slow(x, w, bias, state, cfg, save_xt, save_wt):
     _need_2d("x", x)
     check.tensor("x", x, check.FLOATS, contiguous=False)
     m, k = x.shape
@@ -177,14 +174,14 @@ def _fwd_check_slow(x, w, bias, history, scale, cfg, save_xt, save_wt):
     if bias is not None:
         check.tensor("bias", bias, check.FLOATS, (n,), dev, "x", contiguous=False)
     _cfg(cfg)
-    _state_check(history, scale, cfg, dev, "x", _FWD_ROWS)
+    _state_check(state, cfg, dev, "x", _FWD_ROWS)
 
 
-def _fwd_impl(x, w, bias, history, scale, cfg, margin, save_xt, save_wt):
+def _fwd_impl(x, w, bias, state, cfg, margin, save_xt, save_wt):
     """x [m, k], w [n, k] -> y [m, n] in x's dtype, X's and W's transposes ([k, m] and
     [k, n], FP8; (0,) when not saved) and scalars float32 [16]: 1/s_x at 0, 1/s_w at 4, scratch
     at 8 and 12 (16-byte slots: _scaled_mm's scale pointers must be 16-byte aligned)."""
-    _fwd_check(x, w, bias, history, scale, cfg, save_xt, save_wt)
+    _fwd_check(x, w, bias, state, cfg, save_xt, save_wt)
     x, w = _aligned(x), _aligned(w)
     m, k = x.shape
     n = w.shape[0]
@@ -198,8 +195,8 @@ def _fwd_impl(x, w, bias, history, scale, cfg, margin, save_xt, save_wt):
     qw = torch.empty((n, k), dtype=f8, device=dev)
     qwt = torch.empty((k, n) if save_wt else (0,), dtype=f8, device=dev)
     a = sc.data_ptr()
-    _cast(x, fmt, history, scale, ROLE_X, cfg, margin, qx, qxt, save_xt, a, a + 32, dt, di, st)
-    _cast(w, fmt, history, scale, ROLE_W, cfg, margin, qw, qwt, save_wt, a + 16, a + 48, dt, di, st)
+    _cast(x, fmt, state, ROLE_X, cfg, margin, qx, qxt, save_xt, a, a + 32, dt, di, st)
+    _cast(w, fmt, state, ROLE_W, cfg, margin, qw, qwt, save_wt, a + 16, a + 48, dt, di, st)
     fast = bool(cfg[Fp8Config.FAST_ACCUM])
     if bias is None:
         y = _smm(qx, qw, sc[0], sc[_SLOT], x.dtype, fast)
@@ -209,8 +206,8 @@ def _fwd_impl(x, w, bias, history, scale, cfg, margin, save_xt, save_wt):
     return y, qxt, qwt, sc
 
 
-def _fwd_fake(x, w, bias, history, scale, cfg, margin, save_xt, save_wt):
-    _fwd_check(x, w, bias, history, scale, cfg, save_xt, save_wt)
+def _fwd_fake(x, w, bias, state, cfg, margin, save_xt, save_wt):
+    _fwd_check(x, w, bias, state, cfg, save_xt, save_wt)
     m, k = x.shape
     n = w.shape[0]
     f8 = _FP8[cfg[Fp8Config.FWD_FORMAT]]
@@ -219,7 +216,7 @@ def _fwd_fake(x, w, bias, history, scale, cfg, margin, save_xt, save_wt):
 
 
 # ------------------------------------------------------------------------------ backward
-def _bwd_check(dy, xt, wt, scalars, history, scale, cfg, need_dx, need_dw, dw_dtype):
+def _bwd_check(dy, xt, wt, scalars, state, cfg, need_dx, need_dw, dw_dtype):
     """(m, n, k) of dy [m, n] and the saved operands, every tensor checked against dy."""
     ds = dy.shape
     dev = dy.device
@@ -227,9 +224,8 @@ def _bwd_check(dy, xt, wt, scalars, history, scale, cfg, need_dx, need_dw, dw_dt
     if len(ds) == 2 and ds[1] % 16 == 0 and dy.dtype in _FLOATS and len(cfg) == Fp8Config.SIZE \
             and scalars.dtype is _F32 and scalars.dim() == 1 and scalars.shape[0] == 4 * _SLOT \
             and scalars.device == dev \
-            and ((history is None and scale is None and not cfg[Fp8Config.DELAYED])
-                 or (history is not None and scale is not None and cfg[Fp8Config.DELAYED]
-                     and _state_ok(history, scale, dev, _BWD_ROWS))):
+            and ((state is None and not cfg[Fp8Config.DELAYED])
+                 or (state is not None and cfg[Fp8Config.DELAYED] and _state_ok(state, dev, _BWD_ROWS))):
         f8 = _FP8[cfg[Fp8Config.FWD_FORMAT]] if 0 <= cfg[Fp8Config.FWD_FORMAT] <= 1 else None
         xs, wts = xt.shape, wt.shape
         ok_x = not need_dw or (ds[0] % 16 == 0 and xt.dtype is f8 and len(xs) == 2 and xs[1] == ds[0]
@@ -239,10 +235,10 @@ def _bwd_check(dy, xt, wt, scalars, history, scale, cfg, need_dx, need_dw, dw_dt
         if ok_x and ok_w:
             _cfg(cfg)
             return ds[0], ds[1], (xs[0] if need_dw else wts[0] if need_dx else 0)
-    return _bwd_check_slow(dy, xt, wt, scalars, history, scale, cfg, need_dx, need_dw, dw_dtype)
+    return _bwd_check_slow(dy, xt, wt, scalars, state, cfg, need_dx, need_dw, dw_dtype)
 
 
-def _bwd_check_slow(dy, xt, wt, scalars, history, scale, cfg, need_dx, need_dw, dw_dtype):
+def _bwd_check_slow(dy, xt, wt, scalars, state, cfg, need_dx, need_dw, dw_dtype):
     _need_2d("dy", dy)
     check.tensor("dy", dy, check.FLOATS, contiguous=False)
     m, n = dy.shape
@@ -269,14 +265,14 @@ def _bwd_check_slow(dy, xt, wt, scalars, history, scale, cfg, need_dx, need_dw, 
             raise ValueError(f"wt: expected W^T [in_features, {n}]" + (f" with in_features {k}" if k >= 0 else "")
                              + f", got {check.describe(wt)}")
         k = wt.shape[0]
-    _state_check(history, scale, cfg, dev, "dy", _BWD_ROWS)
+    _state_check(state, cfg, dev, "dy", _BWD_ROWS)
     return m, n, k
 
 
-def _bwd_impl(dy, xt, wt, scalars, history, scale, cfg, margin, need_dx, need_dw, dw_dtype):
+def _bwd_impl(dy, xt, wt, scalars, state, cfg, margin, need_dx, need_dw, dw_dtype):
     """dy [m, n]; xt = X^T [k, m] (need_dw), wt = W^T [k, n] (need_dx) and the forward's
     scalars -> dx [m, k] in dy's dtype and dw [n, k] in dw_dtype ((0,) when not needed)."""
-    m, n, k = _bwd_check(dy, xt, wt, scalars, history, scale, cfg, need_dx, need_dw, dw_dtype)
+    m, n, k = _bwd_check(dy, xt, wt, scalars, state, cfg, need_dx, need_dw, dw_dtype)
     dev = dy.device
     if not (need_dx or need_dw):
         return dy.new_empty((0,)), dy.new_empty((0,), dtype=dw_dtype)
@@ -290,9 +286,9 @@ def _bwd_impl(dy, xt, wt, scalars, history, scale, cfg, margin, need_dx, need_dw
     a = sc.data_ptr()
     t = dy
     if cfg[Fp8Config.DELAYED]:
-        hlen = history.shape[1]
-        s_addr = scale.data_ptr() + 4 * ROLE_DY
-        h_addr = history.data_ptr() + 4 * hlen * ROLE_DY
+        hlen = state.shape[1] - 1
+        s_addr = state.data_ptr() + 4 * (hlen + 1) * ROLE_DY  # the row: [scale, history...]
+        h_addr = s_addr + 4
         update = cfg[Fp8Config.UPDATE]
         if update:
             _ops.fp8_delayed_update_raw(h_addr, hlen, s_addr, fmt, margin, cfg[Fp8Config.ALGO], dt, di, st)
@@ -313,8 +309,8 @@ def _bwd_impl(dy, xt, wt, scalars, history, scale, cfg, margin, need_dx, need_dw
             dw if need_dw else dy.new_empty((0,), dtype=dw_dtype))
 
 
-def _bwd_fake(dy, xt, wt, scalars, history, scale, cfg, margin, need_dx, need_dw, dw_dtype):
-    m, n, k = _bwd_check(dy, xt, wt, scalars, history, scale, cfg, need_dx, need_dw, dw_dtype)
+def _bwd_fake(dy, xt, wt, scalars, state, cfg, margin, need_dx, need_dw, dw_dtype):
+    m, n, k = _bwd_check(dy, xt, wt, scalars, state, cfg, need_dx, need_dw, dw_dtype)
     return (dy.new_empty((m, k) if need_dx else (0,)),
             dy.new_empty((n, k) if need_dw else (0,), dtype=dw_dtype))
 
@@ -332,14 +328,13 @@ torch.library.register_fake("nvfp4::fp8_linear_bwd", _bwd_fake, lib=lib)
 _direct = _ops.direct
 
 
-def fp8_linear_fwd(x, w, bias, history, scale, cfg, margin, save_xt, save_wt):
-    if _direct(x, w, bias, history, scale):
-        return _fwd_impl(x, w, bias, history, scale, cfg, margin, save_xt, save_wt)
-    return torch.ops.nvfp4.fp8_linear_fwd(x, w, bias, history, scale, cfg, margin, save_xt, save_wt)
+def fp8_linear_fwd(x, w, bias, state, cfg, margin, save_xt, save_wt):
+    if _direct(x, w, bias, state):
+        return _fwd_impl(x, w, bias, state, cfg, margin, save_xt, save_wt)
+    return torch.ops.nvfp4.fp8_linear_fwd(x, w, bias, state, cfg, margin, save_xt, save_wt)
 
 
-def fp8_linear_bwd(dy, xt, wt, scalars, history, scale, cfg, margin, need_dx, need_dw, dw_dtype):
-    if _direct(dy, xt, wt, scalars, history, scale):
-        return _bwd_impl(dy, xt, wt, scalars, history, scale, cfg, margin, need_dx, need_dw, dw_dtype)
-    return torch.ops.nvfp4.fp8_linear_bwd(dy, xt, wt, scalars, history, scale, cfg, margin, need_dx, need_dw,
-                                          dw_dtype)
+def fp8_linear_bwd(dy, xt, wt, scalars, state, cfg, margin, need_dx, need_dw, dw_dtype):
+    if _direct(dy, xt, wt, scalars, state):
+        return _bwd_impl(dy, xt, wt, scalars, state, cfg, margin, need_dx, need_dw, dw_dtype)
+    return torch.ops.nvfp4.fp8_linear_bwd(dy, xt, wt, scalars, state, cfg, margin, need_dx, need_dw, dw_dtype)

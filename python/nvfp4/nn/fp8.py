@@ -18,13 +18,15 @@ names them:
   (kept as it was when that amax is 0, inf or NaN; NaN entries do not count for "max"), and
   the history rolls by one; after quantizing, the tensor's amax becomes the newest entry.
   This is TransformerEngine's DelayedScaling update (its amax_and_scale_update), run at the
-  start of a role's next quantization instead of at the end of the step. History and scales
-  are module buffers, updated in place on the device, with no host synchronization: the
-  forward's (x, w), which only forwards change, and the gradient's (dy), which only backward
-  passes change, in separate buffers as TransformerEngine keeps its forward and backward
-  scaling state, so that a backward reads the gradient state as the backward before it left
-  it, whatever forwards ran in between — under torch.compile as in eager (a state shared by
-  both passes is what a compiled backward would take as a snapshot of its forward).
+  start of a role's next quantization instead of at the end of the step. Scales and
+  histories are module buffers, updated in place on the device, with no host
+  synchronization: the forward's (x, w), which only forwards change, and the gradient's (dy),
+  which only backward passes change, apart, as TransformerEngine keeps its forward and
+  backward scaling state, so that a backward reads the gradient state as the backward before
+  it left it, whatever forwards ran in between — under torch.compile as in eager (a state
+  shared by both passes is what a compiled backward would take as a snapshot of its
+  forward). Each is one tensor, a role per row: [scale, history...] (one graph input per
+  pass and layer when compiled: each input costs the compiled step host time).
 
 On a CUDA GPU with FP8 tensor cores (compute capability 8.9 or newer) the GEMMs run through
 ``torch._scaled_mm``; elsewhere (the CPU, or ``emulate=True``) through the reference
@@ -58,12 +60,12 @@ __all__ = ["FP8Recipe", "FP8_RECIPES", "get_fp8_recipe", "FP8Linear", "fp8_max",
 
 _FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 _FLT_MAX = torch.finfo(torch.float32).max
-# Rows of the delayed-scaling state (amax history rows, scale entries): x and w in the
-# forward's buffers, dy in the gradient's.
+# Rows of the delayed-scaling state: x and w in the forward's, dy in the gradient's. A row
+# is the role's scale (column 0), then its amax history (columns 1..L, newest first).
 ROLE_X, ROLE_W, ROLE_DY = 0, 1, 0
-# the delayed-scaling buffers of an FP8Linear; each history's scale
-_SCALE_OF = {"fp8_amax_history": "fp8_scale", "fp8_grad_amax_history": "fp8_grad_scale"}
-_FP8_BUFFERS = ("fp8_amax_history", "fp8_scale", "fp8_grad_amax_history", "fp8_grad_scale")
+# the delayed-scaling buffers of an FP8Linear (name, rows)
+_FP8_STATES = (("fp8_state", 2), ("fp8_grad_state", 1))
+_FP8_BUFFERS = tuple(name for name, _ in _FP8_STATES)
 # _scaled_mm needs the inner dimension (and N) to be multiples of 16; the token axis is the
 # inner dimension of wgrad and is padded with zero rows (they change no amax and no product).
 _ALIGN = 16
@@ -378,7 +380,7 @@ def _as_stored(t: torch.Tensor) -> torch.Tensor:
     return t.float()
 
 
-def _quantize_role(t, role, dtype, plan: _Plan, history, scale, transposed: bool = False):
+def _quantize_role(t, role, dtype, plan: _Plan, state, transposed: bool = False):
     """(q, scale_inv) of t for one role with the recipe's scaling, in torch ops (the reference
     path: emulation, or fused_cast=False; and, inside torch.compile, the traced road of
     inductor_casts); (q, qᵀ, scale_inv) with transposed=True."""
@@ -389,6 +391,7 @@ def _quantize_role(t, role, dtype, plan: _Plan, history, scale, transposed: bool
     if r.scaling == "current":
         s = current_scale(tensor_amax(t), fmax)
     else:
+        history, scale = state[:, 1:], state[:, 0]
         if plan.update:
             delayed_scale_update(history, scale, role, fmax, r.margin, r.amax_compute_algo)
         s = scale[role].clone()  # the value used now, whatever later steps do to the buffer
@@ -410,7 +413,7 @@ def _mm(a, a_sinv, b, b_sinv, out_dtype, emulate: bool, fast_accum: bool) -> tor
 
 class _FP8LinearFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, history, scale, grad_history, grad_scale, plan: _Plan):
+    def forward(ctx, x, weight, bias, state, grad_state, plan: _Plan):
         r = plan.recipe
         cdt = x.dtype
         k = x.shape[-1]
@@ -425,13 +428,13 @@ class _FP8LinearFn(torch.autograd.Function):
             # (wgrad reads Xᵀ, dgrad Wᵀ): one kernel instead of a cast and a transpose copy.
             qxt = qwt = None
             if need_dw:
-                qx, qxt, sx_inv = _quantize_role(xp, ROLE_X, r.fwd_dtype, plan, history, scale, transposed=True)
+                qx, qxt, sx_inv = _quantize_role(xp, ROLE_X, r.fwd_dtype, plan, state, transposed=True)
             else:
-                qx, sx_inv = _quantize_role(xp, ROLE_X, r.fwd_dtype, plan, history, scale)
+                qx, sx_inv = _quantize_role(xp, ROLE_X, r.fwd_dtype, plan, state)
             if need_dx:
-                qw, qwt, sw_inv = _quantize_role(weight, ROLE_W, r.fwd_dtype, plan, history, scale, transposed=True)
+                qw, qwt, sw_inv = _quantize_role(weight, ROLE_W, r.fwd_dtype, plan, state, transposed=True)
             else:
-                qw, sw_inv = _quantize_role(weight, ROLE_W, r.fwd_dtype, plan, history, scale)
+                qw, sw_inv = _quantize_role(weight, ROLE_W, r.fwd_dtype, plan, state)
             # With a bias the GEMM's FP32 result takes the bias in FP32 and is rounded once.
             y = _mm(qx, sx_inv, qw, sw_inv, cdt if bias is None else torch.float32, plan.emulate, r.fast_accum_fprop)
             if pad:
@@ -443,7 +446,7 @@ class _FP8LinearFn(torch.autograd.Function):
         # reference, not saved (its version changes with each backward that runs before this
         # one). Forwards never write it, so it is the same buffer whatever forwards run
         # before this backward (gradient accumulation, recomputation), compiled or not.
-        ctx.state = (grad_history, grad_scale)
+        ctx.state = grad_state
         ctx.plan = plan
         ctx.meta = (tuple(x.shape), m, n, pad, cdt, weight.dtype, None if bias is None else bias.dtype)
         return y.reshape(*x.shape[:-1], n)
@@ -454,7 +457,7 @@ class _FP8LinearFn(torch.autograd.Function):
         r = plan.recipe
         x_shape, m, n, pad, cdt, w_dtype, b_dtype = ctx.meta
         qxt, qwt, sx_inv, sw_inv = ctx.saved_tensors  # Xᵀ, Wᵀ (contiguous)
-        history, scale = ctx.state
+        state = ctx.state
         need_dx, need_dw, need_db = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
         dx = dw = db = None
         with torch.autocast(dy.device.type, enabled=False):
@@ -462,10 +465,10 @@ class _FP8LinearFn(torch.autograd.Function):
             if need_dx or need_dw:
                 dyp = F.pad(dy2, (0, 0, 0, pad)) if pad else dy2
                 if need_dw:
-                    qdy, qdyt, sdy_inv = _quantize_role(dyp.contiguous(), ROLE_DY, r.bwd_dtype, plan, history, scale,
+                    qdy, qdyt, sdy_inv = _quantize_role(dyp.contiguous(), ROLE_DY, r.bwd_dtype, plan, state,
                                                         transposed=True)
                 else:
-                    qdy, sdy_inv = _quantize_role(dyp.contiguous(), ROLE_DY, r.bwd_dtype, plan, history, scale)
+                    qdy, sdy_inv = _quantize_role(dyp.contiguous(), ROLE_DY, r.bwd_dtype, plan, state)
             if need_dx:
                 # dX = dY·W: W's transpose is the second operand
                 dx = _mm(qdy, sdy_inv, qwt, sw_inv, cdt, plan.emulate, False)
@@ -475,7 +478,7 @@ class _FP8LinearFn(torch.autograd.Function):
                 dw = _mm(qdyt, sdy_inv, qxt, sx_inv, torch.float32, plan.emulate, False).to(w_dtype)
             if need_db:
                 db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
-        return dx, dw, db, None, None, None, None, None
+        return dx, dw, db, None, None, None
 
 
 class _FP8KernelFn(torch.autograd.Function):
@@ -484,7 +487,7 @@ class _FP8KernelFn(torch.autograd.Function):
     autocast list."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, history, scale, grad_history, grad_scale, plan: _Plan):
+    def forward(ctx, x, weight, bias, state, grad_state, plan: _Plan):
         k = x.shape[-1]
         x2 = x.reshape(-1, k)
         m = x2.shape[0]
@@ -492,13 +495,13 @@ class _FP8KernelFn(torch.autograd.Function):
         pad = (-m) % _ALIGN if need_dw else 0
         if pad:
             x2 = F.pad(x2, (0, 0, 0, pad))
-        y, xt, wt, sc = _passes.fp8_linear_fwd(x2, weight, bias, history, scale, plan.cfg, plan.margin, need_dw,
+        y, xt, wt, sc = _passes.fp8_linear_fwd(x2, weight, bias, state, plan.cfg, plan.margin, need_dw,
                                                need_dx)
         if pad:
             y = y[:m]
         ctx.save_for_backward(xt, wt, sc)
         # held by reference, not saved: see _FP8LinearFn
-        ctx.state = (grad_history, grad_scale)
+        ctx.state = grad_state
         ctx.plan = plan
         ctx.meta = (x.shape, m, pad, weight.dtype, None if bias is None else bias.dtype)
         return y.view(*x.shape[:-1], y.shape[-1])
@@ -506,7 +509,7 @@ class _FP8KernelFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         xt, wt, sc = ctx.saved_tensors
-        history, scale = ctx.state
+        state = ctx.state
         plan = ctx.plan
         x_shape, m, pad, w_dtype, b_dtype = ctx.meta
         need_dx, need_dw, need_db = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
@@ -514,7 +517,7 @@ class _FP8KernelFn(torch.autograd.Function):
         dx = dw = db = None
         if need_dx or need_dw:
             dyp = F.pad(dy2, (0, 0, 0, pad)) if pad else dy2
-            gx, gw = _passes.fp8_linear_bwd(dyp, xt, wt, sc, history, scale, plan.cfg, plan.margin, need_dx,
+            gx, gw = _passes.fp8_linear_bwd(dyp, xt, wt, sc, state, plan.cfg, plan.margin, need_dx,
                                             need_dw, w_dtype)
             if need_dx:
                 dx = (gx[:m] if pad else gx).view(x_shape)
@@ -522,7 +525,7 @@ class _FP8KernelFn(torch.autograd.Function):
                 dw = gw
         if need_db:
             db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
-        return dx, dw, db, None, None, None, None, None
+        return dx, dw, db, None, None, None
 
 
 # ------------------------------------------------------------------------------ module
@@ -531,13 +534,14 @@ class FP8Linear(nn.Linear):
 
     recipe: "fp8" (current scaling), "fp8_delayed" (delayed scaling) or an FP8Recipe.
     in_features and out_features must be multiples of 16 (FP8 GEMM operand rules).
-    With delayed scaling the module holds four buffers (in its state_dict, so a checkpoint
-    resumes them): the forward's ``fp8_amax_history`` float32 [2, amax_history_len] (rows:
-    x, w) and ``fp8_scale`` float32 [2], updated by training forwards (module in training
-    mode, autograd on), and the gradient's ``fp8_grad_amax_history`` float32 [1,
-    amax_history_len] (dy) and ``fp8_grad_scale`` float32 [1], updated by the backward pass;
-    only read otherwise. A state_dict of the earlier layout (one history [3, L] with rows x,
-    w, dy and one scale [3]) loads into these.
+    With delayed scaling the module holds two buffers (in its state_dict, so a checkpoint
+    resumes them), float32, one row per tensor role: its scale in column 0, then its amax
+    history (amax_history_len entries, newest first) — the forward's ``fp8_state`` [2, 1 + L]
+    (rows x, w), updated by training forwards (module in training mode, autograd on), and the
+    gradient's ``fp8_grad_state`` [1, 1 + L] (dy), updated by the backward pass; only read
+    otherwise. ``fp8_delayed_state()`` gives each role's scale and history as views. A
+    state_dict of the earlier layout (``fp8_amax_history`` [3, L] with rows x, w, dy and
+    ``fp8_scale`` [3]) loads into these.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None,
@@ -563,23 +567,35 @@ class FP8Linear(nn.Linear):
         dev = self.weight.device
         if recipe.scaling == "delayed":
             hlen = recipe.amax_history_len
-            for name, rows in (("fp8_amax_history", 2), ("fp8_grad_amax_history", 1)):
-                h = self._buffers.get(name)
-                if h is None or h.shape != (rows, hlen):
-                    self.register_buffer(name, torch.zeros(rows, hlen, dtype=torch.float32, device=dev))
-                    self.register_buffer(_SCALE_OF[name], torch.ones(rows, dtype=torch.float32, device=dev))
+            for name, rows in _FP8_STATES:
+                st = self._buffers.get(name)
+                if st is None or st.shape != (rows, 1 + hlen):
+                    st = torch.zeros(rows, 1 + hlen, dtype=torch.float32, device=dev)
+                    st[:, 0] = 1.0  # the scales before any amax is recorded
+                    self.register_buffer(name, st)
         else:
             for b in _FP8_BUFFERS:
                 self._buffers.pop(b, None)
 
+    def fp8_delayed_state(self) -> dict:
+        """Delayed scaling: {"x" | "w" | "dy": (scale, history)}, views of the layer's buffers
+        (a 0-dim scale and the [L] amax history, newest first; writing them writes the
+        buffers)."""
+        if self._fp8_recipe.scaling != "delayed":
+            raise RuntimeError(f"fp8_delayed_state: the layer's recipe {self._fp8_recipe.name!r} uses current "
+                               "scaling, which keeps no state")
+        fwd, grad = self._buffers["fp8_state"], self._buffers["fp8_grad_state"]
+        return {"x": (fwd[ROLE_X, 0], fwd[ROLE_X, 1:]), "w": (fwd[ROLE_W, 0], fwd[ROLE_W, 1:]),
+                "dy": (grad[ROLE_DY, 0], grad[ROLE_DY, 1:])}
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # the earlier layout: one history [3, L] (rows x, w, dy) and one scale [3]
+        # the earlier layout: fp8_amax_history [3, L] (rows x, w, dy) and fp8_scale [3]
         h, s = state_dict.get(prefix + "fp8_amax_history"), state_dict.get(prefix + "fp8_scale")
         if isinstance(h, torch.Tensor) and isinstance(s, torch.Tensor) and h.dim() == 2 and h.shape[0] == 3 \
-                and s.shape == (3,) and prefix + "fp8_grad_amax_history" not in state_dict \
-                and prefix + "fp8_grad_scale" not in state_dict:
-            state_dict[prefix + "fp8_amax_history"], state_dict[prefix + "fp8_grad_amax_history"] = h[:2], h[2:]
-            state_dict[prefix + "fp8_scale"], state_dict[prefix + "fp8_grad_scale"] = s[:2], s[2:]
+                and s.shape == (3,) and not any(prefix + n in state_dict for n in _FP8_BUFFERS):
+            del state_dict[prefix + "fp8_amax_history"], state_dict[prefix + "fp8_scale"]
+            both = torch.cat([s.reshape(3, 1).to(h.dtype), h], dim=1)
+            state_dict[prefix + "fp8_state"], state_dict[prefix + "fp8_grad_state"] = both[:2], both[2:]
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @classmethod
@@ -625,14 +641,12 @@ class FP8Linear(nn.Linear):
         update = delayed and self.training and torch.is_grad_enabled()
         plan = self._fp8_plans[2 * emulate + update]
         if delayed:
-            b = self._buffers
-            history, scale = b["fp8_amax_history"], b["fp8_scale"]
-            grad_history, grad_scale = b["fp8_grad_amax_history"], b["fp8_grad_scale"]
+            state, grad_state = self._buffers["fp8_state"], self._buffers["fp8_grad_state"]
         else:
-            history = scale = grad_history = grad_scale = None
+            state = grad_state = None
         # Inside torch.compile the kernel path is traced as torch ops instead (the recipe's
         # inductor_casts): the same casts and GEMMs, compiled with the model. FP16 inputs keep
         # the kernel ops (_as_stored has no cheap way to restore their rounding).
         traced = kernel and r.inductor_casts and x.dtype is not torch.float16 and torch.compiler.is_compiling()
         fn = _FP8KernelFn if kernel and not traced else _FP8LinearFn
-        return fn.apply(x, self.weight, self.bias, history, scale, grad_history, grad_scale, plan)
+        return fn.apply(x, self.weight, self.bias, state, grad_state, plan)
