@@ -360,6 +360,10 @@ def test_module_api_and_errors():
     assert not any(k.startswith("fp8_") for k in m.state_dict())
     with pytest.raises(RuntimeError, match="fp8_delayed_state: .*current scaling"):
         m.fp8_delayed_state()
+    stale = FP8Linear(32, 16, recipe="fp8_delayed")
+    del stale._buffers["fp8_grad_state"]  # as a layer pickled whole with the earlier buffers
+    with pytest.raises(RuntimeError, match="fp8_state / fp8_grad_state"):
+        stale(torch.randn(2, 32))
     back = m.to_linear()
     assert type(back) is nn.Linear and set(back.state_dict()) == {"weight", "bias"}
     with pytest.raises(ValueError, match="multiples of 16"):

@@ -641,7 +641,12 @@ class FP8Linear(nn.Linear):
         update = delayed and self.training and torch.is_grad_enabled()
         plan = self._fp8_plans[2 * emulate + update]
         if delayed:
-            state, grad_state = self._buffers["fp8_state"], self._buffers["fp8_grad_state"]
+            b = self._buffers
+            state, grad_state = b.get("fp8_state"), b.get("fp8_grad_state")
+            if state is None or grad_state is None:
+                raise RuntimeError("FP8Linear: delayed scaling without its fp8_state / fp8_grad_state buffers (a "
+                                   "layer pickled whole by an earlier version?): set fp8_recipe again, then load "
+                                   "a state_dict, which converts the earlier layout")
         else:
             state = grad_state = None
         # Inside torch.compile the kernel path is traced as torch ops instead (the recipe's
