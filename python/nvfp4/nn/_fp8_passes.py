@@ -16,8 +16,8 @@ role inside the op (no views), and the newest history slot filled by the cast it
 max |x| added into the slot the update has just cleared: no amax pass, no copy).
 
 Delayed scaling's state is the layer's buffers, mutated in place on the device, one row
-per role, [scale, amax history (L entries, newest first)]: the forward's float32 [2, 1 + L]
-(rows x, w), given to ``fp8_linear_fwd``, and the gradient's [1, 1 + L] (dy), given to
+per role, [scale, amax history (L entries, the newest at index 0)]: the forward's float32
+[2, 1 + L] (rows x, w), given to ``fp8_linear_fwd``, and the gradient's [1, 1 + L] (dy), given to
 ``fp8_linear_bwd``; an op that does not update it reads the scale only. Neither op writes
 the other's state, so that a compiled backward mutates the gradient state the layer holds,
 not a copy taken at its forward.

@@ -61,7 +61,7 @@ __all__ = ["FP8Recipe", "FP8_RECIPES", "get_fp8_recipe", "FP8Linear", "fp8_max",
 _FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 _FLT_MAX = torch.finfo(torch.float32).max
 # Rows of the delayed-scaling state: x and w in the forward's, dy in the gradient's. A row
-# is the role's scale (column 0), then its amax history (columns 1..L, newest first).
+# is the role's scale (column 0), then its amax history (columns 1..L; the newest in column 1).
 ROLE_X, ROLE_W, ROLE_DY = 0, 1, 0
 # the delayed-scaling buffers of an FP8Linear (name, rows)
 _FP8_STATES = (("fp8_state", 2), ("fp8_grad_state", 1))
@@ -536,7 +536,8 @@ class FP8Linear(nn.Linear):
     in_features and out_features must be multiples of 16 (FP8 GEMM operand rules).
     With delayed scaling the module holds two buffers (in its state_dict, so a checkpoint
     resumes them), float32, one row per tensor role: its scale in column 0, then its amax
-    history (amax_history_len entries, newest first) — the forward's ``fp8_state`` [2, 1 + L]
+    history (amax_history_len entries, the newest at its index 0, then the earlier ones from
+    its end back, as TransformerEngine rolls it) — the forward's ``fp8_state`` [2, 1 + L]
     (rows x, w), updated by training forwards (module in training mode, autograd on), and the
     gradient's ``fp8_grad_state`` [1, 1 + L] (dy), updated by the backward pass; only read
     otherwise. ``fp8_delayed_state()`` gives each role's scale and history as views. A
@@ -579,8 +580,8 @@ class FP8Linear(nn.Linear):
 
     def fp8_delayed_state(self) -> dict:
         """Delayed scaling: {"x" | "w" | "dy": (scale, history)}, views of the layer's buffers
-        (a 0-dim scale and the [L] amax history, newest first; writing them writes the
-        buffers)."""
+        (a 0-dim scale and the [L] amax history, its newest entry at index 0; writing them
+        writes the buffers)."""
         if self._fp8_recipe.scaling != "delayed":
             raise RuntimeError(f"fp8_delayed_state: the layer's recipe {self._fp8_recipe.name!r} uses current "
                                "scaling, which keeps no state")
