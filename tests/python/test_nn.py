@@ -738,6 +738,38 @@ def test_compile_inductor_matches_eager(monkeypatch):
         _assert_rounding_close(e, c, changed, f"GELU model, step {step}")
 
 
+def test_compiled_two_micro_batches_before_their_backwards():
+    """Two micro-batches forward, then one backward through both (the engine runs the second's
+    first), compiled (fullgraph, through AOTAutograd) against eager: the stochastic-rounding
+    counter, advanced by each backward and read by each forward, and every gradient bit for
+    bit over steps. The counter is written by backwards only, so a compiled backward advances
+    the layer's counter, not a copy taken when its forward ran."""
+    _reset_dynamo()
+    r = nn4.get_recipe("nvfp4", backend="reference")
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 48))
+    nn4.convert(mlp, r, exclude=[])
+    ref = copy.deepcopy(mlp)
+    compiled = torch.compile(mlp, fullgraph=True, backend="aot_eager")
+    g = torch.Generator().manual_seed(1)
+    for step in range(2):
+        xs = [torch.randn(2, 16, 64, generator=g) * (i + 1) for i in range(2)]
+        dys = [torch.randn(2, 16, 48, generator=g) for _ in range(2)]
+        xa = [x.clone().requires_grad_(True) for x in xs]
+        xb = [x.clone().requires_grad_(True) for x in xs]
+        torch.autograd.backward([compiled(x) for x in xa], dys)
+        torch.autograd.backward([ref(x) for x in xb], dys)
+        for i in range(2):
+            assert torch.equal(xa[i].grad, xb[i].grad), f"step {step}, micro-batch {i}: dx"
+        for (name, p), q in zip(mlp.named_parameters(), ref.parameters()):
+            assert torch.equal(p.grad, q.grad), f"step {step}: {name}.grad"
+        for (name, b), c in zip(mlp.named_buffers(), ref.buffers()):
+            assert torch.equal(b, c), f"step {step}: {name}"
+        mlp.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+    assert [int(m.sr_step) for m in (mlp[0], mlp[2])] == [4, 4]  # two backwards a step, two steps
+
+
 # ------------------------------------------------------------------------------ Hugging Face transformers
 def test_convert_transformers_llama():
     transformers = pytest.importorskip("transformers")
