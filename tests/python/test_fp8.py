@@ -364,6 +364,8 @@ def test_module_api_and_errors():
     del stale._buffers["fp8_grad_state"]  # as a layer pickled whole with the earlier buffers
     with pytest.raises(RuntimeError, match="fp8_state / fp8_grad_state"):
         stale(torch.randn(2, 32))
+    with pytest.raises(RuntimeError, match="fp8_state / fp8_grad_state"):
+        stale.fp8_delayed_state()
     back = m.to_linear()
     assert type(back) is nn.Linear and set(back.state_dict()) == {"weight", "bias"}
     with pytest.raises(ValueError, match="multiples of 16"):

@@ -585,9 +585,19 @@ class FP8Linear(nn.Linear):
         if self._fp8_recipe.scaling != "delayed":
             raise RuntimeError(f"fp8_delayed_state: the layer's recipe {self._fp8_recipe.name!r} uses current "
                                "scaling, which keeps no state")
-        fwd, grad = self._buffers["fp8_state"], self._buffers["fp8_grad_state"]
+        fwd, grad = self._delayed_buffers()
         return {"x": (fwd[ROLE_X, 0], fwd[ROLE_X, 1:]), "w": (fwd[ROLE_W, 0], fwd[ROLE_W, 1:]),
                 "dy": (grad[ROLE_DY, 0], grad[ROLE_DY, 1:])}
+
+    def _delayed_buffers(self):
+        """(fp8_state, fp8_grad_state), or a named error where a layer lacks them."""
+        b = self._buffers
+        state, grad_state = b.get("fp8_state"), b.get("fp8_grad_state")
+        if state is None or grad_state is None:
+            raise RuntimeError("FP8Linear: delayed scaling without its fp8_state / fp8_grad_state buffers (a "
+                               "layer pickled whole by an earlier version?): set fp8_recipe again, then load "
+                               "a state_dict, which converts the earlier layout")
+        return state, grad_state
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # the earlier layout: fp8_amax_history [3, L] (rows x, w, dy) and fp8_scale [3]
@@ -641,15 +651,7 @@ class FP8Linear(nn.Linear):
         delayed = r.scaling == "delayed"
         update = delayed and self.training and torch.is_grad_enabled()
         plan = self._fp8_plans[2 * emulate + update]
-        if delayed:
-            b = self._buffers
-            state, grad_state = b.get("fp8_state"), b.get("fp8_grad_state")
-            if state is None or grad_state is None:
-                raise RuntimeError("FP8Linear: delayed scaling without its fp8_state / fp8_grad_state buffers (a "
-                                   "layer pickled whole by an earlier version?): set fp8_recipe again, then load "
-                                   "a state_dict, which converts the earlier layout")
-        else:
-            state = grad_state = None
+        state, grad_state = self._delayed_buffers() if delayed else (None, None)
         # Inside torch.compile the kernel path is traced as torch ops instead (the recipe's
         # inductor_casts): the same casts and GEMMs, compiled with the model. FP16 inputs keep
         # the kernel ops (_as_stored has no cheap way to restore their rounding).
