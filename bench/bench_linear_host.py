@@ -68,8 +68,10 @@ def _fwd_bwd(layer, x, dy, autocast):
     return run
 
 
-def _time(rows, n, reps, sync):
-    """Median host us per call of each row, the rows interleaved rep by rep."""
+def _time(rows, n, reps, sync, busy=None):
+    """Median host us per call of each row, the rows interleaved rep by rep. busy(): called
+    before each timed run (e.g. a sleep kernel that keeps the GPU busy for the whole run, so
+    that launches never wait for a full queue and the clock reads host time at any size)."""
     for fn, ctx in rows.values():
         with ctx():
             for _ in range(max(5, n // 10)):
@@ -80,6 +82,8 @@ def _time(rows, n, reps, sync):
     for _ in range(reps):
         for name, (fn, ctx) in rows.items():
             with ctx():
+                if busy:
+                    busy()
                 t0 = time.perf_counter()
                 for _ in range(n):
                     fn()
@@ -87,6 +91,46 @@ def _time(rows, n, reps, sync):
             if sync:
                 sync()
     return {name: statistics.median(v) for name, v in runs.items()}, {name: min(v) for name, v in runs.items()}
+
+
+_RAW = ("quantize_raw", "gemm_raw", "quantize_dec_raw", "gemm_dec_raw")
+
+
+def _split(fn, n, busy, sync):
+    """Host us per call spent inside each library entry point (its C++ side: checks, dispatch,
+    launches) over n calls of fn, the GPU kept busy; the rest of a call is Python and torch."""
+    spent = collections.Counter()
+    calls = collections.Counter()
+    real = {name: getattr(_ops, name) for name in _RAW}
+    for name, f in real.items():
+        def spy(*a, _f=f, _name=name):
+            t0 = time.perf_counter()
+            r = _f(*a)
+            spent[_name] += time.perf_counter() - t0
+            calls[_name] += 1
+            return r
+        setattr(_ops, name, spy)
+    try:
+        for _ in range(3):
+            fn()
+        if sync:
+            sync()
+        spent.clear()
+        calls.clear()
+        if busy:
+            busy()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        total = time.perf_counter() - t0
+        if sync:
+            sync()
+    finally:
+        for name, f in real.items():
+            setattr(_ops, name, f)
+    out = {name: {"calls": calls[name] / n, "us": spent[name] / n * 1e6} for name in calls}
+    out["total"] = {"calls": 1, "us": total / n * 1e6}
+    return out
 
 
 def _counts(fn, ctx=contextlib.nullcontext):
@@ -140,6 +184,11 @@ def main(argv=None):
     ap.add_argument("--kernels", action="store_true", help="on the CPU: run the reference kernels (slow)")
     ap.add_argument("--calls", type=int, default=None, help="calls per timed run (default 200 GPU, 300 CPU)")
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--busy-ms", type=float, default=0.0,
+                    help="GPU: a sleep kernel of this many ms before each timed run (at step-sized shapes, so that "
+                         "the clock reads host time; keep --calls small: ~18 launches a call, 1024 queued at most)")
+    ap.add_argument("--split", action="store_true",
+                    help="also: host time inside each library entry point per nvfp4 Linear forward + backward")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     cuda = torch.cuda.is_available()
@@ -167,7 +216,12 @@ def main(argv=None):
         rows["nvfp4 Linear, compiled"] = (_fwd_bwd(torch.compile(fp4), x, dy, cuda), null)
     sync = torch.cuda.synchronize if cuda else None
     calls = a.calls or (200 if cuda else 300)
-    med, best = _time(rows, calls, a.reps, sync)
+    busy = None
+    if cuda and a.busy_ms > 0:
+        rate = torch.cuda.get_device_properties(dev).clock_rate or 1_500_000  # kHz
+        cycles = int(a.busy_ms * rate)
+        busy = lambda: torch.cuda._sleep(cycles)  # noqa: E731
+    med, best = _time(rows, calls, a.reps, sync, busy)
     res = {"device": torch.cuda.get_device_name() if cuda else "cpu", "library": "no-op stubs" if stubbed else "real",
            "shape": {"x": list(shape), "in": k, "out": n, "bias": a.bias, "recipe": a.recipe,
                      "autocast": "bf16" if cuda else None},
@@ -177,6 +231,8 @@ def main(argv=None):
                       "nvfp4 direct - dispatched (us)":
                       med["nvfp4 Linear"] - med["nvfp4 Linear, every pass dispatched"]},
            "per_call": {"nn.Linear": _counts(rows["nn.Linear"][0]), "nvfp4 Linear": _counts(rows["nvfp4 Linear"][0])}}
+    if a.split:
+        res["split"] = {name: _split(rows[name][0], calls, busy, sync) for name in rows if name.startswith("nvfp4")}
     if a.compile:
         res["ratios"]["compiled nvfp4 / nn.Linear"] = med["nvfp4 Linear, compiled"] / med["nn.Linear, compiled"]
     print(f"host time of one Linear forward + backward, x {list(shape)}, {k} -> {n}, recipe {a.recipe}, "
@@ -189,6 +245,9 @@ def main(argv=None):
         top = ", ".join(f"{k_} {v}" for k_, v in list(c["by name"].items())[:8])
         print(f"  {name}: library calls {c['library calls']}, passes {c['passes (plain eager)']}, "
               f"{c['dispatched ops (profiler)']} dispatched ops ({top})")
+    for name, sp in res.get("split", {}).items():
+        print(f"  {name}: host us per forward + backward inside the library: " + ", ".join(
+            f"{k_} {v['us']:.1f} ({v['calls']:.0f} calls)" for k_, v in sp.items()))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -212,11 +212,13 @@ def profile_steps(step, dev, n):
         busy += cur_e - cur_s
     by_kind: dict = {}
     top: dict = {}
+    count: dict = {}
     for e in kernels:
         k = _kind(e.name)
         by_kind[k] = by_kind.get(k, 0.0) + (e.time_range.end - e.time_range.start)
         short = e.name[:120]
         top[short] = top.get(short, 0.0) + (e.time_range.end - e.time_range.start)
+        count[short] = count.get(short, 0) + 1
     us = 1e-3 / n  # profiler times are in us; report ms per step
     # What holds the host back: calls that wait for the GPU (synchronizations, scalar reads of
     # device tensors), and the host ops with the most time of their own.
@@ -232,6 +234,9 @@ def profile_steps(step, dev, n):
     return {"kernels_per_step": len(kernels) / n, "gpu_busy_ms": busy * us, "wall_ms": wall * 1e3 / n,
             "by_kind_ms": {k: v * us for k, v in sorted(by_kind.items())},
             "top_kernels_ms": {k: v * us for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:16]},
+            # every kernel name: launches and GPU ms per step
+            "kernels": {k: {"per_step": count[k] / n, "ms": v * us}
+                        for k, v in sorted(top.items(), key=lambda kv: -kv[1])},
             # (the profile's own final synchronization is one of the n steps' waits)
             "host_waits_per_step": {k: {"calls": c / n, "ms": t * us} for k, (c, t) in sorted(waits.items())},
             "top_host_self_ms": {k: v * us for k, v in sorted(host.items(), key=lambda kv: -kv[1])[:10]}}

@@ -73,6 +73,8 @@ void check_quant_settings() {
   removed("NVFP4_QUANT_LEGACY",
           "the previous quantization kernels were deleted after 0.2; time them from a build of an earlier commit");
   integer("NVFP4_QUANT_GRID_CAP", 0, 1 << 20, "largest persistent grid of the quantization kernels, 0: none");
+  one_of("NVFP4_QUANT_COOP", {"0", "1"},
+         "0: zero the amax outputs with memsets, not inside a cooperatively launched amax kernel");
 }
 
 }  // namespace nvfp4::detail

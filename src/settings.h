@@ -11,7 +11,8 @@ namespace nvfp4::detail {
 // NVFP4_SM90_STREAM_DEBUG is refused). Throws validate.h's Error on a bad value.
 void check_gemm_settings();
 
-// The quantization settings (NVFP4_QUANT_GRID_CAP; NVFP4_QUANT_LEGACY, removed, is refused).
+// The quantization settings (NVFP4_QUANT_GRID_CAP, NVFP4_QUANT_COOP; NVFP4_QUANT_LEGACY, removed, is
+// refused).
 void check_quant_settings();
 
 }  // namespace nvfp4::detail

@@ -12,6 +12,19 @@
 //    thread); the RHT runs down each of its columns, rows past the end
 //    being the zero padding the columnwise output quantizes. Also gives max |x| when wanted.
 // Each CTA reduces in registers and shared memory and issues one atomicMax per output.
+//
+// The outputs start at zero. A training step quantizes three tensors per Linear, and
+// zeroing each amax with a memset launch cost two launches per quantization (host time of
+// a call, a gap on the GPU). So each kernel zeroes the outputs it reduces into itself: it
+// is launched cooperatively (the whole grid resident at once — the grids are persistent
+// anyway), one thread stores the zeros, the grid waits at a grid-wide barrier
+// (cooperative_groups), then every CTA reduces. Where the cooperative launch is refused
+// (a grid larger than what can be resident, e.g. under an MPS limit) or
+// NVFP4_QUANT_COOP=0, the outputs are zeroed by memsets and the same kernel runs as an
+// ordinary launch, without the barrier. Either way the same atomics see the same values:
+// the amax is the same bits.
+#include <cooperative_groups.h>
+
 #include "quant/common.cuh"
 #include "quant/launch.cuh"
 
@@ -25,10 +38,23 @@ struct AmaxArgs {
   float* plain1;
   float* rht;     // max |RHT(x)| along rows (amax_flat) or columns (amax_colrht)
   uint32_t sign_mask;
+  int zero;       // 1: zero plain0, plain1 and rht, then a grid-wide barrier (cooperative launch only)
 };
+
+// The outputs zeroed by one thread, visible to every CTA after the grid-wide barrier.
+__device__ __forceinline__ void zero_outputs(const AmaxArgs& a) {
+  if (!a.zero) return;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (a.plain0) *a.plain0 = 0.0f;
+    if (a.plain1) *a.plain1 = 0.0f;
+    if (a.rht) *a.rht = 0.0f;
+  }
+  cooperative_groups::this_grid().sync();
+}
 
 template <class T, bool kRowRht>
 __global__ void __launch_bounds__(kThreads) amax_flat_kernel(const AmaxArgs a) {
+  zero_outputs(a);
   const int64_t n = a.rows * a.cols / kBlock;
   const char* x = static_cast<const char*>(a.x);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
@@ -70,6 +96,7 @@ __device__ __forceinline__ uint32_t half_word(const uint2& q, int i) { return i 
 
 template <class T>
 __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a) {
+  zero_outputs(a);
   constexpr int E = kColUnitBytes / T::kBytes;  // columns per strip
   const int64_t nq = a.cols / E;                // strips per row group
   const int64_t ng = (a.rows + 15) / 16;        // row groups
@@ -135,8 +162,43 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
   block_reduce_amax(m_rht, a.rht, nullptr);
 }
 
+bool coop_from_env() {
+  const char* v = std::getenv("NVFP4_QUANT_COOP");
+  return !(v && v[0] == '0');
+}
+
+nvfp4_status_t memset_amax(float* p, cudaStream_t stream) {
+  if (!p) return NVFP4_SUCCESS;
+  const cudaError_t e = cudaMemsetAsync(p, 0, sizeof(float), stream);
+  return e == cudaSuccess ? NVFP4_SUCCESS : gpu::cuda_error(e, "nvfp4 quantize: cudaMemsetAsync of an amax");
+}
+
+// One amax kernel over `grid` CTAs. zero: its outputs hold anything — zeroed inside the
+// kernel under a cooperative launch, else by memsets before an ordinary one.
+template <class Kernel>
+nvfp4_status_t launch(Kernel kernel, unsigned grid, AmaxArgs a, bool zero, cudaStream_t stream, const char* what) {
+  a.zero = 0;
+  if (zero && coop_from_env()) {
+    a.zero = 1;
+    void* args[] = {&a};
+    const cudaError_t e = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid),
+                                                      dim3(kThreads), args, 0, stream);
+    if (e == cudaSuccess) return NVFP4_SUCCESS;
+    if (e != cudaErrorCooperativeLaunchTooLarge && e != cudaErrorNotSupported && e != cudaErrorNotPermitted)
+      return gpu::cuda_error(e, what);
+    (void)cudaGetLastError();  // refused before anything was queued: the ordinary launch below
+    a.zero = 0;
+  }
+  if (zero) {
+    for (float* p : {a.plain0, a.plain1, a.rht})
+      if (nvfp4_status_t s = memset_amax(p, stream); s != NVFP4_SUCCESS) return s;
+  }
+  kernel<<<grid, kThreads, 0, stream>>>(a);
+  return check_launch(what);
+}
+
 template <class T>
-nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
+nvfp4_status_t run(const QuantJob& job, cudaStream_t stream, bool zero) {
   const bool is1d = job.cfg.block == NVFP4_BLOCK_1D;
   const bool row_rht = wanted(job.row) && is1d && (job.cfg.rht & NVFP4_RHT_ROWWISE);
   const bool col_rht = wanted(job.col) && is1d && (job.cfg.rht & NVFP4_RHT_COLUMNWISE);
@@ -145,21 +207,23 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   if (wanted(job.row) && !row_rht) plain[np++] = job.row.amax;
   if (wanted(job.col) && !col_rht) plain[np++] = job.col.amax;
 
-  AmaxArgs a{job.x, job.rows, job.cols, nullptr, nullptr, nullptr, job.cfg.rht_sign_mask};
+  AmaxArgs a{job.x, job.rows, job.cols, nullptr, nullptr, nullptr, job.cfg.rht_sign_mask, 0};
   const int64_t units = job.rows * job.cols / kBlock;
   if (row_rht || !col_rht) {
     // Rows (plain and/or RHT along rows) in one flat pass.
     a.plain0 = plain[0];
     a.plain1 = plain[1];
+    const int64_t work = (units + 2 * kThreads - 1) / (2 * kThreads);
+    nvfp4_status_t s;
     if (row_rht) {
       a.rht = job.row.amax;
-      const unsigned grid = persistent_grid(amax_flat_kernel<T, true>, kThreads, 0, (units + 2 * kThreads - 1) / (2 * kThreads));
-      amax_flat_kernel<T, true><<<grid, kThreads, 0, stream>>>(a);
+      s = launch(amax_flat_kernel<T, true>, persistent_grid(amax_flat_kernel<T, true>, kThreads, 0, work), a, zero,
+                 stream, "nvfp4 amax kernel");
     } else {
-      const unsigned grid = persistent_grid(amax_flat_kernel<T, false>, kThreads, 0, (units + 2 * kThreads - 1) / (2 * kThreads));
-      amax_flat_kernel<T, false><<<grid, kThreads, 0, stream>>>(a);
+      s = launch(amax_flat_kernel<T, false>, persistent_grid(amax_flat_kernel<T, false>, kThreads, 0, work), a,
+                 zero, stream, "nvfp4 amax kernel");
     }
-    if (nvfp4_status_t s = check_launch("nvfp4 amax kernel"); s != NVFP4_SUCCESS) return s;
+    if (s != NVFP4_SUCCESS) return s;
     a.plain0 = a.plain1 = nullptr;  // taken care of
   } else {
     a.plain0 = plain[0];
@@ -169,19 +233,27 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
     a.rht = job.col.amax;
     const int64_t strips = (job.cols / (kColUnitBytes / T::kBytes)) * ((job.rows + 15) / 16);
     const unsigned grid = persistent_grid(amax_colrht_kernel<T>, kThreads, 0, (strips + kThreads - 1) / kThreads);
-    amax_colrht_kernel<T><<<grid, kThreads, 0, stream>>>(a);
-    if (nvfp4_status_t s = check_launch("nvfp4 amax (columnwise RHT) kernel"); s != NVFP4_SUCCESS) return s;
+    if (nvfp4_status_t s = launch(amax_colrht_kernel<T>, grid, a, zero, stream, "nvfp4 amax (columnwise RHT) kernel");
+        s != NVFP4_SUCCESS)
+      return s;
   }
   return NVFP4_SUCCESS;
 }
 
 }  // namespace
 
-nvfp4_status_t launch_amax(const QuantJob& job, cudaStream_t stream) {
+nvfp4_status_t zero_amax(const QuantJob& job, cudaStream_t stream) {
+  for (const QuantOut* o : {&job.row, &job.col})
+    if (wanted(*o))
+      if (nvfp4_status_t s = memset_amax(o->amax, stream); s != NVFP4_SUCCESS) return s;
+  return NVFP4_SUCCESS;
+}
+
+nvfp4_status_t launch_amax(const QuantJob& job, cudaStream_t stream, bool zero) {
   switch (job.dtype) {
-    case NVFP4_DTYPE_FLOAT32: return run<F32>(job, stream);
-    case NVFP4_DTYPE_FLOAT16: return run<F16>(job, stream);
-    case NVFP4_DTYPE_BFLOAT16: return run<BF16>(job, stream);
+    case NVFP4_DTYPE_FLOAT32: return run<F32>(job, stream, zero);
+    case NVFP4_DTYPE_FLOAT16: return run<F16>(job, stream, zero);
+    case NVFP4_DTYPE_BFLOAT16: return run<BF16>(job, stream, zero);
     default: return fail(NVFP4_ERROR_INVALID_ARGUMENT, "nvfp4 quantize: unsupported input dtype");
   }
 }

@@ -8,9 +8,15 @@
 
 namespace nvfp4::detail::quant {
 
-// amax.cu: accumulates (atomicMax) into job.row.amax / job.col.amax, which the caller
-// has zeroed on the stream.
-nvfp4_status_t launch_amax(const QuantJob& job, cudaStream_t stream);
+// amax.cu: max |x| (and of the Hadamard transform where an output asks for it) into
+// job.row.amax / job.col.amax. zero: the amax outputs hold anything and are zeroed here
+// (inside the kernel that reduces into them, under a cooperative launch; with
+// NVFP4_QUANT_COOP=0 or where that launch is refused, by memsets first); else the caller
+// has zeroed them on the stream.
+nvfp4_status_t launch_amax(const QuantJob& job, cudaStream_t stream, bool zero);
+
+// amax.cu: zeroes the amax output of each wanted direction (one float each) by memsets.
+nvfp4_status_t zero_amax(const QuantJob& job, cudaStream_t stream);
 
 // quantize_rowwise.cu: 1D, rowwise output only (RTN or SR, RHT along rows optional).
 nvfp4_status_t launch_rowwise(const QuantJob& job, cudaStream_t stream);

@@ -401,7 +401,8 @@ def test_known_gemm_settings_are_accepted(monkeypatch, name, value):
     assert torch.equal(want, torch.full((4, 8), 32.0, dtype=want.dtype))
 
 
-@pytest.mark.parametrize("name,value", [("NVFP4_QUANT_GRID_CAP", "17"), ("NVFP4_QUANT_GRID_CAP", "0")])
+@pytest.mark.parametrize("name,value", [("NVFP4_QUANT_GRID_CAP", "17"), ("NVFP4_QUANT_GRID_CAP", "0"),
+                                        ("NVFP4_QUANT_COOP", "0"), ("NVFP4_QUANT_COOP", "1")])
 def test_known_quant_settings_are_accepted(monkeypatch, name, value):
     x = torch.randn(4, 32)
     ref = nvfp4.quantize(x)

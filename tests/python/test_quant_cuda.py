@@ -447,6 +447,49 @@ def test_grid_cap_rtn_all_kernels(gen, monkeypatch):
         check(x, block="2d", columnwise=True, layout="linear")
 
 
+@pytest.mark.parametrize("coop", ["0", "1"], ids=["memsets", "cooperative"])
+def test_amax_zeroed_by_memsets_or_inside_the_kernel(coop, gen, monkeypatch):
+    """The amax outputs (poisoned NaN by quantize_raw) are zeroed either by memsets
+    (NVFP4_QUANT_COOP=0) or by the amax kernel itself under a cooperative launch: the same
+    bytes as the CPU reference for every amax kernel (flat, flat with the row RHT, columnwise
+    RHT, both), with full and capped grids."""
+    monkeypatch.setenv("NVFP4_QUANT_COOP", coop)
+    x = randn((300, 208), torch.bfloat16, gen)
+    for cap in ("", "1", "3"):
+        monkeypatch.setenv("NVFP4_QUANT_GRID_CAP", cap)
+        check(x)
+        check(x, rht="rowwise")
+        check(x, rowwise=False, columnwise=True, rht="columnwise", rounding="sr", seed=3)
+        check(x, columnwise=True, rht="columnwise")
+        check(x, columnwise=True, rht="both")
+        check(x, block="2d", columnwise=True, layout="linear")
+
+
+def test_amax_zeroed_in_kernel_on_each_graph_replay(gen):
+    """A quantization captured in a CUDA graph (cooperative amax kernel) zeroes its amax on
+    every replay: the outputs poisoned between replays come back equal to the CPU reference."""
+    x = randn((512, 256), torch.bfloat16, gen).to(DEV)
+    want = quantize_raw(x.cpu(), columnwise=True, rht="columnwise")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        got = quantize_raw(x, columnwise=True, rht="columnwise")  # warm-up (occupancy queries) outside capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            _C.quantize(x, *got["row"], *got["col"], BLOCK["1d"], ROUND["rtn"], LAYOUT["swizzled"],
+                        RHT["columnwise"], DEFAULT_MASK, 0, 0, s.cuda_stream)
+    for _ in range(3):
+        for d in ("row", "col"):
+            got[d][0].fill_(POISON)
+            got[d][1].fill_(POISON)
+            got[d][2].fill_(float("inf"))  # larger than any amax: only a zeroed output comes back right
+        g.replay()
+        torch.cuda.synchronize()
+        for d in ("row", "col"):
+            assert_same(got[d], want[d], f"replay [{d}]")
+
+
 def test_non_default_stream(gen):
     x = randn((513, 96), torch.float16, gen).to(DEV)
     s = torch.cuda.Stream()

@@ -20,6 +20,8 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/numeric_types.h"
 
+#include "gemm/sm90/sm90_cutlass_launch.cuh"
+
 #include "gemm/sm90/sm90_cutlass.h"
 
 namespace nvfp4::detail::sm90 {
@@ -147,23 +149,16 @@ struct Bf16Gemm {
 
   static nvfp4_status_t run(const Sm90CutlassArgs& p, void* workspace, nvfp4_stream_t stream, const char* name) {
     typename Gemm::Arguments args = arguments(p);
-    Gemm gemm;
-    cutlass::Status st = gemm.can_implement(args);
+    cutlass::Status st = Gemm::can_implement(args);
     if (st != cutlass::Status::kSuccess)
       return fail(NVFP4_ERROR_NOT_SUPPORTED, std::string("gemm (cutlass sm90 ") + name + "): CUTLASS cannot run M=" +
                                                  std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" +
                                                  std::to_string(p.k) + ": " + cutlassGetStatusString(st));
     auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
-    st = gemm.initialize(args, workspace, cuda_stream);
-    if (st != cutlass::Status::kSuccess) {
-      cudaError_t e = cudaGetLastError();
-      return fail(NVFP4_ERROR_CUDA, std::string("gemm (cutlass sm90 ") + name + "): initialize failed: " +
-                                        cutlassGetStatusString(st) + " / " + cudaGetErrorString(e));
-    }
-    st = gemm.run(cuda_stream);
+    st = initialize_and_run<Gemm>(args, workspace, cuda_stream);
     cudaError_t e = cudaGetLastError();
     if (st != cutlass::Status::kSuccess || e != cudaSuccess)
-      return fail(NVFP4_ERROR_CUDA, std::string("gemm (cutlass sm90 ") + name + "): launch failed: " +
+      return fail(NVFP4_ERROR_CUDA, std::string("gemm (cutlass sm90 ") + name + "): initialize or launch failed: " +
                                         cutlassGetStatusString(st) + " / " + cudaGetErrorName(e) + " (" +
                                         cudaGetErrorString(e) + ")");
     return NVFP4_SUCCESS;
