@@ -74,7 +74,7 @@ void check_quant_settings() {
           "the previous quantization kernels were deleted after 0.2; time them from a build of an earlier commit");
   integer("NVFP4_QUANT_GRID_CAP", 0, 1 << 20, "largest persistent grid of the quantization kernels, 0: none");
   one_of("NVFP4_QUANT_COOP", {"0", "1"},
-         "0: zero the amax outputs with memsets, not inside a cooperatively launched amax kernel");
+         "1: zero the amax outputs inside a cooperatively launched amax kernel, not by memsets");
 }
 
 }  // namespace nvfp4::detail

@@ -13,16 +13,18 @@
 //    being the zero padding the columnwise output quantizes. Also gives max |x| when wanted.
 // Each CTA reduces in registers and shared memory and issues one atomicMax per output.
 //
-// The outputs start at zero. A training step quantizes three tensors per Linear, and
-// zeroing each amax with a memset launch cost two launches per quantization (host time of
-// a call, a gap on the GPU). So each kernel zeroes the outputs it reduces into itself: it
-// is launched cooperatively (the whole grid resident at once — the grids are persistent
-// anyway), one thread stores the zeros, the grid waits at a grid-wide barrier
-// (cooperative_groups), then every CTA reduces. Where the cooperative launch is refused
-// (a grid larger than what can be resident, e.g. under an MPS limit) or
-// NVFP4_QUANT_COOP=0, the outputs are zeroed by memsets and the same kernel runs as an
-// ordinary launch, without the barrier. Either way the same atomics see the same values:
-// the amax is the same bits.
+// The outputs start at zero: by default two memsets per quantization zero them first. A
+// training step quantizes three tensors per Linear, and those memsets are two launches per
+// quantization (host time of a call, a gap on the GPU). With NVFP4_QUANT_COOP=1 each kernel
+// zeroes the outputs it reduces into itself instead: it is launched cooperatively (the whole
+// grid resident at once — the grids are persistent anyway), one thread stores the zeros, the
+// grid waits at a grid-wide barrier (cooperative_groups), then every CTA reduces; where the
+// cooperative launch is refused (a grid larger than what can be resident, e.g. under an MPS
+// limit) the memsets and an ordinary launch. Either way the same atomics see the same
+// values: the amax is the same bits. Not the default: a cooperative grid of the whole GPU
+// cannot start while kernels of other streams hold part of it — the communication kernels
+// a sharded or data-parallel step overlaps with its compute, which wait on other ranks —
+// so it would serialize the step's compute behind its communication (or worse).
 #include <cooperative_groups.h>
 
 #include "quant/common.cuh"
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
 
 bool coop_from_env() {
   const char* v = std::getenv("NVFP4_QUANT_COOP");
-  return !(v && v[0] == '0');
+  return v && v[0] == '1';
 }
 
 nvfp4_status_t memset_amax(float* p, cudaStream_t stream) {
@@ -173,8 +175,9 @@ nvfp4_status_t memset_amax(float* p, cudaStream_t stream) {
   return e == cudaSuccess ? NVFP4_SUCCESS : gpu::cuda_error(e, "nvfp4 quantize: cudaMemsetAsync of an amax");
 }
 
-// One amax kernel over `grid` CTAs. zero: its outputs hold anything — zeroed inside the
-// kernel under a cooperative launch, else by memsets before an ordinary one.
+// One amax kernel over `grid` CTAs. zero: its outputs hold anything — zeroed by memsets
+// before an ordinary launch, or with NVFP4_QUANT_COOP=1 inside the kernel under a
+// cooperative launch.
 template <class Kernel>
 nvfp4_status_t launch(Kernel kernel, unsigned grid, AmaxArgs a, bool zero, cudaStream_t stream, const char* what) {
   a.zero = 0;

@@ -10,9 +10,8 @@ namespace nvfp4::detail::quant {
 
 // amax.cu: max |x| (and of the Hadamard transform where an output asks for it) into
 // job.row.amax / job.col.amax. zero: the amax outputs hold anything and are zeroed here
-// (inside the kernel that reduces into them, under a cooperative launch; with
-// NVFP4_QUANT_COOP=0 or where that launch is refused, by memsets first); else the caller
-// has zeroed them on the stream.
+// (by memsets first; with NVFP4_QUANT_COOP=1 inside the kernel that reduces into them,
+// under a cooperative launch); else the caller has zeroed them on the stream.
 nvfp4_status_t launch_amax(const QuantJob& job, cudaStream_t stream, bool zero);
 
 // amax.cu: zeroes the amax output of each wanted direction (one float each) by memsets.

@@ -1,8 +1,7 @@
 // cuda_quantize: the two passes of a quantization, in stream order, with no host
-// synchronization. (1) the amax pass: its kernel zeroes the amax outputs, waits for the
-// whole grid (a cooperative launch) and reduces max |x| (or max |RHT(x)|) into them with
-// atomics — no memset launches on the training step's path (amax.cu); (2) one quantize
-// kernel that reads those amaxes from device memory.
+// synchronization. (1) the amax pass: zero the amax outputs (memsets, or inside the amax
+// kernel with NVFP4_QUANT_COOP=1: amax.cu) and reduce max |x| (or max |RHT(x)|) into them
+// with atomics; (2) one quantize kernel that reads those amaxes from device memory.
 // Which quantize kernel: 1D with only a rowwise output takes the rowwise kernel (no
 // shared memory); anything with a columnwise output, and every 2D quantization, takes
 // the tile kernel, which reads x once for both outputs.

@@ -450,7 +450,8 @@ def test_grid_cap_rtn_all_kernels(gen, monkeypatch):
 @pytest.mark.parametrize("coop", ["0", "1"], ids=["memsets", "cooperative"])
 def test_amax_zeroed_by_memsets_or_inside_the_kernel(coop, gen, monkeypatch):
     """The amax outputs (poisoned NaN by quantize_raw) are zeroed either by memsets
-    (NVFP4_QUANT_COOP=0) or by the amax kernel itself under a cooperative launch: the same
+    (the default, NVFP4_QUANT_COOP=0) or by the amax kernel itself under a cooperative launch
+    (NVFP4_QUANT_COOP=1): the same
     bytes as the CPU reference for every amax kernel (flat, flat with the row RHT, columnwise
     RHT, both), with full and capped grids."""
     monkeypatch.setenv("NVFP4_QUANT_COOP", coop)
@@ -465,9 +466,12 @@ def test_amax_zeroed_by_memsets_or_inside_the_kernel(coop, gen, monkeypatch):
         check(x, block="2d", columnwise=True, layout="linear")
 
 
-def test_amax_zeroed_in_kernel_on_each_graph_replay(gen):
-    """A quantization captured in a CUDA graph (cooperative amax kernel) zeroes its amax on
-    every replay: the outputs poisoned between replays come back equal to the CPU reference."""
+@pytest.mark.parametrize("coop", ["0", "1"], ids=["memsets", "cooperative"])
+def test_amax_zeroed_on_each_graph_replay(coop, gen, monkeypatch):
+    """A quantization captured in a CUDA graph zeroes its amax on every replay (memset nodes,
+    or the cooperative amax kernel): the outputs poisoned between replays come back equal to
+    the CPU reference."""
+    monkeypatch.setenv("NVFP4_QUANT_COOP", coop)
     x = randn((512, 256), torch.bfloat16, gen).to(DEV)
     want = quantize_raw(x.cpu(), columnwise=True, rht="columnwise")
     s = torch.cuda.Stream()
