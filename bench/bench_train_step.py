@@ -172,6 +172,7 @@ def sync(dev):
 
 # Kernel names by kind, for --profile: where a step's GPU time goes.
 _KINDS = (
+    ("memset", ("Memset",)),
     ("quantize", ("nvfp4::detail::quant", "amax_kernel", "rowwise_kernel", "tile_kernel", "amax_colrht")),
     ("decode", ("gemm_prep", "decode")),
     ("gemm", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas", "Kernel2", "small_m", "stream_kernel",
@@ -211,11 +212,13 @@ def profile_steps(step, dev, n):
     if cur_e is not None:
         busy += cur_e - cur_s
     by_kind: dict = {}
+    launches: dict = {}
     top: dict = {}
     count: dict = {}
     for e in kernels:
         k = _kind(e.name)
         by_kind[k] = by_kind.get(k, 0.0) + (e.time_range.end - e.time_range.start)
+        launches[k] = launches.get(k, 0) + 1
         short = e.name[:120]
         top[short] = top.get(short, 0.0) + (e.time_range.end - e.time_range.start)
         count[short] = count.get(short, 0) + 1
@@ -233,6 +236,7 @@ def profile_steps(step, dev, n):
         host[e.name] = host.get(e.name, 0.0) + e.self_cpu_time_total
     return {"kernels_per_step": len(kernels) / n, "gpu_busy_ms": busy * us, "wall_ms": wall * 1e3 / n,
             "by_kind_ms": {k: v * us for k, v in sorted(by_kind.items())},
+            "launches_by_kind": {k: v / n for k, v in sorted(launches.items())},
             "top_kernels_ms": {k: v * us for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:16]},
             # every kernel name: launches and GPU ms per step
             "kernels": {k: {"per_step": count[k] / n, "ms": v * us}
@@ -573,7 +577,8 @@ def main(argv=None):
                 p = r["profile"]
                 kinds = "  ".join(f"{k} {v:.2f}" for k, v in p["by_kind_ms"].items())
                 print(f"{'':27s}profile: {p['kernels_per_step']:.0f} kernels/step, GPU busy {p['gpu_busy_ms']:.2f} ms "
-                      f"of {p['wall_ms']:.2f} ms wall; by kind (ms): {kinds}", flush=True)
+                      f"of {p['wall_ms']:.2f} ms wall; by kind (ms): {kinds}; launches per step by kind: "
+                      + "  ".join(f"{k} {v:.0f}" for k, v in p.get("launches_by_kind", {}).items()), flush=True)
                 waits = p.get("host_waits_per_step") or {}
                 print(f"{'':27s}host waits per step: " + (", ".join(
                     f"{k} {v['calls']:.1f}x {v['ms']:.2f} ms" for k, v in waits.items()) or "none") + "; host self "
