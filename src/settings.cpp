@@ -7,9 +7,27 @@
 #include <initializer_list>
 #include <string>
 
+#if defined(_WIN32)
+#include <stdlib.h>
+#define NVFP4_ENVIRON _environ
+#else
+#include <unistd.h>
+extern char** environ;
+#define NVFP4_ENVIRON environ
+#endif
+
 #include "validate.h"
 
 namespace nvfp4::detail {
+
+bool any_nvfp4_setting() {
+  char** env = NVFP4_ENVIRON;
+  if (env == nullptr) return false;
+  for (; *env != nullptr; ++env)
+    if (std::strncmp(*env, "NVFP4_", 6) == 0) return true;
+  return false;
+}
+
 namespace {
 
 const char* value_of(const char* name) {
@@ -50,6 +68,7 @@ void removed(const char* name, const char* why) {
 }  // namespace
 
 void check_gemm_settings() {
+  if (!any_nvfp4_setting()) return;  // nothing set: every variable below is unset
   one_of("NVFP4_SM90_DIRECT", {"0", "1"}, "1: the FP4-reading Hopper GEMM");
   one_of("NVFP4_SM90_RS", {"0", "1"}, "1: the Hopper GEMM that decodes FP4 A in registers (B decoded)");
   one_of("NVFP4_SM90_DECODED", {"0", "1"}, "0: the Hopper two-step GEMM declines decoded operands");
@@ -70,6 +89,7 @@ void check_gemm_settings() {
 }
 
 void check_quant_settings() {
+  if (!any_nvfp4_setting()) return;
   removed("NVFP4_QUANT_LEGACY",
           "the previous quantization kernels were deleted after 0.2; time them from a build of an earlier commit");
   integer("NVFP4_QUANT_GRID_CAP", 0, 1 << 20, "largest persistent grid of the quantization kernels, 0: none");

@@ -7,6 +7,11 @@
 
 namespace nvfp4::detail {
 
+// Whether any NVFP4_* variable is set: one pass over the environment, where the checks and
+// the GEMM environment key would otherwise look each of their ~17 names up (a linear scan of
+// the environment each) on every call. With none set, every variable is unset.
+bool any_nvfp4_setting();
+
 // The GEMM settings (NVFP4_SM90_*, NVFP4_CUDNN_EPILOGUE, NVFP4_CUDNN_AUTOTUNE; the removed
 // NVFP4_SM90_STREAM_DEBUG is refused). Throws validate.h's Error on a bad value.
 void check_gemm_settings();

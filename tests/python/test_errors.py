@@ -411,6 +411,34 @@ def test_known_quant_settings_are_accepted(monkeypatch, name, value):
     assert torch.equal(got.data, ref.data) and torch.equal(got.scales, ref.scales)
 
 
+def test_settings_checked_again_after_calls_with_none_set(monkeypatch):
+    """With no NVFP4_* variable set the checks take one pass over the environment and stop;
+    a variable set afterwards is still seen on the next call (no remembered answer), and the
+    GEMM environment key follows it."""
+    import os
+
+    from nvfp4 import _ops
+    for name in [n for n in os.environ if n.startswith("NVFP4_")]:
+        monkeypatch.delenv(name)
+    x = torch.randn(4, 32)
+    for _ in range(3):
+        _cpu_gemm()
+        nvfp4.quantize(x)
+    assert _ops.gemm_env_key() == ""
+    monkeypatch.setenv("NVFP4_SM90_TILE", "bogus")
+    with raises(ValueError, "NVFP4_SM90_TILE", "expected"):
+        _cpu_gemm()
+    assert "NVFP4_SM90_TILE=bogus" in _ops.gemm_env_key()
+    monkeypatch.setenv("NVFP4_QUANT_GRID_CAP", "x")
+    with raises(ValueError, "NVFP4_QUANT_GRID_CAP", "expected"):
+        nvfp4.quantize(x)
+    monkeypatch.delenv("NVFP4_SM90_TILE")
+    monkeypatch.delenv("NVFP4_QUANT_GRID_CAP")
+    _cpu_gemm()
+    nvfp4.quantize(x)
+    assert _ops.gemm_env_key() == ""
+
+
 def test_trace_settings_refuse_an_unknown_value(monkeypatch):
     """The trace switches take 0 or 1; anything else is refused by name, not ignored."""
     for name in ("NVFP4_SM90_TRACE", "NVFP4_SM90_STREAM_TRACE"):
