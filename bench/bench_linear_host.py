@@ -192,6 +192,10 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     cuda = torch.cuda.is_available()
+    if a.busy_ms < 0:
+        ap.error(f"--busy-ms: a duration in ms >= 0, got {a.busy_ms}")
+    if a.busy_ms > 0 and not cuda:
+        ap.error("--busy-ms: keeps a GPU busy; there is no GPU here (the CPU rows never wait for one)")
     dev = torch.device("cuda" if cuda else "cpu")
     stubbed = not cuda and not a.kernels
     if stubbed:

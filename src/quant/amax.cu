@@ -170,9 +170,7 @@ bool coop_from_env() {
 }
 
 nvfp4_status_t memset_amax(float* p, cudaStream_t stream) {
-  if (!p) return NVFP4_SUCCESS;
-  const cudaError_t e = cudaMemsetAsync(p, 0, sizeof(float), stream);
-  return e == cudaSuccess ? NVFP4_SUCCESS : gpu::cuda_error(e, "nvfp4 quantize: cudaMemsetAsync of an amax");
+  return p ? memset_async(p, sizeof(float), stream, "nvfp4 quantize (amax)") : NVFP4_SUCCESS;
 }
 
 // One amax kernel over `grid` CTAs. zero: its outputs hold anything — zeroed by memsets

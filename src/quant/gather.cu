@@ -203,13 +203,6 @@ __global__ void __launch_bounds__(kThreads) gather_assemble_kernel(const Assembl
   }
 }
 
-nvfp4_status_t memset_async(void* p, size_t n, cudaStream_t stream) {
-  if (n == 0) return NVFP4_SUCCESS;
-  const cudaError_t e = cudaMemsetAsync(p, 0, n, stream);
-  if (e != cudaSuccess) return fail(NVFP4_ERROR_CUDA, std::string("nvfp4 gather rows: cudaMemsetAsync: ") + cudaGetErrorString(e));
-  return NVFP4_SUCCESS;
-}
-
 template <class T>
 nvfp4_status_t launch_quantize(const QuantArgs& a, cudaStream_t stream) {
   auto kernel = gather_quantize_kernel<T>;
@@ -230,11 +223,12 @@ nvfp4_status_t cuda_gather_quantize(const GatherQuantJob& j, nvfp4_stream_t s) {
   const cudaStream_t stream = reinterpret_cast<cudaStream_t>(s);
   // rows past x's: zero
   if (nvfp4_status_t st = memset_async(j.out + j.rows * j.row_bytes,
-                                       static_cast<size_t>((j.rows_out - j.rows) * j.row_bytes), stream);
+                                       static_cast<size_t>((j.rows_out - j.rows) * j.row_bytes), stream,
+                                       "nvfp4 gather rows");
       st != NVFP4_SUCCESS)
     return st;
   if (j.rows == 0) return NVFP4_SUCCESS;
-  if (j.cols == 0) return memset_async(j.out, static_cast<size_t>(j.rows * j.row_bytes), stream);
+  if (j.cols == 0) return memset_async(j.out, static_cast<size_t>(j.rows * j.row_bytes), stream, "nvfp4 gather rows");
   QuantArgs a{};
   a.x = j.x;
   a.rows = j.rows;

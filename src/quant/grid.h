@@ -1,10 +1,11 @@
 // The quantization kernels' persistent grids: gpu::persistent_grid with the test-only cap
 // NVFP4_QUANT_GRID_CAP, with which tests check that no result depends on the launch
-// configuration (read at each launch).
+// configuration (read at each launch); and the passes' memset helper.
 #pragma once
 
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "cuda/device.h"
 
@@ -22,5 +23,13 @@ inline unsigned persistent_grid(Kernel kernel, int threads, size_t smem, int64_t
 
 using gpu::allow_dynamic_smem;
 using gpu::check_launch;
+
+// Zeroes n bytes at p on `stream` (nothing for n = 0); NVFP4_ERROR_CUDA naming `who` if the
+// memset cannot be queued. The quantization passes' one memset helper.
+inline nvfp4_status_t memset_async(void* p, size_t n, cudaStream_t stream, const char* who) {
+  if (n == 0) return NVFP4_SUCCESS;
+  const cudaError_t e = cudaMemsetAsync(p, 0, n, stream);
+  return e == cudaSuccess ? NVFP4_SUCCESS : gpu::cuda_error(e, std::string(who) + ": cudaMemsetAsync");
+}
 
 }  // namespace nvfp4::detail::quant

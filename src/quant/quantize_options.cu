@@ -250,12 +250,6 @@ unsigned grid_for(int64_t items) {
   return static_cast<unsigned>(g < 1 ? 1 : (g > 65535 ? 65535 : g));
 }
 
-nvfp4_status_t memset_async(void* p, size_t n, cudaStream_t stream) {
-  const cudaError_t err = cudaMemsetAsync(p, 0, n, stream);
-  if (err != cudaSuccess) return fail(NVFP4_ERROR_CUDA, std::string("nvfp4 quantize: cudaMemsetAsync: ") + cudaGetErrorString(err));
-  return NVFP4_SUCCESS;
-}
-
 }  // namespace
 
 bool needs_options_path(const QuantJob& job) {
@@ -277,7 +271,7 @@ nvfp4_status_t launch_options(const QuantJob& job, cudaStream_t stream) {
   for (const OutArgs* o : {&row, &col}) {
     if (!o->data) continue;
     const size_t n = o->row_amax ? static_cast<size_t>(o->vrows) : 1;
-    if (nvfp4_status_t s = memset_async(o->amax, n * sizeof(float), stream); s != NVFP4_SUCCESS) return s;
+    if (nvfp4_status_t s = memset_async(o->amax, n * sizeof(float), stream, "nvfp4 quantize"); s != NVFP4_SUCCESS) return s;
   }
   if (eden) {
     for (const OutArgs* o : {&row, &col}) {
@@ -307,7 +301,7 @@ nvfp4_status_t launch_options(const QuantJob& job, cudaStream_t stream) {
   for (const OutArgs* o : {&row, &col}) {
     if (!o->data || cfg.scale_layout != NVFP4_SCALES_SWIZZLED) continue;
     if (nvfp4_status_t s = memset_async(o->scales, static_cast<size_t>(core::swizzled_size(o->vrows, o->vcols / 16)),
-                                        stream);
+                                        stream, "nvfp4 quantize");
         s != NVFP4_SUCCESS)
       return s;
   }

@@ -379,6 +379,31 @@ def test_no_host_synchronization_cuda(reuse):
         torch.cuda.set_sync_debug_mode("default")
 
 
+def test_bench_linear_host_split_and_busy_refusals(tmp_path):
+    """--split reports the time inside the library's entry points per forward + backward (the
+    six calls, no more than the whole call); --busy-ms refuses a negative duration and, without
+    a GPU, any duration (it would be ignored), naming the option."""
+    import json
+    import os
+    import subprocess
+    import sys
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    bench = os.path.join(root, "bench", "bench_linear_host.py")
+    js = tmp_path / "out.json"
+    r = subprocess.run([sys.executable, bench, "--reps", "2", "--calls", "10", "--split", "--json", str(js)],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    split = json.loads(js.read_text())["split"]["nvfp4 Linear"]
+    inside = {k: v for k, v in split.items() if k != "total"}
+    assert sum(v["calls"] for v in inside.values()) == 6, split
+    assert 0 < sum(v["us"] for v in inside.values()) <= split["total"]["us"], split
+    bad = [["--busy-ms", "-1"]] + ([] if torch.cuda.is_available() else [["--busy-ms", "5"]])
+    for args in bad:
+        r = subprocess.run([sys.executable, bench, "--reps", "1", "--calls", "2", *args], capture_output=True,
+                           text=True, timeout=300, cwd=tmp_path)
+        assert r.returncode == 2 and "--busy-ms" in r.stderr, (args, r.stdout + r.stderr)
+
+
 def test_bench_linear_host_runs_on_cpu(tmp_path):
     """bench/bench_linear_host.py: both layers timed in one run, and the calls one nvfp4 Linear
     forward + backward makes (the library's entry points are no-ops without a GPU)."""
