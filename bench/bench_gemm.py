@@ -142,7 +142,7 @@ def _quantize_decoded(x, block, codes: bool):
         keep += [data, scales, amax]
         c3 = (data.data_ptr(), scales.data_ptr(), amax.data_ptr())
     _ops.quantize_dec_raw(x.data_ptr(), _ops.DTYPE_CODE[x.dtype], rows, cols, *c3, vals.data_ptr(), vamax.data_ptr(),
-                          0, 0, 0, 0, 0, block, 0, 1, 0, _ops.DEFAULT_RHT_SIGN_MASK, 0, 0, 0, *_ops._device(x))
+                          0, 0, 0, 0, 0, block, 0, 1, 0, _ops.DEFAULT_RHT_SIGN_MASK, 0, 0, 0, *_ops._device(x), 0)
     return c3, (vals.data_ptr(), vamax.data_ptr()), keep
 
 

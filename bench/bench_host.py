@@ -120,7 +120,7 @@ def main(argv=None):
         qp = tuple(t.data_ptr() for t in q[:3])
         xp, mask = x.data_ptr(), _ops.default_rht_sign_mask()
         row("part: quantize_raw alone (C++ + launch)",
-            lambda: _ops.quantize_raw(xp, 2, m, k, *qp, 0, 0, 0, 0, 0, 1, 0, mask, 0, 0, 0, *dv))
+            lambda: _ops.quantize_raw(xp, 2, m, k, *qp, 0, 0, 0, 0, 0, 1, 0, mask, 0, 0, 0, *dv, 0))
     row("part: gemm_env_key()", _ops.gemm_env_key, 2000)
 
     # the validation layer (nvfp4._checks; absent from builds before it)

@@ -200,7 +200,7 @@ NB_MODULE(_C, m) {
   m.def("quantize",
         [](const Array& x, OptArray rd, OptArray rs, OptArray ra, OptArray cd, OptArray cs, OptArray ca, int block,
            int rounding, int layout, uint32_t rht, uint32_t sign_mask, uint64_t seed, uint64_t offset,
-           uintptr_t stream) {
+           uintptr_t stream, OptArray workspace) {
           nvfp4_tensor_t in = desc(x, "x");
           nvfp4_quant_config_t cfg;
           nvfp4_quant_config_default(&cfg);
@@ -214,13 +214,25 @@ NB_MODULE(_C, m) {
           std::optional<Quantized> row, col;
           if (rd) row.emplace(*rd, *rs, *ra, "rowwise");
           if (cd) col.emplace(*cd, *cs, *ca, "columnwise");
+          // workspace (optional): any array on x's device; its bytes go to nvfp4_quantize_ws
+          void* ws = nullptr;
+          size_t ws_bytes = 0;
+          if (workspace) {
+            const nvfp4_tensor_t w = desc(*workspace, "workspace");
+            if (w.device_type != in.device_type || w.device_id != in.device_id)
+              throw nb::value_error("workspace: must be on x's device");
+            ws = w.data;
+            ws_bytes = workspace->nbytes();
+          }
           nb::gil_scoped_release nogil;
-          check(nvfp4_quantize(&in, &cfg, row ? &row->q : nullptr, col ? &col->q : nullptr, stream_of(stream)));
+          check(nvfp4_quantize_ws(&in, &cfg, row ? &row->q : nullptr, col ? &col->q : nullptr, ws, ws_bytes,
+                                  stream_of(stream)));
         },
         nb::arg("x").noconvert(), nb::arg("row_data").noconvert().none(), nb::arg("row_scales").noconvert().none(),
         nb::arg("row_amax").noconvert().none(), nb::arg("col_data").noconvert().none(),
         nb::arg("col_scales").noconvert().none(), nb::arg("col_amax").noconvert().none(), nb::arg("block"), nb::arg("rounding"), nb::arg("scale_layout"),
-        nb::arg("rht"), nb::arg("rht_sign_mask"), nb::arg("seed"), nb::arg("offset"), nb::arg("stream"));
+        nb::arg("rht"), nb::arg("rht_sign_mask"), nb::arg("seed"), nb::arg("offset"), nb::arg("stream"),
+        nb::arg("workspace").noconvert().none() = nb::none());
 
   // quantize with the recipe options of 0.3 (nvfp4_quant_config_t's scale_select, e4m3_bound,
   // amax_mode, amax_in); rounding 2 is MS-EDEN.
@@ -354,12 +366,15 @@ NB_MODULE(_C, m) {
   // ---- raw-pointer fast path: see raw2() above -------------------------------------
   // quantize_raw(x, dtype, rows, cols, (row data, scales, amax) or 0s, (col ...) or 0s,
   //              block, rounding, layout, rht, sign_mask, seed, offset, offset_device,
-  //              device_type, device_id, stream). Columnwise outputs are [cols, roundup(rows,16)].
-  //              An orientation is requested iff its amax address is not 0.
+  //              device_type, device_id, stream, workspace). Columnwise outputs are
+  //              [cols, roundup(rows,16)]. An orientation is requested iff its amax address is
+  //              not 0. workspace: 0, or quantize_workspace_bytes at that address (nvfp4_quantize_ws).
+  m.attr("quantize_workspace_bytes") = NVFP4_QUANTIZE_WORKSPACE_BYTES;
   m.def("quantize_raw",
         [](uintptr_t x, int dtype, int64_t rows, int64_t cols, uintptr_t rd, uintptr_t rs, uintptr_t ra, uintptr_t cd,
            uintptr_t cs, uintptr_t ca, int block, int rounding, int layout, uint32_t rht, uint32_t sign_mask,
-           uint64_t seed, uint64_t offset, uintptr_t offset_device, int dev_type, int dev_id, uintptr_t stream) {
+           uint64_t seed, uint64_t offset, uintptr_t offset_device, int dev_type, int dev_id, uintptr_t stream,
+           uintptr_t ws) {
           nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), rows, cols, dev_type, dev_id);
           nvfp4_quant_config_t cfg = raw_config(block, rounding, layout, rht, sign_mask, seed, offset, offset_device);
           const int64_t rp = (rows + 15) / 16 * 16;
@@ -368,7 +383,8 @@ NB_MODULE(_C, m) {
           nb::gil_scoped_release nogil;
           // an orientation is requested by its amax address (never 0 when requested, while the
           // data of an empty tensor may sit at address 0)
-          check(nvfp4_quantize(&in, &cfg, ra ? &row : nullptr, ca ? &col : nullptr, stream_of(stream)));
+          check(nvfp4_quantize_ws(&in, &cfg, ra ? &row : nullptr, ca ? &col : nullptr, reinterpret_cast<void*>(ws),
+                                  ws ? NVFP4_QUANTIZE_WORKSPACE_BYTES : 0, stream_of(stream)));
         });
 
   // fp8_cast_raw(x, dtype, rows, cols, format, margin, scale, q, qt, want_q, want_qt, scale_inv, amax,
@@ -432,13 +448,14 @@ NB_MODULE(_C, m) {
   // ---- decoded operands (nvfp4_quantize_decoded, nvfp4_gemm_decoded) on raw addresses ----
   // quantize_dec_raw(x, dtype, rows, cols, (row data, scales, amax), (row values, amax),
   //                  (col data, scales, amax), (col values, amax), block, rounding, layout, rht,
-  //                  sign_mask, seed, offset, offset_device, device_type, device_id, stream):
-  //   each of the four outputs is requested iff its amax address is not 0.
+  //                  sign_mask, seed, offset, offset_device, device_type, device_id, stream,
+  //                  workspace): each of the four outputs is requested iff its amax address is
+  //   not 0; workspace as quantize_raw's.
   m.def("quantize_dec_raw",
         [](uintptr_t x, int dtype, int64_t rows, int64_t cols, uintptr_t rd, uintptr_t rs, uintptr_t ra, uintptr_t rv,
            uintptr_t rva, uintptr_t cd, uintptr_t cs, uintptr_t ca, uintptr_t cv, uintptr_t cva, int block,
            int rounding, int layout, uint32_t rht, uint32_t sign_mask, uint64_t seed, uint64_t offset,
-           uintptr_t offset_device, int dev_type, int dev_id, uintptr_t stream) {
+           uintptr_t offset_device, int dev_type, int dev_id, uintptr_t stream, uintptr_t ws) {
           nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), rows, cols, dev_type, dev_id);
           nvfp4_quant_config_t cfg = raw_config(block, rounding, layout, rht, sign_mask, seed, offset, offset_device);
           const int64_t rp = (rows + 15) / 16 * 16;
@@ -449,8 +466,9 @@ NB_MODULE(_C, m) {
           nvfp4_decoded_t cdec{raw2(cv, NVFP4_DTYPE_BFLOAT16, cols, rp, dev_type, dev_id),
                                raw1(cva, NVFP4_DTYPE_FLOAT32, 1, dev_type, dev_id)};
           nb::gil_scoped_release nogil;
-          check(nvfp4_quantize_decoded(&in, &cfg, ra ? &row : nullptr, ca ? &col : nullptr, rva ? &rdec : nullptr,
-                                       cva ? &cdec : nullptr, stream_of(stream)));
+          check(nvfp4_quantize_decoded_ws(&in, &cfg, ra ? &row : nullptr, ca ? &col : nullptr, rva ? &rdec : nullptr,
+                                          cva ? &cdec : nullptr, reinterpret_cast<void*>(ws),
+                                          ws ? NVFP4_QUANTIZE_WORKSPACE_BYTES : 0, stream_of(stream)));
         });
 
   // gemm_dec_raw(a (data, scales, amax), a decoded (values, amax), b (...), b decoded (...), m, n, k,

@@ -179,6 +179,7 @@ struct Nvfp4 {
     (void)stream;
     return NVFP4_SUCCESS;
   }
+  static void workspace(Job& job, void* ws) { job.amax_ws = static_cast<uint32_t*>(ws); }
   static nvfp4_status_t cpu(const Job& j) { return cpu_quantize(j); }
   static Dequant dequant_job(const Quantized& q, int64_t rows, int64_t cols, nvfp4_scale_layout_t layout,
                              const nvfp4_tensor_t& out) {
@@ -231,6 +232,7 @@ struct Mxfp4 {
   }
   // An empty input has empty outputs (every scale buffer is 0 bytes then): nothing to do.
   static nvfp4_status_t empty(const Job&, const nvfp4_tensor_t&, nvfp4_stream_t) { return NVFP4_SUCCESS; }
+  static void workspace(Job&, void*) {}  // MXFP4 has no amax pass (no entry point takes one)
   static nvfp4_status_t cpu(const Job& j) { return cpu_mx_quantize(j); }
   static Dequant dequant_job(const Quantized& q, int64_t rows, int64_t cols, nvfp4_scale_layout_t layout,
                              const nvfp4_tensor_t& out) {
@@ -272,10 +274,28 @@ void check_outputs_disjoint(const std::vector<ByteRange>& outs, const ByteRange&
   }
 }
 
+// The quantization workspace (nvfp4_quantize_ws): nullptr where none is given, else its range,
+// checked (size, alignment); its overlaps are checked with the outputs'.
+const ByteRange* quant_workspace(void* workspace, size_t workspace_bytes, ByteRange& r) {
+  if (!workspace) {
+    if (workspace_bytes != 0) invalid("workspace: null with workspace_bytes = " + std::to_string(workspace_bytes));
+    return nullptr;
+  }
+  if (workspace_bytes < NVFP4_QUANTIZE_WORKSPACE_BYTES)
+    invalid("workspace_bytes: " + std::to_string(workspace_bytes) + ", at least NVFP4_QUANTIZE_WORKSPACE_BYTES (" +
+            std::to_string(NVFP4_QUANTIZE_WORKSPACE_BYTES) + ") are needed");
+  const uintptr_t w = reinterpret_cast<uintptr_t>(workspace);
+  if (w % 16 != 0) invalid("workspace: must be 16-byte aligned");
+  if (workspace_bytes > static_cast<size_t>(nvfp4::core::kInt64Max) || w + workspace_bytes < w)
+    invalid("workspace: workspace_bytes = " + std::to_string(workspace_bytes) + " runs past the address space");
+  r = ByteRange{"workspace", w, w + workspace_bytes};
+  return &r;
+}
+
 template <class F>
 nvfp4_status_t quantize(const nvfp4_tensor_t* input, const typename F::Config* cfg_in,
                         const typename F::Quantized* rowwise, const typename F::Quantized* columnwise,
-                        nvfp4_stream_t stream) {
+                        nvfp4_stream_t stream, void* workspace = nullptr, size_t workspace_bytes = 0) {
   const FormatSpec& f = F::spec;
   return guarded([&]() -> nvfp4_status_t {
     check_quant_settings();
@@ -312,6 +332,11 @@ nvfp4_status_t quantize(const nvfp4_tensor_t* input, const typename F::Config* c
     if (rowwise) direction(*rowwise, false);
     if (columnwise) direction(*columnwise, true);
     F::check_directions(cfg, rowwise != nullptr, columnwise != nullptr);
+    ByteRange wr{};
+    if (const ByteRange* w = quant_workspace(workspace, workspace_bytes, wr)) {
+      outs.push_back(*w);
+      F::workspace(job, workspace);
+    }
     check_outputs_disjoint(outs, byte_range(*input, "input"), F::config_inputs(cfg));
     require_cuda_build(*input, "input");
     if (job.rows == 0 || job.cols == 0) return F::empty(job, *input, stream);
@@ -368,7 +393,8 @@ nvfp4_status_t dequantize(const typename F::Quantized* q, nvfp4_scale_layout_t l
 // per-tensor scale) or both.
 nvfp4_status_t quantize_decoded(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg_in,
                                 const nvfp4_quantized_t* rowwise, const nvfp4_quantized_t* columnwise,
-                                const nvfp4_decoded_t* rdec, const nvfp4_decoded_t* cdec, nvfp4_stream_t stream) {
+                                const nvfp4_decoded_t* rdec, const nvfp4_decoded_t* cdec, nvfp4_stream_t stream,
+                                void* workspace, size_t workspace_bytes) {
   const FormatSpec& f = kNvfp4Format;
   return guarded([&]() -> nvfp4_status_t {
     check_quant_settings();
@@ -431,6 +457,11 @@ nvfp4_status_t quantize_decoded(const nvfp4_tensor_t* input, const nvfp4_quant_c
     direction(rowwise, rdec, false);
     direction(columnwise, cdec, true);
     Nvfp4::check_directions(cfg, wanted(job.row), wanted(job.col));
+    ByteRange wr{};
+    if (const ByteRange* w = quant_workspace(workspace, workspace_bytes, wr)) {
+      outs.push_back(*w);
+      Nvfp4::workspace(job, workspace);
+    }
     check_outputs_disjoint(outs, byte_range(*input, "input"), Nvfp4::config_inputs(cfg));
     require_cuda_build(*input, "input");
     if (on_cuda(*input)) {
@@ -485,7 +516,16 @@ NVFP4_API nvfp4_status_t nvfp4_quantize_decoded(const nvfp4_tensor_t* input, con
                                                 nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
                                                 nvfp4_decoded_t* rowwise_decoded,
                                                 nvfp4_decoded_t* columnwise_decoded, nvfp4_stream_t stream) {
-  return quantize_decoded(input, cfg, rowwise, columnwise, rowwise_decoded, columnwise_decoded, stream);
+  return quantize_decoded(input, cfg, rowwise, columnwise, rowwise_decoded, columnwise_decoded, stream, nullptr, 0);
+}
+
+NVFP4_API nvfp4_status_t nvfp4_quantize_decoded_ws(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg,
+                                                   nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
+                                                   nvfp4_decoded_t* rowwise_decoded,
+                                                   nvfp4_decoded_t* columnwise_decoded, void* workspace,
+                                                   size_t workspace_bytes, nvfp4_stream_t stream) {
+  return quantize_decoded(input, cfg, rowwise, columnwise, rowwise_decoded, columnwise_decoded, stream, workspace,
+                          workspace_bytes);
 }
 
 NVFP4_API void nvfp4_quant_config_default(nvfp4_quant_config_t* cfg) {
@@ -521,6 +561,12 @@ NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4
                                         nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
                                         nvfp4_stream_t stream) {
   return quantize<Nvfp4>(input, cfg, rowwise, columnwise, stream);
+}
+
+NVFP4_API nvfp4_status_t nvfp4_quantize_ws(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg,
+                                           nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
+                                           void* workspace, size_t workspace_bytes, nvfp4_stream_t stream) {
+  return quantize<Nvfp4>(input, cfg, rowwise, columnwise, stream, workspace, workspace_bytes);
 }
 
 NVFP4_API nvfp4_status_t nvfp4_mx_quantize(const nvfp4_tensor_t* input, const nvfp4_mx_quant_config_t* cfg,

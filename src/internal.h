@@ -42,6 +42,9 @@ struct QuantJob {
   int64_t rows = 0, cols = 0;
   nvfp4_quant_config_t cfg{};
   QuantOut row, col;
+  // optional (CUDA): NVFP4_QUANTIZE_WORKSPACE_BYTES of scratch for the amax pass's partials
+  // (one per CTA and direction), in place of zeroing the amax outputs first
+  uint32_t* amax_ws = nullptr;
 };
 
 // Element index that drives the stochastic-rounding bits of element (r, c) of a

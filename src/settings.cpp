@@ -93,8 +93,11 @@ void check_quant_settings() {
   removed("NVFP4_QUANT_LEGACY",
           "the previous quantization kernels were deleted after 0.2; time them from a build of an earlier commit");
   integer("NVFP4_QUANT_GRID_CAP", 0, 1 << 20, "largest persistent grid of the quantization kernels, 0: none");
-  one_of("NVFP4_QUANT_COOP", {"0", "1"},
-         "1: zero the amax outputs inside a cooperatively launched amax kernel, not by memsets");
+  removed("NVFP4_QUANT_COOP",
+          "the amax outputs are no longer zeroed inside a cooperative amax kernel; a quantization given a workspace "
+          "(nvfp4_quantize_ws) needs no zeroing");
+  one_of("NVFP4_QUANT_WORKSPACE", {"0", "1"},
+         "0: a quantization given a workspace zeroes its amax outputs by memsets instead (before/after measurements)");
 }
 
 }  // namespace nvfp4::detail

@@ -16,8 +16,8 @@ bool any_nvfp4_setting();
 // NVFP4_SM90_STREAM_DEBUG is refused). Throws validate.h's Error on a bad value.
 void check_gemm_settings();
 
-// The quantization settings (NVFP4_QUANT_GRID_CAP, NVFP4_QUANT_COOP; NVFP4_QUANT_LEGACY, removed, is
-// refused).
+// The quantization settings (NVFP4_QUANT_GRID_CAP, NVFP4_QUANT_WORKSPACE; NVFP4_QUANT_LEGACY and
+// NVFP4_QUANT_COOP, removed, are refused).
 void check_quant_settings();
 
 }  // namespace nvfp4::detail

@@ -176,6 +176,20 @@ NVFP4_API nvfp4_status_t nvfp4_quantize(const nvfp4_tensor_t* input, const nvfp4
                                         nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
                                         nvfp4_stream_t stream);
 
+/* nvfp4_quantize with a workspace: on CUDA the amax pass then writes one partial maximum per
+ * CTA into it and the quantize pass reduces them as it starts, instead of the amax outputs
+ * being zeroed by two memsets before the amax pass (two launches fewer per call; the same
+ * bits). workspace: NVFP4_QUANTIZE_WORKSPACE_BYTES or more, on the input's device, 16-byte
+ * aligned, sharing no byte with the input, the outputs or the config's device memory; any
+ * contents, nothing kept: like a GEMM workspace it may be reused by work queued after this
+ * call on the same stream. NULL with workspace_bytes 0: nvfp4_quantize. Unused on the CPU and
+ * where the recipe options (a scale selection, the E4M3 bound 256, one amax per row, a given
+ * amax, EDEN) take their own kernels, which zero their amax outputs themselves. */
+#define NVFP4_QUANTIZE_WORKSPACE_BYTES 8192
+NVFP4_API nvfp4_status_t nvfp4_quantize_ws(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg,
+                                           nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
+                                           void* workspace, size_t workspace_bytes, nvfp4_stream_t stream);
+
 /* out[R, C] = decoded values. The layout of q.scales is given by scale_layout;
  * q.data's shape gives R and C (C = 2 * data.shape[1]). out may be float32/16/bf16. */
 NVFP4_API nvfp4_status_t nvfp4_dequantize(const nvfp4_quantized_t* q, nvfp4_scale_layout_t scale_layout,
@@ -234,6 +248,12 @@ NVFP4_API nvfp4_status_t nvfp4_quantize_decoded(const nvfp4_tensor_t* input, con
                                                 nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
                                                 nvfp4_decoded_t* rowwise_decoded,
                                                 nvfp4_decoded_t* columnwise_decoded, nvfp4_stream_t stream);
+/* nvfp4_quantize_decoded with a workspace, as nvfp4_quantize_ws. */
+NVFP4_API nvfp4_status_t nvfp4_quantize_decoded_ws(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg,
+                                                   nvfp4_quantized_t* rowwise, nvfp4_quantized_t* columnwise,
+                                                   nvfp4_decoded_t* rowwise_decoded,
+                                                   nvfp4_decoded_t* columnwise_decoded, void* workspace,
+                                                   size_t workspace_bytes, nvfp4_stream_t stream);
 
 /* nvfp4_gemm with either operand given by its decoded values: args->a NULL and a_decoded set
  * (values [M, K]), or args->a set and a_decoded NULL; the same for b ([N, K]). The result is

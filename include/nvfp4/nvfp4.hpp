@@ -498,6 +498,16 @@ inline void quantize(const TensorView& input, const QuantConfig& cfg, QuantizedV
         "nvfp4_quantize");
 }
 
+/// quantize() with a workspace of NVFP4_QUANTIZE_WORKSPACE_BYTES or more on the input's
+/// device (nvfp4_quantize_ws): on CUDA no memsets to zero the amax outputs first.
+inline void quantize(const TensorView& input, const QuantConfig& cfg, QuantizedView* rowwise,
+                     QuantizedView* columnwise, void* workspace, std::size_t workspace_bytes,
+                     nvfp4_stream_t stream = nullptr) {
+  check(nvfp4_quantize_ws(input.get(), cfg.get(), rowwise ? rowwise->get() : nullptr,
+                          columnwise ? columnwise->get() : nullptr, workspace, workspace_bytes, stream),
+        "nvfp4_quantize_ws");
+}
+
 /// out [q.rows, q.cols] (float32/float16/bfloat16) = the decoded values of q.
 inline void dequantize(const QuantizedView& q, TensorView& out, nvfp4_stream_t stream = nullptr) {
   check(nvfp4_dequantize(q.get(), q.layout().scale_layout, out.get(), stream), "nvfp4_dequantize");

@@ -49,7 +49,7 @@ __all__ = ["DTYPE_CODE", "TOKEN_ALIGN", "packed_layout", "packed_nbytes", "unpac
            "quantize_raw", "gemm_raw", "fp8_cast_raw", "fp8_delayed_update_raw", "quantize_into", "dequantize_into",
            "swizzle_into", "gemm_into", "mx_quantize_into", "mx_dequantize_into", "mx_gemm_into", "eager",
            "quantize_checked", "gemm_addresses", "DEFAULT_RHT_SIGN_MASK", "quantize_dec_raw", "gemm_dec_raw",
-           "gemm_takes_decoded", "gemm_dec_workspace_bytes"]
+           "gemm_takes_decoded", "gemm_dec_workspace_bytes", "QUANTIZE_WORKSPACE_BYTES"]
 
 # Rows of the token axis are padded to this before a columnwise quantization: the token axis
 # is the K of the wgrad GEMM, and native FP4 GEMMs need K % 32 == 0 (so does an MXFP4 block).
@@ -84,6 +84,7 @@ runner_supported = _C.runner_supported
 # into callers), so that a test can watch every address handed to the library by
 # replacing them here.
 quantize_raw = _C.quantize_raw
+QUANTIZE_WORKSPACE_BYTES = _C.quantize_workspace_bytes
 gemm_raw = _C.gemm_raw
 fp8_cast_raw = _C.fp8_cast_raw
 fp8_delayed_update_raw = _C.fp8_delayed_update_raw
@@ -437,11 +438,14 @@ def _quantize_run(x, block, rounding, rht, sign_mask, seed, offset, offset_devic
     row = _alloc_orientation(rows, cols, dev) if rowwise else None
     col = _alloc_orientation(cols, _up(rows, 16), dev) if columnwise else None
     dt, di, st = _device(x)
+    # on CUDA a workspace for the amax pass's partials: no memsets to zero the amax outputs
+    ws = torch.empty(QUANTIZE_WORKSPACE_BYTES, dtype=torch.uint8, device=dev) if dt == 1 else None
     quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], rows, cols,
                  *((row[0].data_ptr(), row[1].data_ptr(), row[2].data_ptr()) if rowwise else (0, 0, 0)),
                  *((col[0].data_ptr(), col[1].data_ptr(), col[2].data_ptr()) if columnwise else (0, 0, 0)),
                  block, rounding, _LAYOUT_SWIZZLED, rht, sign_mask, seed, offset,
-                 0 if offset_device is None else offset_device.data_ptr(), dt, di, st)
+                 0 if offset_device is None else offset_device.data_ptr(), dt, di, st,
+                 0 if ws is None else ws.data_ptr())
     return row, col
 
 

@@ -11,21 +11,15 @@
 //  - amax_colrht: a unit is a 16-row x 8-byte column strip (16 loads in flight per
 //    thread); the RHT runs down each of its columns, rows past the end
 //    being the zero padding the columnwise output quantizes. Also gives max |x| when wanted.
-// Each CTA reduces in registers and shared memory and issues one atomicMax per output.
+// Each CTA reduces in registers and shared memory, then one result per output (below).
 //
-// The outputs start at zero: by default two memsets per quantization zero them first. A
-// training step quantizes three tensors per Linear, and those memsets are two launches per
-// quantization (host time of a call, a gap on the GPU). With NVFP4_QUANT_COOP=1 each kernel
-// zeroes the outputs it reduces into itself instead: it is launched cooperatively (the whole
-// grid resident at once — the grids are persistent anyway), one thread stores the zeros, the
-// grid waits at a grid-wide barrier (cooperative_groups), then every CTA reduces; where the
-// cooperative launch is refused (a grid larger than what can be resident, e.g. under an MPS
-// limit) the memsets and an ordinary launch. Either way the same atomics see the same
-// values: the amax is the same bits. Not the default: a cooperative grid of the whole GPU
-// cannot start while kernels of other streams hold part of it — the communication kernels
-// a sharded or data-parallel step overlaps with its compute, which wait on other ranks —
-// so it would serialize the step's compute behind its communication (or worse).
-#include <cooperative_groups.h>
+// Where the result goes: with a workspace (QuantJob::amax_ws) each CTA stores its maximum
+// as a partial there, one slot per CTA and direction (the grid is capped to the slots),
+// and the quantize kernel that follows reduces them (tensor_amax, common.cuh): nothing has
+// to be zeroed first. Without one, each CTA's atomicMax into the amax output itself, which
+// two memsets (one per direction) zero before the pass: two more launches per call, host
+// time and a gap on the GPU for each. Same bits either way: a max in any order.
+#include <algorithm>
 
 #include "quant/common.cuh"
 #include "quant/launch.cuh"
@@ -36,27 +30,17 @@ namespace {
 struct AmaxArgs {
   const void* x;
   int64_t rows, cols;
-  float* plain0;  // max |x| goes to these (nullptr: not wanted)
+  float* plain0;  // max |x| goes to these (nullptr: not wanted), by atomics
   float* plain1;
   float* rht;     // max |RHT(x)| along rows (amax_flat) or columns (amax_colrht)
+  uint32_t* part_plain0;  // or as partials, one per CTA (the workspace)
+  uint32_t* part_plain1;
+  uint32_t* part_rht;
   uint32_t sign_mask;
-  int zero;       // 1: zero plain0, plain1 and rht, then a grid-wide barrier (cooperative launch only)
 };
-
-// The outputs zeroed by one thread, visible to every CTA after the grid-wide barrier.
-__device__ __forceinline__ void zero_outputs(const AmaxArgs& a) {
-  if (!a.zero) return;
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    if (a.plain0) *a.plain0 = 0.0f;
-    if (a.plain1) *a.plain1 = 0.0f;
-    if (a.rht) *a.rht = 0.0f;
-  }
-  cooperative_groups::this_grid().sync();
-}
 
 template <class T, bool kRowRht>
 __global__ void __launch_bounds__(kThreads) amax_flat_kernel(const AmaxArgs a) {
-  zero_outputs(a);
   const int64_t n = a.rows * a.cols / kBlock;
   const char* x = static_cast<const char*>(a.x);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
@@ -83,8 +67,8 @@ __global__ void __launch_bounds__(kThreads) amax_flat_kernel(const AmaxArgs a) {
       }
     }
   }
-  block_reduce_amax(m_plain, a.plain0, a.plain1);
-  if constexpr (kRowRht) block_reduce_amax(m_rht, a.rht, nullptr);
+  block_reduce_amax(m_plain, a.plain0, a.plain1, a.part_plain0, a.part_plain1);
+  if constexpr (kRowRht) block_reduce_amax(m_rht, a.rht, nullptr, a.part_rht);
 }
 
 // Units of amax_colrht: 16 rows x 8 bytes (half a 16-byte chunk). With 16-byte units an X of
@@ -98,7 +82,6 @@ __device__ __forceinline__ uint32_t half_word(const uint2& q, int i) { return i 
 
 template <class T>
 __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a) {
-  zero_outputs(a);
   constexpr int E = kColUnitBytes / T::kBytes;  // columns per strip
   const int64_t nq = a.cols / E;                // strips per row group
   const int64_t ng = (a.rows + 15) / 16;        // row groups
@@ -141,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
       core::fwht16_scaled(v);
       m_rht = max(m_rht, absmax_bits(v));
     }
-    if (a.plain0) {
+    if (a.plain0 || a.part_plain0) {
       // the 16 loads as raw 16-element blocks (two 8-byte loads a 16-byte chunk)
       constexpr int kRows = 2 * Layout<T>::kChunks;  // rows per block
 #pragma unroll
@@ -160,36 +143,26 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
       ++g;
     }
   }
-  block_reduce_amax(m_plain, a.plain0, a.plain1);
-  block_reduce_amax(m_rht, a.rht, nullptr);
+  block_reduce_amax(m_plain, a.plain0, a.plain1, a.part_plain0, a.part_plain1);
+  block_reduce_amax(m_rht, a.rht, nullptr, a.part_rht);
 }
 
-bool coop_from_env() {
-  const char* v = std::getenv("NVFP4_QUANT_COOP");
-  return v && v[0] == '1';
+// NVFP4_QUANT_WORKSPACE=0: a job's workspace is not used (memsets and atomics), for
+// before/after measurements in one process. Read at each call.
+bool workspace_from_env() {
+  const char* v = std::getenv("NVFP4_QUANT_WORKSPACE");
+  return !(v && v[0] == '0');
 }
 
 nvfp4_status_t memset_amax(float* p, cudaStream_t stream) {
   return p ? memset_async(p, sizeof(float), stream, "nvfp4 quantize (amax)") : NVFP4_SUCCESS;
 }
 
-// One amax kernel over `grid` CTAs. zero: its outputs hold anything — zeroed by memsets
-// before an ordinary launch, or with NVFP4_QUANT_COOP=1 inside the kernel under a
-// cooperative launch.
+// One amax kernel over `grid` CTAs. zero: the atomics' outputs hold anything and are zeroed
+// by memsets first (partials need nothing).
 template <class Kernel>
-nvfp4_status_t launch(Kernel kernel, unsigned grid, AmaxArgs a, bool zero, cudaStream_t stream, const char* what) {
-  a.zero = 0;
-  if (zero && coop_from_env()) {
-    a.zero = 1;
-    void* args[] = {&a};
-    const cudaError_t e = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid),
-                                                      dim3(kThreads), args, 0, stream);
-    if (e == cudaSuccess) return NVFP4_SUCCESS;
-    if (e != cudaErrorCooperativeLaunchTooLarge && e != cudaErrorNotSupported && e != cudaErrorNotPermitted)
-      return gpu::cuda_error(e, what);
-    (void)cudaGetLastError();  // refused before anything was queued: the ordinary launch below
-    a.zero = 0;
-  }
+nvfp4_status_t launch(Kernel kernel, unsigned grid, const AmaxArgs& a, bool zero, cudaStream_t stream,
+                      const char* what) {
   if (zero) {
     for (float* p : {a.plain0, a.plain1, a.rht})
       if (nvfp4_status_t s = memset_amax(p, stream); s != NVFP4_SUCCESS) return s;
@@ -198,45 +171,82 @@ nvfp4_status_t launch(Kernel kernel, unsigned grid, AmaxArgs a, bool zero, cudaS
   return check_launch(what);
 }
 
+// An amax destination: the output (atomics) or the direction's partials (workspace).
+struct Dest {
+  float* amax = nullptr;
+  uint32_t* part = nullptr;
+};
+
 template <class T>
-nvfp4_status_t run(const QuantJob& job, cudaStream_t stream, bool zero) {
+nvfp4_status_t run(const QuantJob& job, cudaStream_t stream, bool zero, AmaxParts* parts) {
   const bool is1d = job.cfg.block == NVFP4_BLOCK_1D;
   const bool row_rht = wanted(job.row) && is1d && (job.cfg.rht & NVFP4_RHT_ROWWISE);
   const bool col_rht = wanted(job.col) && is1d && (job.cfg.rht & NVFP4_RHT_COLUMNWISE);
-  float* plain[2] = {nullptr, nullptr};
+  const bool use_parts = parts != nullptr && job.amax_ws != nullptr && workspace_from_env();
+  Dest row_dst{job.row.amax}, col_dst{job.col.amax};
+  if (use_parts) {
+    row_dst = {nullptr, job.amax_ws};
+    col_dst = {nullptr, job.amax_ws + kAmaxParts};
+  }
+  Dest plain[2];
   int np = 0;
-  if (wanted(job.row) && !row_rht) plain[np++] = job.row.amax;
-  if (wanted(job.col) && !col_rht) plain[np++] = job.col.amax;
+  if (wanted(job.row) && !row_rht) plain[np++] = row_dst;
+  if (wanted(job.col) && !col_rht) plain[np++] = col_dst;
+  // the grid a direction's partials come from
+  auto record = [&](const Dest& d, unsigned grid) {
+    if (!use_parts || d.part == nullptr) return;
+    if (d.part == job.amax_ws) {
+      parts->row = d.part;
+      parts->nrow = static_cast<int>(grid);
+    } else {
+      parts->col = d.part;
+      parts->ncol = static_cast<int>(grid);
+    }
+  };
+  auto capped = [&](unsigned grid) { return use_parts ? std::min<unsigned>(grid, kAmaxParts) : grid; };
 
-  AmaxArgs a{job.x, job.rows, job.cols, nullptr, nullptr, nullptr, job.cfg.rht_sign_mask, 0};
+  AmaxArgs a{job.x, job.rows, job.cols, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, job.cfg.rht_sign_mask};
+  auto set_plain = [&]() {
+    a.plain0 = plain[0].amax;
+    a.plain1 = plain[1].amax;
+    a.part_plain0 = plain[0].part;
+    a.part_plain1 = plain[1].part;
+  };
   const int64_t units = job.rows * job.cols / kBlock;
   if (row_rht || !col_rht) {
     // Rows (plain and/or RHT along rows) in one flat pass.
-    a.plain0 = plain[0];
-    a.plain1 = plain[1];
+    set_plain();
     const int64_t work = (units + 2 * kThreads - 1) / (2 * kThreads);
     nvfp4_status_t s;
+    unsigned grid;
     if (row_rht) {
-      a.rht = job.row.amax;
-      s = launch(amax_flat_kernel<T, true>, persistent_grid(amax_flat_kernel<T, true>, kThreads, 0, work), a, zero,
-                 stream, "nvfp4 amax kernel");
+      a.rht = row_dst.amax;
+      a.part_rht = row_dst.part;
+      grid = capped(persistent_grid(amax_flat_kernel<T, true>, kThreads, 0, work));
+      s = launch(amax_flat_kernel<T, true>, grid, a, zero && !use_parts, stream, "nvfp4 amax kernel");
+      record(row_dst, grid);
     } else {
-      s = launch(amax_flat_kernel<T, false>, persistent_grid(amax_flat_kernel<T, false>, kThreads, 0, work), a,
-                 zero, stream, "nvfp4 amax kernel");
+      grid = capped(persistent_grid(amax_flat_kernel<T, false>, kThreads, 0, work));
+      s = launch(amax_flat_kernel<T, false>, grid, a, zero && !use_parts, stream, "nvfp4 amax kernel");
     }
     if (s != NVFP4_SUCCESS) return s;
-    a.plain0 = a.plain1 = nullptr;  // taken care of
-  } else {
-    a.plain0 = plain[0];
-    a.plain1 = plain[1];
+    for (int i = 0; i < np; ++i) record(plain[i], grid);
+    np = 0;  // taken care of
+    plain[0] = plain[1] = Dest{};
   }
   if (col_rht) {
-    a.rht = job.col.amax;
+    set_plain();
+    a.rht = col_dst.amax;
+    a.part_rht = col_dst.part;
     const int64_t strips = (job.cols / (kColUnitBytes / T::kBytes)) * ((job.rows + 15) / 16);
-    const unsigned grid = persistent_grid(amax_colrht_kernel<T>, kThreads, 0, (strips + kThreads - 1) / kThreads);
-    if (nvfp4_status_t s = launch(amax_colrht_kernel<T>, grid, a, zero, stream, "nvfp4 amax (columnwise RHT) kernel");
+    const unsigned grid =
+        capped(persistent_grid(amax_colrht_kernel<T>, kThreads, 0, (strips + kThreads - 1) / kThreads));
+    if (nvfp4_status_t s = launch(amax_colrht_kernel<T>, grid, a, zero && !use_parts, stream,
+                                  "nvfp4 amax (columnwise RHT) kernel");
         s != NVFP4_SUCCESS)
       return s;
+    for (int i = 0; i < np; ++i) record(plain[i], grid);
+    record(col_dst, grid);
   }
   return NVFP4_SUCCESS;
 }
@@ -250,11 +260,12 @@ nvfp4_status_t zero_amax(const QuantJob& job, cudaStream_t stream) {
   return NVFP4_SUCCESS;
 }
 
-nvfp4_status_t launch_amax(const QuantJob& job, cudaStream_t stream, bool zero) {
+nvfp4_status_t launch_amax(const QuantJob& job, cudaStream_t stream, bool zero, AmaxParts* parts) {
+  if (parts) *parts = AmaxParts{};
   switch (job.dtype) {
-    case NVFP4_DTYPE_FLOAT32: return run<F32>(job, stream, zero);
-    case NVFP4_DTYPE_FLOAT16: return run<F16>(job, stream, zero);
-    case NVFP4_DTYPE_BFLOAT16: return run<BF16>(job, stream, zero);
+    case NVFP4_DTYPE_FLOAT32: return run<F32>(job, stream, zero, parts);
+    case NVFP4_DTYPE_FLOAT16: return run<F16>(job, stream, zero, parts);
+    case NVFP4_DTYPE_BFLOAT16: return run<BF16>(job, stream, zero, parts);
     default: return fail(NVFP4_ERROR_INVALID_ARGUMENT, "nvfp4 quantize: unsupported input dtype");
   }
 }

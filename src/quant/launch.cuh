@@ -8,20 +8,34 @@
 
 namespace nvfp4::detail::quant {
 
-// amax.cu: max |x| (and of the Hadamard transform where an output asks for it) into
-// job.row.amax / job.col.amax. zero: the amax outputs hold anything and are zeroed here
-// (by memsets first; with NVFP4_QUANT_COOP=1 inside the kernel that reduces into them,
-// under a cooperative launch); else the caller has zeroed them on the stream.
-nvfp4_status_t launch_amax(const QuantJob& job, cudaStream_t stream, bool zero);
+// Where the amax pass left its result for the quantize pass: nothing set, in the amax
+// outputs (job.row.amax / job.col.amax); else, per direction, n partials in the job's
+// workspace (the bits of one CTA's max each), which the quantize kernel reduces
+// (tensor_amax in common.cuh) and stores into the direction's amax output.
+struct AmaxParts {
+  const uint32_t* row = nullptr;
+  int nrow = 0;
+  const uint32_t* col = nullptr;
+  int ncol = 0;
+};
+// Partials per direction that the workspace holds: the amax kernels' grids are capped to it.
+constexpr int kAmaxParts = NVFP4_QUANTIZE_WORKSPACE_BYTES / (2 * static_cast<int>(sizeof(uint32_t)));
+
+// amax.cu: max |x| (and of the Hadamard transform where an output asks for it). With parts
+// given and a workspace in the job (job.amax_ws; NVFP4_QUANT_WORKSPACE=0 turns it off, for
+// before/after measurements), into the workspace as partials, described in *parts. Else
+// into job.row.amax / job.col.amax with atomics: zero: they hold anything and are zeroed
+// here by memsets first; else the caller has zeroed them on the stream.
+nvfp4_status_t launch_amax(const QuantJob& job, cudaStream_t stream, bool zero, AmaxParts* parts);
 
 // amax.cu: zeroes the amax output of each wanted direction (one float each) by memsets.
 nvfp4_status_t zero_amax(const QuantJob& job, cudaStream_t stream);
 
 // quantize_rowwise.cu: 1D, rowwise output only (RTN or SR, RHT along rows optional).
-nvfp4_status_t launch_rowwise(const QuantJob& job, cudaStream_t stream);
+nvfp4_status_t launch_rowwise(const QuantJob& job, cudaStream_t stream, const AmaxParts& parts);
 
 // quantize_tile.cu: everything with a columnwise output, and every 2D quantization.
-nvfp4_status_t launch_tile(const QuantJob& job, cudaStream_t stream);
+nvfp4_status_t launch_tile(const QuantJob& job, cudaStream_t stream, const AmaxParts& parts);
 
 // quantize_options.cu: the recipe options of 0.3 (4over6, the E4M3 bound, one amax per row,
 // a given amax, MS-EDEN), amax included; needs_options_path says whether a job takes it.

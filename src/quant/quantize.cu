@@ -1,7 +1,8 @@
 // cuda_quantize: the two passes of a quantization, in stream order, with no host
-// synchronization. (1) the amax pass: zero the amax outputs (memsets, or inside the amax
-// kernel with NVFP4_QUANT_COOP=1: amax.cu) and reduce max |x| (or max |RHT(x)|) into them
-// with atomics; (2) one quantize kernel that reads those amaxes from device memory.
+// synchronization. (1) the amax pass: max |x| (or max |RHT(x)|) as one partial per CTA
+// into the job's workspace, or, without one, into the amax outputs with atomics after two
+// memsets zero them (amax.cu); (2) one quantize kernel that reduces the partials (and
+// stores the amax outputs) or reads the amax outputs, from device memory.
 // Which quantize kernel: 1D with only a rowwise output takes the rowwise kernel (no
 // shared memory); anything with a columnwise output, and every 2D quantization, takes
 // the tile kernel, which reads x once for both outputs.
@@ -16,9 +17,10 @@ nvfp4_status_t cuda_quantize(const QuantJob& job, nvfp4_stream_t s) {
   // (the API answers an empty tensor itself; kept for a direct caller) amax = 0, no other bytes
   if (job.rows == 0 || job.cols == 0) return quant::zero_amax(job, stream);
   if (quant::needs_options_path(job)) return quant::launch_options(job, stream);  // zeroes its own amax outputs
-  if (nvfp4_status_t st = quant::launch_amax(job, stream, true); st != NVFP4_SUCCESS) return st;
-  if (job.cfg.block == NVFP4_BLOCK_1D && !wanted(job.col)) return quant::launch_rowwise(job, stream);
-  return quant::launch_tile(job, stream);
+  quant::AmaxParts parts;
+  if (nvfp4_status_t st = quant::launch_amax(job, stream, true, &parts); st != NVFP4_SUCCESS) return st;
+  if (job.cfg.block == NVFP4_BLOCK_1D && !wanted(job.col)) return quant::launch_rowwise(job, stream, parts);
+  return quant::launch_tile(job, stream, parts);
 }
 
 }  // namespace nvfp4::detail

@@ -292,7 +292,7 @@ nvfp4_status_t launch_options(const QuantJob& job, cudaStream_t stream) {
         cols_amax_kernel<<<grid_for(job.cols), kThreads, 0, stream>>>(a, col.amax);
         if (nvfp4_status_t s = check_launch("nvfp4 column amax kernel"); s != NVFP4_SUCCESS) return s;
       }
-    } else if (nvfp4_status_t s = launch_amax(job, stream, false); s != NVFP4_SUCCESS) {
+    } else if (nvfp4_status_t s = launch_amax(job, stream, false, nullptr); s != NVFP4_SUCCESS) {
       return s;
     }
   }

@@ -25,7 +25,9 @@ struct RowwiseArgs {
   int64_t cols;         // % 16 == 0
   uint8_t* data;        // [rows, cols/2]
   uint8_t* scales;      // linear [rows, cols/16] or swizzled [roundup(rows,128), roundup(cols/16,4)]
-  const float* amax;    // [1], filled by the amax pass
+  float* amax;          // [1]: filled by the amax pass, or (parts) stored by CTA 0 here
+  const uint32_t* parts;  // the amax pass's partials (nullptr: it reduced into amax)
+  int nparts;
   void* dec;            // optional: bfloat16 [rows, cols], the decoded values (data and scales
                         // may then be null: not written)
   int swizzled;
@@ -51,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
   // direct stores, as in the tile kernel
   constexpr bool kStage = !kSR;
   __shared__ uint4 stage_all[kThreads / 32][kStage ? kRowStageChunks : 1];
-  const core::GlobalScale gs = core::make_global_scale(*a.amax);
+  const core::GlobalScale gs = core::make_global_scale(tensor_amax(a.amax, a.parts, a.nparts));
   const TensorScale ts = make_tensor_scale(gs);
   const uint64_t sr_offset = kSR ? a.offset + (a.offset_device ? *a.offset_device : 0) : 0;
   fill_encode_table(tab, gs.dec);
@@ -170,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
 }
 
 template <class T, bool kSR, bool kRht>
-nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
+nvfp4_status_t run(const QuantJob& job, cudaStream_t stream, const AmaxParts& parts) {
   RowwiseArgs a;
   a.x = job.x;
   a.rows = static_cast<int>(job.rows);
@@ -178,6 +180,8 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   a.data = job.row.data;
   a.scales = job.row.scales;
   a.amax = job.row.amax;
+  a.parts = parts.row;
+  a.nparts = parts.nrow;
   a.dec = job.row.dec;
   a.swizzled = job.cfg.scale_layout == NVFP4_SCALES_SWIZZLED;
   a.sign_mask = job.cfg.rht_sign_mask;
@@ -196,20 +200,20 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
 }
 
 template <class T>
-nvfp4_status_t dispatch(const QuantJob& job, cudaStream_t stream) {
+nvfp4_status_t dispatch(const QuantJob& job, cudaStream_t stream, const AmaxParts& parts) {
   const bool sr = job.cfg.rounding == NVFP4_ROUND_STOCHASTIC;
   const bool rht = (job.cfg.rht & NVFP4_RHT_ROWWISE) != 0;
-  if (sr) return rht ? run<T, true, true>(job, stream) : run<T, true, false>(job, stream);
-  return rht ? run<T, false, true>(job, stream) : run<T, false, false>(job, stream);
+  if (sr) return rht ? run<T, true, true>(job, stream, parts) : run<T, true, false>(job, stream, parts);
+  return rht ? run<T, false, true>(job, stream, parts) : run<T, false, false>(job, stream, parts);
 }
 
 }  // namespace
 
-nvfp4_status_t launch_rowwise(const QuantJob& job, cudaStream_t stream) {
+nvfp4_status_t launch_rowwise(const QuantJob& job, cudaStream_t stream, const AmaxParts& parts) {
   switch (job.dtype) {
-    case NVFP4_DTYPE_FLOAT32: return dispatch<F32>(job, stream);
-    case NVFP4_DTYPE_FLOAT16: return dispatch<F16>(job, stream);
-    case NVFP4_DTYPE_BFLOAT16: return dispatch<BF16>(job, stream);
+    case NVFP4_DTYPE_FLOAT32: return dispatch<F32>(job, stream, parts);
+    case NVFP4_DTYPE_FLOAT16: return dispatch<F16>(job, stream, parts);
+    case NVFP4_DTYPE_BFLOAT16: return dispatch<BF16>(job, stream, parts);
     default: return fail(NVFP4_ERROR_INVALID_ARGUMENT, "nvfp4 quantize: unsupported input dtype");
   }
 }

@@ -42,12 +42,16 @@ struct TileArgs {
   // rowwise output (requested by the kernel's kRow; rdata == nullptr: decoded values only)
   uint8_t* rdata;        // [rows, cols/2]
   uint8_t* rscales;      // linear [rows, nb] or swizzled [roundup(rows,128), roundup(nb,4)]
-  const float* ramax;
+  float* ramax;          // filled by the amax pass, or (partials) stored by CTA 0 here
+  const uint32_t* rparts;  // the amax pass's partials (nullptr: it reduced into ramax)
+  int nrparts;
   void* rdec;            // optional: bfloat16 [rows, cols], the decoded values
   // columnwise output (kCol; cdata == nullptr: decoded values only), the quantization of x^T [cols, rp]
   uint8_t* cdata;        // [cols, rp/2]
   uint8_t* cscales;      // linear [cols, csc] or swizzled [crows_sw, ccp]
-  const float* camax;
+  float* camax;          // filled by the amax pass, or (partials) stored by CTA 0 here
+  const uint32_t* cparts;  // the amax pass's partials (nullptr: it reduced into camax)
+  int ncparts;
   void* cdec;            // optional: bfloat16 [cols, rp]
   int64_t rp;            // roundup(rows, 16)
   int csc;               // rp / 16
@@ -121,12 +125,12 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   const uint64_t sr_offset = kSR ? a.offset + (a.offset_device ? *a.offset_device : 0) : 0;
   TensorScale ts_r{}, ts_c{};
   if constexpr (do_row) {
-    const core::GlobalScale g = core::make_global_scale(*a.ramax);
+    const core::GlobalScale g = core::make_global_scale(tensor_amax(a.ramax, a.rparts, a.nrparts));
     ts_r = make_tensor_scale(g);
     fill_encode_table(tab_r, g.dec);
   }
   if constexpr (do_col) {
-    const core::GlobalScale g = core::make_global_scale(*a.camax);
+    const core::GlobalScale g = core::make_global_scale(tensor_amax(a.camax, a.cparts, a.ncparts));
     ts_c = make_tensor_scale(g);
     fill_encode_table(tab_c, g.dec);
   }
@@ -476,7 +480,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
 }
 
 template <class T, bool kSR, bool k2D, bool kRow, bool kCol, bool kRowRht, bool kColRht>
-nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
+nvfp4_status_t run(const QuantJob& job, cudaStream_t stream, const AmaxParts& parts) {
   TileArgs a{};
   a.x = job.x;
   a.rows = static_cast<int>(job.rows);
@@ -485,10 +489,14 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
   a.rdata = job.row.data;
   a.rscales = job.row.scales;
   a.ramax = job.row.amax;
+  a.rparts = parts.row;
+  a.nrparts = parts.nrow;
   a.rdec = job.row.dec;
   a.cdata = job.col.data;
   a.cscales = job.col.scales;
   a.camax = job.col.amax;
+  a.cparts = parts.col;
+  a.ncparts = parts.ncol;
   a.cdec = job.col.dec;
   a.rp = (job.rows + 15) / 16 * 16;
   a.csc = static_cast<int>(a.rp / 16);
@@ -518,38 +526,38 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream) {
 }
 
 template <class T, bool kSR>
-nvfp4_status_t dispatch_variant(const QuantJob& job, cudaStream_t stream) {
+nvfp4_status_t dispatch_variant(const QuantJob& job, cudaStream_t stream, const AmaxParts& parts) {
   const bool row = wanted(job.row), col = wanted(job.col);
   if (job.cfg.block == NVFP4_BLOCK_2D) {
-    if (row && col) return run<T, kSR, true, true, true, false, false>(job, stream);
-    if (row) return run<T, kSR, true, true, false, false, false>(job, stream);
-    return run<T, kSR, true, false, true, false, false>(job, stream);
+    if (row && col) return run<T, kSR, true, true, true, false, false>(job, stream, parts);
+    if (row) return run<T, kSR, true, true, false, false, false>(job, stream, parts);
+    return run<T, kSR, true, false, true, false, false>(job, stream, parts);
   }
   // 1D: this kernel always has the columnwise output (rowwise-only takes the rowwise kernel)
   const bool rrht = row && (job.cfg.rht & NVFP4_RHT_ROWWISE), crht = (job.cfg.rht & NVFP4_RHT_COLUMNWISE) != 0;
-  if (!row) return crht ? run<T, kSR, false, false, true, false, true>(job, stream)
-                        : run<T, kSR, false, false, true, false, false>(job, stream);
-  if (rrht) return crht ? run<T, kSR, false, true, true, true, true>(job, stream)
-                        : run<T, kSR, false, true, true, true, false>(job, stream);
-  return crht ? run<T, kSR, false, true, true, false, true>(job, stream)
-              : run<T, kSR, false, true, true, false, false>(job, stream);
+  if (!row) return crht ? run<T, kSR, false, false, true, false, true>(job, stream, parts)
+                        : run<T, kSR, false, false, true, false, false>(job, stream, parts);
+  if (rrht) return crht ? run<T, kSR, false, true, true, true, true>(job, stream, parts)
+                        : run<T, kSR, false, true, true, true, false>(job, stream, parts);
+  return crht ? run<T, kSR, false, true, true, false, true>(job, stream, parts)
+              : run<T, kSR, false, true, true, false, false>(job, stream, parts);
 }
 
 template <class T>
-nvfp4_status_t dispatch(const QuantJob& job, cudaStream_t stream) {
-  return job.cfg.rounding == NVFP4_ROUND_STOCHASTIC ? dispatch_variant<T, true>(job, stream)
-                                                    : dispatch_variant<T, false>(job, stream);
+nvfp4_status_t dispatch(const QuantJob& job, cudaStream_t stream, const AmaxParts& parts) {
+  return job.cfg.rounding == NVFP4_ROUND_STOCHASTIC ? dispatch_variant<T, true>(job, stream, parts)
+                                                    : dispatch_variant<T, false>(job, stream, parts);
 }
 
 }  // namespace
 
-nvfp4_status_t launch_tile(const QuantJob& job, cudaStream_t stream) {
+nvfp4_status_t launch_tile(const QuantJob& job, cudaStream_t stream, const AmaxParts& parts) {
   if (job.rows > INT32_MAX - 256)
     return fail(NVFP4_ERROR_NOT_SUPPORTED, "nvfp4 quantize: more than 2^31 rows is not supported on CUDA");
   switch (job.dtype) {
-    case NVFP4_DTYPE_FLOAT32: return dispatch<F32>(job, stream);
-    case NVFP4_DTYPE_FLOAT16: return dispatch<F16>(job, stream);
-    case NVFP4_DTYPE_BFLOAT16: return dispatch<BF16>(job, stream);
+    case NVFP4_DTYPE_FLOAT32: return dispatch<F32>(job, stream, parts);
+    case NVFP4_DTYPE_FLOAT16: return dispatch<F16>(job, stream, parts);
+    case NVFP4_DTYPE_BFLOAT16: return dispatch<BF16>(job, stream, parts);
     default: return fail(NVFP4_ERROR_INVALID_ARGUMENT, "nvfp4 quantize: unsupported input dtype");
   }
 }

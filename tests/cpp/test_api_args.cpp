@@ -193,6 +193,34 @@ int ArgsFixture::quantize() {
     set_raw(t.device_type, 7);
     EXPECT_BAD(nvfp4_quantize(&t, &cfg, &rq, nullptr, nullptr), "device type");
   }
+  // ---- quantize with a workspace (nvfp4_quantize_ws, nvfp4_quantize_decoded_ws): the same
+  // results (on the CPU it is unused); its size, alignment and overlaps refused by name.
+  {
+    alignas(16) static unsigned char ws[NVFP4_QUANTIZE_WORKSPACE_BYTES + 32];
+    std::memset(ws, 0xff, sizeof ws);
+    HostQ r2(nvfp4::rowwise_layout(R, C)), c2(nvfp4::columnwise_layout(R, C));
+    EXPECT_STATUS(nvfp4_quantize(&in, &cfg, &rq, &cq, nullptr), NVFP4_SUCCESS);
+    EXPECT_STATUS(nvfp4_quantize_ws(&in, &cfg, r2.view.get(), c2.view.get(), ws, NVFP4_QUANTIZE_WORKSPACE_BYTES,
+                                    nullptr),
+                  NVFP4_SUCCESS);
+    CHECK(r2.data == row.data && r2.scales == row.scales && r2.amax == row.amax);
+    CHECK(c2.data == col.data && c2.scales == col.scales && c2.amax == col.amax);
+    EXPECT_STATUS(nvfp4_quantize_ws(&in, &cfg, &rq, &cq, nullptr, 0, nullptr), NVFP4_SUCCESS);
+    EXPECT_BAD(nvfp4_quantize_ws(&in, &cfg, &rq, &cq, nullptr, 16, nullptr), "workspace: null with workspace_bytes = 16");
+    EXPECT_BAD(nvfp4_quantize_ws(&in, &cfg, &rq, &cq, ws, NVFP4_QUANTIZE_WORKSPACE_BYTES - 1, nullptr),
+               "workspace_bytes: 8191, at least NVFP4_QUANTIZE_WORKSPACE_BYTES (8192)");
+    EXPECT_BAD(nvfp4_quantize_ws(&in, &cfg, &rq, &cq, ws + 4, NVFP4_QUANTIZE_WORKSPACE_BYTES, nullptr),
+               "workspace: must be 16-byte aligned");
+    EXPECT_BAD(nvfp4_quantize_ws(&in, &cfg, &rq, &cq, x.data(), NVFP4_QUANTIZE_WORKSPACE_BYTES, nullptr),
+               "workspace: overlaps input");
+    EXPECT_BAD(nvfp4_quantize_ws(&in, &cfg, &rq, &cq, row.data.data(), NVFP4_QUANTIZE_WORKSPACE_BYTES, nullptr),
+               "overlaps rowwise.data");
+    EXPECT_BAD(nvfp4_quantize_decoded_ws(&in, &cfg, &rq, nullptr, nullptr, nullptr, ws, 1, nullptr),
+               "workspace_bytes: 1, at least");
+    EXPECT_STATUS(
+        nvfp4_quantize_decoded_ws(&in, &cfg, &rq, nullptr, nullptr, nullptr, ws, NVFP4_QUANTIZE_WORKSPACE_BYTES, nullptr),
+        NVFP4_SUCCESS);
+  }
   // Empty input: valid, amax defined as 0.
   {
     nvfp4_tensor_t t = desc(x.data(), NVFP4_DTYPE_FLOAT32, {0, C});

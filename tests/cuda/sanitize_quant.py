@@ -5,7 +5,8 @@
     compute-sanitizer --tool synccheck python tests/cuda/sanitize_quant.py   (optional)
     (add --full for every dtype x variant x shape, uncapped too: several times longer)
 
-Covers: both amax kernels (flat, RHT along rows, RHT along columns), the rowwise kernel
+Covers: both amax kernels (flat, RHT along rows, RHT along columns; atomics into the amax
+outputs, and partials in a workspace, reduced by the quantize kernel), the rowwise kernel
 (RTN/SR x RHT x layouts), every instantiation of the tile kernel (1D both/columnwise-only
 with every RHT choice, 2D rowwise/columnwise/both), dequantize (3 output dtypes x 2
 layouts), swizzle and unswizzle; each for bf16 (every variant, two shapes: rows not a
@@ -36,12 +37,14 @@ def alloc(rows, cols, layout, device):
             torch.full((1,), float("nan"), dtype=torch.float32, device=device))
 
 
-def quantize(x, block, rounding, layout, rht, row, col):
+def quantize(x, block, rounding, layout, rht, row, col, ws=False):
+    """ws: with a quantization workspace (poisoned 0xFF): the amax pass's partials."""
     rows, cols = x.shape
     r = alloc(rows, cols, layout, x.device) if row else (None, None, None)
     c = alloc(cols, (rows + 15) // 16 * 16, layout, x.device) if col else (None, None, None)
     stream = torch.cuda.current_stream().cuda_stream if x.is_cuda else 0
-    _C.quantize(x, *r, *c, block, rounding, layout, rht, _C.default_rht_sign_mask(), 99, 3, stream)
+    w = torch.full((_C.quantize_workspace_bytes,), 0xFF, dtype=torch.uint8, device=x.device) if ws else None
+    _C.quantize(x, *r, *c, block, rounding, layout, rht, _C.default_rht_sign_mask(), 99, 3, stream, w)
     return r, c
 
 
@@ -100,14 +103,16 @@ def main() -> int:
                 x = (torch.randn(shape, generator=gen) * 4).to(dtype)
                 xg = x.to(DEV)
                 for v in variants:
-                    g = quantize(xg, *v)
                     w = quantize(x, *v)
-                    torch.cuda.synchronize()
-                    runs += 1
-                    for gg, ww in zip(g, w):
-                        if ww[0] is not None and not same(gg, ww):
-                            bad += 1
-                            print(f"MISMATCH {dtype} {shape} variant={v} cap={cap}")
+                    # bf16: without and with a workspace (memsets + atomics, or partials)
+                    for ws in ((False, True) if dtype == torch.bfloat16 else (True,)):
+                        g = quantize(xg, *v, ws=ws)
+                        torch.cuda.synchronize()
+                        runs += 1
+                        for gg, ww in zip(g, w):
+                            if ww[0] is not None and not same(gg, ww):
+                                bad += 1
+                                print(f"MISMATCH {dtype} {shape} variant={v} cap={cap} workspace={ws}")
         # dequantize and swizzle
         for layout in (0, 1):
             rows, cols = 130, 96

@@ -66,8 +66,12 @@ class Out:
 
 
 def quantize_decoded(x, row_codes=False, row_dec=False, col_codes=False, col_dec=False, block=0, rounding=0,
-                     layout=SWIZZLED, rht=0, seed=0, offset=0):
+                     layout=SWIZZLED, rht=0, seed=0, offset=0, workspace=True):
+    """workspace: the call gets a quantization workspace, poisoned with 0xFF bytes (the largest
+    partial there is: a slot the amax pass did not write would win every max)."""
     rows, cols = x.shape
+    wst = torch.full((_ops.QUANTIZE_WORKSPACE_BYTES,), 0xFF, dtype=torch.uint8, device=x.device) if workspace else None
+    ws = 0 if wst is None else wst.data_ptr()
     rp = _up(rows, 16)
     row = Out(rows, cols, layout, x.device, row_codes, row_dec) if (row_codes or row_dec) else None
     col = Out(cols, rp, layout, x.device, col_codes, col_dec) if (col_codes or col_dec) else None
@@ -75,7 +79,7 @@ def quantize_decoded(x, row_codes=False, row_dec=False, col_codes=False, col_dec
     _ops.quantize_dec_raw(x.data_ptr(), _ops.DTYPE_CODE[x.dtype], rows, cols,
                           *(row.codes_addr() if row else z3), *(row.dec_addr() if row else z2),
                           *(col.codes_addr() if col else z3), *(col.dec_addr() if col else z2),
-                          block, rounding, layout, rht, _ops.DEFAULT_RHT_SIGN_MASK, seed, offset, 0, *_dev(x))
+                          block, rounding, layout, rht, _ops.DEFAULT_RHT_SIGN_MASK, seed, offset, 0, *_dev(x), ws)
     return row, col
 
 
@@ -197,7 +201,7 @@ def test_decoded_refusals():
         a = good.vamax if rva is None else rva
         addr = (0, 0) if nothing else (v.data_ptr(), a.data_ptr())
         return _ops.quantize_dec_raw(x.data_ptr(), 0, rows, cols, 0, 0, 0, *addr, 0, 0, 0, 0, 0, block, rounding,
-                                     SWIZZLED, rht, _ops.DEFAULT_RHT_SIGN_MASK, 0, 0, 0, 0, 0, 0)
+                                     SWIZZLED, rht, _ops.DEFAULT_RHT_SIGN_MASK, 0, 0, 0, 0, 0, 0, 0)
 
     with pytest.raises(ValueError, match="at least one output"):
         call(nothing=True)
@@ -206,7 +210,7 @@ def test_decoded_refusals():
     # the values overlapping the input
     with pytest.raises(ValueError, match="rowwise_decoded.values"):
         _ops.quantize_dec_raw(x.data_ptr(), 0, rows, cols, 0, 0, 0, x.data_ptr(), good.vamax.data_ptr(), 0, 0, 0, 0, 0,
-                              0, 0, SWIZZLED, 0, _ops.DEFAULT_RHT_SIGN_MASK, 0, 0, 0, 0, 0, 0)
+                              0, 0, SWIZZLED, 0, _ops.DEFAULT_RHT_SIGN_MASK, 0, 0, 0, 0, 0, 0, 0)
     # the amax overlapping the values
     with pytest.raises(ValueError, match="rowwise_decoded"):
         call(rva=good.values)

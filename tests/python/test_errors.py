@@ -402,7 +402,7 @@ def test_known_gemm_settings_are_accepted(monkeypatch, name, value):
 
 
 @pytest.mark.parametrize("name,value", [("NVFP4_QUANT_GRID_CAP", "17"), ("NVFP4_QUANT_GRID_CAP", "0"),
-                                        ("NVFP4_QUANT_COOP", "0"), ("NVFP4_QUANT_COOP", "1")])
+                                        ("NVFP4_QUANT_WORKSPACE", "0"), ("NVFP4_QUANT_WORKSPACE", "1")])
 def test_known_quant_settings_are_accepted(monkeypatch, name, value):
     x = torch.randn(4, 32)
     ref = nvfp4.quantize(x)
@@ -456,15 +456,17 @@ def test_removed_gemm_setting_is_refused(monkeypatch):
         _cpu_gemm()
 
 
+@pytest.mark.parametrize("name", ["NVFP4_QUANT_LEGACY", "NVFP4_QUANT_COOP"])
 @pytest.mark.parametrize("value", ["1", "0"])
-def test_removed_quant_setting_is_refused(monkeypatch, value):
-    """NVFP4_QUANT_LEGACY selected kernels that no longer exist: any value is refused by name
-    (on every quantization, NVFP4 and MXFP4), not silently ignored; unset, nothing changes."""
+def test_removed_quant_setting_is_refused(monkeypatch, name, value):
+    """NVFP4_QUANT_LEGACY selected kernels that no longer exist, NVFP4_QUANT_COOP an amax
+    zeroing that no longer exists: any value is refused by name (on every quantization,
+    NVFP4 and MXFP4), not silently ignored; unset, nothing changes."""
     x = torch.randn(4, 32)
-    monkeypatch.setenv("NVFP4_QUANT_LEGACY", value)
-    with raises(ValueError, "NVFP4_QUANT_LEGACY", "no longer read"):
+    monkeypatch.setenv(name, value)
+    with raises(ValueError, name, "no longer read"):
         nvfp4.quantize(x)
-    with raises(ValueError, "NVFP4_QUANT_LEGACY", "no longer read"):
+    with raises(ValueError, name, "no longer read"):
         nvfp4.quantize_mxfp4(x)
-    monkeypatch.setenv("NVFP4_QUANT_LEGACY", "")
+    monkeypatch.setenv(name, "")
     nvfp4.quantize(x)

@@ -58,16 +58,23 @@ def _alloc(rows: int, cols: int, layout: str, device) -> tuple:
     return data, scales, amax
 
 
+def poisoned_workspace(device):
+    """A quantization workspace of 0xFF bytes: 0xFFFFFFFF is larger than any partial the amax
+    pass stores, so a slot it did not write would win the quantize pass's max."""
+    return torch.full((_C.quantize_workspace_bytes,), 0xFF, dtype=torch.uint8, device=device)
+
+
 def quantize_raw(x: torch.Tensor, block="1d", rounding="rtn", rht="none", sign_mask=DEFAULT_MASK, seed=0, offset=0,
-                 rowwise=True, columnwise=False, layout="swizzled"):
-    """_C.quantize on x's device with poisoned outputs; returns {"row": (d, s, a), "col": ...}."""
+                 rowwise=True, columnwise=False, layout="swizzled", workspace=None):
+    """_C.quantize on x's device with poisoned outputs; returns {"row": (d, s, a), "col": ...}.
+    workspace: None (the amax outputs zeroed by memsets) or a tensor (nvfp4_quantize_ws)."""
     x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
     rows, cols = x2.shape
     row = _alloc(rows, cols, layout, x.device) if rowwise else None
     col = _alloc(cols, (rows + 15) // 16 * 16, layout, x.device) if columnwise else None
     stream = torch.cuda.current_stream().cuda_stream if x.is_cuda else 0
     _C.quantize(x2, *(row or (None, None, None)), *(col or (None, None, None)), BLOCK[block], ROUND[rounding],
-                LAYOUT[layout], RHT[rht], sign_mask, seed, offset, stream)
+                LAYOUT[layout], RHT[rht], sign_mask, seed, offset, stream, workspace)
     return {"row": row, "col": col}
 
 
@@ -85,10 +92,11 @@ def assert_same(got, want, what: str):
             f"{what} amax: got {ga.item()!r} ({ga.view(torch.int32).item():#010x}), want {wa.item()!r}"
 
 
-def check(x: torch.Tensor, **kw):
-    """Quantize x on the GPU and on the CPU with the same options; compare every byte."""
+def check(x: torch.Tensor, workspace=False, **kw):
+    """Quantize x on the GPU and on the CPU with the same options; compare every byte.
+    workspace: the GPU call gets a poisoned quantization workspace."""
     xg = x.to(DEV)
-    got = quantize_raw(xg, **kw)
+    got = quantize_raw(xg, workspace=poisoned_workspace(DEV) if workspace else None, **kw)
     torch.cuda.synchronize()
     want = quantize_raw(x.cpu(), **kw)
     what = f"{tuple(x.shape)} {x.dtype} {kw}"
@@ -447,51 +455,109 @@ def test_grid_cap_rtn_all_kernels(gen, monkeypatch):
         check(x, block="2d", columnwise=True, layout="linear")
 
 
-@pytest.mark.parametrize("coop", ["0", "1"], ids=["memsets", "cooperative"])
-def test_amax_zeroed_by_memsets_or_inside_the_kernel(coop, gen, monkeypatch):
-    """The amax outputs (poisoned NaN by quantize_raw) are zeroed either by memsets
-    (the default, NVFP4_QUANT_COOP=0) or by the amax kernel itself under a cooperative launch
-    (NVFP4_QUANT_COOP=1): the same
-    bytes as the CPU reference for every amax kernel (flat, flat with the row RHT, columnwise
-    RHT, both), with full and capped grids."""
-    monkeypatch.setenv("NVFP4_QUANT_COOP", coop)
+_AMAX_MODES = ["memsets", "workspace", "workspace_off"]
+
+
+def _amax_mode(mode, monkeypatch):
+    """memsets: no workspace; workspace: partials in it; workspace_off: one given, but
+    NVFP4_QUANT_WORKSPACE=0 (memsets again). Returns the check() flag."""
+    monkeypatch.setenv("NVFP4_QUANT_WORKSPACE", "0" if mode == "workspace_off" else "1")
+    return mode != "memsets"
+
+
+@pytest.mark.parametrize("mode", _AMAX_MODES)
+def test_amax_by_memsets_or_partials(mode, gen, monkeypatch):
+    """The amax outputs (poisoned NaN by quantize_raw) come out right whether the amax pass
+    reduces into them after memsets zero them, or leaves one partial per CTA in a (poisoned)
+    workspace for the quantize kernel to reduce: the same bytes as the CPU reference for
+    every amax kernel (flat, flat with the row RHT, columnwise RHT, both), every quantize
+    kernel (rowwise, tile 1D, tile 2D), codes of one orientation or both, with full and
+    capped grids."""
+    ws = _amax_mode(mode, monkeypatch)
     x = randn((300, 208), torch.bfloat16, gen)
     for cap in ("", "1", "3"):
         monkeypatch.setenv("NVFP4_QUANT_GRID_CAP", cap)
-        check(x)
-        check(x, rht="rowwise")
-        check(x, rowwise=False, columnwise=True, rht="columnwise", rounding="sr", seed=3)
-        check(x, columnwise=True, rht="columnwise")
-        check(x, columnwise=True, rht="both")
-        check(x, block="2d", columnwise=True, layout="linear")
+        check(x, workspace=ws)
+        check(x, workspace=ws, rht="rowwise", rounding="sr", seed=2)
+        check(x, workspace=ws, rowwise=False, columnwise=True, rht="columnwise", rounding="sr", seed=3)
+        check(x, workspace=ws, columnwise=True, rht="columnwise")
+        check(x, workspace=ws, columnwise=True, rht="both")
+        check(x, workspace=ws, columnwise=True)
+        check(x, workspace=ws, block="2d", columnwise=True, layout="linear")
+        check(x, workspace=ws, block="2d")
 
 
-@pytest.mark.parametrize("coop", ["0", "1"], ids=["memsets", "cooperative"])
-def test_amax_zeroed_on_each_graph_replay(coop, gen, monkeypatch):
-    """A quantization captured in a CUDA graph zeroes its amax on every replay (memset nodes,
-    or the cooperative amax kernel): the outputs poisoned between replays come back equal to
-    the CPU reference."""
-    monkeypatch.setenv("NVFP4_QUANT_COOP", coop)
+@pytest.mark.parametrize("mode", _AMAX_MODES)
+def test_amax_partials_grid_past_the_workspace(mode, gen, monkeypatch):
+    """A tensor whose amax grid would be larger than the workspace's partial slots (the grid
+    is capped to them), and the largest value in the last rows, read by the last CTAs."""
+    ws = _amax_mode(mode, monkeypatch)
+    monkeypatch.delenv("NVFP4_QUANT_GRID_CAP", raising=False)
+    x = randn((2304, 4096), torch.bfloat16, gen)
+    x[-1, -7] = 1.0e4
+    check(x, workspace=ws)
+    check(x, workspace=ws, columnwise=True, rht="columnwise")
+
+
+def test_amax_partials_do_not_leak_between_calls(gen):
+    """One workspace for two quantizations in stream order, the first of a much larger
+    tensor: the second's amax is its own (no partial of the first survives in its max)."""
+    big = randn((1024, 512), torch.float32, gen) * 1000
+    small = randn((96, 64), torch.float32, gen)
+    ws = poisoned_workspace(DEV)
+    quantize_raw(big.to(DEV), columnwise=True, rht="columnwise", workspace=ws)
+    for kw in ({}, {"columnwise": True, "rht": "columnwise"}, {"block": "2d", "columnwise": True}):
+        got = quantize_raw(small.to(DEV), workspace=ws, **kw)
+        torch.cuda.synchronize()
+        want = quantize_raw(small, **kw)
+        for d in ("row", "col"):
+            if want[d] is not None:
+                assert_same(got[d], want[d], f"after a larger tensor {kw} [{d}]")
+
+
+@pytest.mark.parametrize("mode", ["memsets", "workspace"])
+def test_amax_right_on_each_graph_replay(mode, gen, monkeypatch):
+    """A quantization captured in a CUDA graph gets its amax right on every replay (memset
+    nodes before the amax kernel, or partials reduced by the quantize kernel): the outputs,
+    and the workspace, poisoned between replays come back equal to the CPU reference."""
+    monkeypatch.setenv("NVFP4_QUANT_WORKSPACE", "1")
     x = randn((512, 256), torch.bfloat16, gen).to(DEV)
     want = quantize_raw(x.cpu(), columnwise=True, rht="columnwise")
+    ws = poisoned_workspace(DEV) if mode == "workspace" else None
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        got = quantize_raw(x, columnwise=True, rht="columnwise")  # warm-up (occupancy queries) outside capture
+        # warm-up (occupancy queries) outside capture
+        got = quantize_raw(x, columnwise=True, rht="columnwise", workspace=ws)
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, stream=s):
             _C.quantize(x, *got["row"], *got["col"], BLOCK["1d"], ROUND["rtn"], LAYOUT["swizzled"],
-                        RHT["columnwise"], DEFAULT_MASK, 0, 0, s.cuda_stream)
+                        RHT["columnwise"], DEFAULT_MASK, 0, 0, s.cuda_stream, ws)
     for _ in range(3):
         for d in ("row", "col"):
             got[d][0].fill_(POISON)
             got[d][1].fill_(POISON)
-            got[d][2].fill_(float("inf"))  # larger than any amax: only a zeroed output comes back right
+            got[d][2].fill_(float("inf"))  # larger than any amax: only a rewritten output comes back right
+        if ws is not None:
+            ws.fill_(0xFF)
         g.replay()
         torch.cuda.synchronize()
         for d in ("row", "col"):
             assert_same(got[d], want[d], f"replay [{d}]")
+
+
+def test_workspace_refusals(gen):
+    x = randn((64, 64), torch.bfloat16, gen).to(DEV)
+    with pytest.raises(ValueError, match="workspace: must be on x's device"):
+        quantize_raw(x, workspace=torch.zeros(_C.quantize_workspace_bytes, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="workspace_bytes: 8188, at least"):
+        quantize_raw(x, workspace=torch.zeros(_C.quantize_workspace_bytes // 4 - 1, dtype=torch.float32, device=DEV))
+    buf = torch.zeros(_C.quantize_workspace_bytes + 16, dtype=torch.uint8, device=DEV)
+    with pytest.raises(ValueError, match="workspace: must be 16-byte aligned"):
+        quantize_raw(x, workspace=buf[4:4 + _C.quantize_workspace_bytes])
+    with pytest.raises(ValueError, match="workspace: overlaps input"):
+        quantize_raw(x, workspace=x.view(torch.uint8).view(-1)[: _C.quantize_workspace_bytes])
 
 
 def test_non_default_stream(gen):

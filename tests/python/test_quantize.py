@@ -209,3 +209,34 @@ def test_batched_leading_dims_flatten():
     want = ref.quantize(x.reshape(30, 32))["row"]
     assert_bytes_equal(q.data, want[0], "batched data")
     assert q.dequantize().shape == x.shape
+
+
+def test_quantize_workspace_on_the_cpu():
+    """nvfp4_quantize_ws on the CPU: the workspace is unused (same bytes as without one) but
+    checked like on CUDA: size, alignment, overlaps, device, each refused by name."""
+    from nvfp4 import _C
+
+    n = _C.quantize_workspace_bytes
+    assert n == 8192
+    x = torch.randn(48, 64)
+    mask = _C.default_rht_sign_mask()
+
+    def run(ws):
+        row = (torch.empty(48, 32, dtype=torch.uint8), torch.empty(128, 4, dtype=torch.uint8), torch.empty(1))
+        col = (torch.empty(64, 24, dtype=torch.uint8), torch.empty(128, 4, dtype=torch.uint8), torch.empty(1))
+        _C.quantize(x, *row, *col, 0, 1, 1, 2, mask, 7, 3, 0, ws)
+        return row + col
+
+    want = run(None)
+    got = run(torch.full((n,), 0xFF, dtype=torch.uint8))
+    for g, w in zip(got, want):
+        assert torch.equal(g.view(torch.uint8), w.view(torch.uint8))
+    with pytest.raises(ValueError, match=r"workspace_bytes: 8191, at least NVFP4_QUANTIZE_WORKSPACE_BYTES \(8192\)"):
+        run(torch.zeros(n - 1, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="workspace: must be 16-byte aligned"):
+        run(torch.zeros(n + 64, dtype=torch.uint8)[4:4 + n])
+    with pytest.raises(ValueError, match="workspace: overlaps input"):
+        run(x.view(torch.uint8).view(-1)[:n])
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="workspace: must be on x's device"):
+            run(torch.zeros(n, dtype=torch.uint8, device="cuda"))

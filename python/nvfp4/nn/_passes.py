@@ -118,6 +118,7 @@ def _at(base: int, off):
 
 
 _NONE3 = (0, 0, 0)
+_QWS = _ops.QUANTIZE_WORKSPACE_BYTES  # one quantization workspace per pass, reused by its quantizations in stream order
 
 
 def _new_plan(key, make, *args):
@@ -142,7 +143,7 @@ _NONE2 = (0, 0)
 
 
 def _quantize_1d(xp, xcode, rows, cols, row_q, row_v, col_q, col_v, want_row, want_col, round_row, round_col,
-                 col_rht, sign_mask, seed, cnt, dt, di, st):
+                 col_rht, sign_mask, seed, cnt, dt, di, st, qws):
     """x [rows, cols] (1D blocks) rowwise into codes row_q and/or decoded values row_v, and
     columnwise into col_q / col_v (col_rht: the columnwise Hadamard transform), each with its
     rounding: one pass when both orientations are wanted with the same rounding, else one
@@ -150,22 +151,24 @@ def _quantize_1d(xp, xcode, rows, cols, row_q, row_v, col_q, col_v, want_row, wa
     decoded values are asked for, the decoded road's otherwise."""
     if want_row and want_col and round_row != round_col:
         _quantize_call(xp, xcode, rows, cols, row_q, row_v, _NONE3, _NONE2, round_row, 0, sign_mask, seed, cnt,
-                       dt, di, st)
+                       dt, di, st, qws)
         _quantize_call(xp, xcode, rows, cols, _NONE3, _NONE2, col_q, col_v, round_col, col_rht, sign_mask, seed, cnt,
-                       dt, di, st)
+                       dt, di, st, qws)
     elif want_row or want_col:
         _quantize_call(xp, xcode, rows, cols, row_q, row_v, col_q, col_v, round_row if want_row else round_col,
-                       col_rht if want_col else 0, sign_mask, seed, cnt, dt, di, st)
+                       col_rht if want_col else 0, sign_mask, seed, cnt, dt, di, st, qws)
 
 
 def _quantize_call(xp, xcode, rows, cols, row_q, row_v, col_q, col_v, rounding, rht, sign_mask, seed, cnt, dt, di,
-                   st, block=0):
+                   st, qws, block=0):
+    # qws: the quantization workspace (_QWS bytes in the pass's scratch): the amax pass leaves
+    # partials there instead of the amax outputs being zeroed by two memsets first
     if row_v[1] or col_v[1]:
         _ops.quantize_dec_raw(xp, xcode, rows, cols, *row_q, *row_v, *col_q, *col_v, block, rounding,
-                              _LAYOUT_SWIZZLED, rht, sign_mask, seed, 0, cnt, dt, di, st)
+                              _LAYOUT_SWIZZLED, rht, sign_mask, seed, 0, cnt, dt, di, st, qws)
     else:
         _ops.quantize_raw(xp, xcode, rows, cols, *row_q, *col_q, block, rounding, _LAYOUT_SWIZZLED, rht, sign_mask,
-                          seed, 0, cnt, dt, di, st)
+                          seed, 0, cnt, dt, di, st, qws)
 
 
 def _gemm_call(a_q, a_v, b_q, b_v, m, n, k, bias, bias_code, d, d_code, backend, ws, ws_bytes, dt, di, st):
@@ -215,14 +218,16 @@ def _fwd_plan(m, k, n, x_dtype, bias_dt, fprop, backend, save_xt, save_wt, w_mod
     else:  # the weight cache: W rowwise, then W^T
         wrow = _offsets(0, n, k)
         wcol = _offsets(_w_cache_layout(n, k)[0], k, _up(n, 16))
+    qws = _up(xrow_bytes + wrow_bytes + gemm_ws, 256)  # the quantization workspace, last
     return ((m, n) if fprop else (0,),                                       # 0: y shape
             packed_nbytes(k, _up(m, 16)) if save_xt else 0,                 # 1: saved X^T bytes
             packed_nbytes(k, _up(n, 16)) if (save_wt and w_mode == W_FRESH) else 0,  # 2: saved W^T bytes
-            xrow_bytes + wrow_bytes + gemm_ws,                              # 3: scratch bytes
+            qws + _QWS,                                                     # 3: scratch bytes
             _offsets(0, m, k) if fprop else None, wrow, xt, wcol,           # 4-7: offsets
             xrow_bytes + wrow_bytes, gemm_ws,                               # 8, 9: GEMM workspace offset, bytes
             w_cache_nbytes(n, k),                                           # 10: a weight cache's bytes
-            dec, xdec, wdec_off)                                            # 11-13: decoded X (and W) in the scratch
+            dec, xdec, wdec_off,                                            # 11-13: decoded X (and W) in the scratch
+            qws)                                                            # 14: quantization workspace offset
 
 
 def _bwd_plan(m, n, k, dy_dtype, dw_dtype, need_dx, need_dw, backend, device, dev):
@@ -250,15 +255,17 @@ def _bwd_plan(m, n, k, dy_dtype, dw_dtype, need_dx, need_dw, backend, device, de
     else:
         col_bytes = packed_nbytes(n, mp) if need_dw else 0
         col = _offsets(row_bytes, n, mp) if need_dw else None
+    qws = _up(row_bytes + col_bytes + max(ws_dx, ws_dw), 256)  # the quantization workspace, last
     return ((m, k) if need_dx else (0,), (n, k) if need_dw else (0,),       # 0, 1: dx, dw shapes
-            row_bytes + col_bytes + max(ws_dx, ws_dw),                      # 2: scratch bytes
+            qws + _QWS,                                                     # 2: scratch bytes
             row,                                                            # 3: dY rowwise in the scratch
             col,                                                            # 4: dY^T in the scratch
             row_bytes + col_bytes, ws_dx, ws_dw,                            # 5-7: GEMM workspace offset, bytes
             _offsets(0, k, mp), _offsets(0, k, _up(n, 16)),                 # 8, 9: saved X^T, W^T offsets
             packed_nbytes(k, mp) if need_dw else 0,                         # 10: X^T bytes needed
             packed_nbytes(k, _up(n, 16)) if need_dx else 0,                 # 11: W^T bytes needed
-            dx_dec, dw_dec)                                                 # 12, 13: dY / dY^T decoded
+            dx_dec, dw_dec,                                                 # 12, 13: dY / dY^T decoded
+            qws)                                                            # 14: quantization workspace offset
 
 
 # ------------------------------------------------------------------------------ linear_fwd
@@ -351,7 +358,7 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
     else:
         xt_addr = _NONE3
     _quantize_1d(xp, xcode, m, k, xrow_q, xrow_v, xt_addr, _NONE2, fprop, save_xt, cfg[C.X_ROUND], cfg[C.XT_ROUND],
-                 2 if cfg[C.XT_RHT] else 0, sign_mask, seed, cnt, dt, di, st)
+                 2 if cfg[C.XT_RHT] else 0, sign_mask, seed, cnt, dt, di, st, base + p[14])
 
     # W: both orientations in one pass (round to nearest, no transform), into the scratch
     # buffer (rowwise: codes, or decoded values on the decoded road) and the saved W^T, or
@@ -375,7 +382,7 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
     if w_mode != W_REUSE and (wrow_q[0] or wrow_v[1] or wcol[0]):
         w = w.contiguous()
         _quantize_call(w.data_ptr(), DTYPE_CODE[w.dtype], n, k, wrow_q, wrow_v, wcol, _NONE2, 0, 0, sign_mask, 0, 0,
-                       dt, di, st, block=cfg[C.W_BLOCK])
+                       dt, di, st, base + p[14], block=cfg[C.W_BLOCK])
     if fprop:  # Y = alpha * X̂ Ŵᵀ (+ bias)
         _gemm_call(xrow_q, xrow_v, wrow_q, wrow_v, m, n, k, 0 if bias is None else bias.data_ptr(),
                    DTYPE_CODE.get(bias_dt, 0), y.data_ptr(), xcode, backend, base + p[8], p[9], dt, di, st)
@@ -470,7 +477,8 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
     g = base + p[5]
     dyp, dycode = dy.data_ptr(), DTYPE_CODE[dy_dt]
     _quantize_1d(dyp, dycode, m, n, row_q, row_v, col_q, col_v, need_dx, need_dw, cfg[C.DY_ROUND], cfg[C.DYT_ROUND],
-                 2 if cfg[C.DYT_RHT] else 0, cfg[C.SIGN_MASK], cfg[C.SEED_DY], counter.data_ptr(), dt, di, st)
+                 2 if cfg[C.DYT_RHT] else 0, cfg[C.SIGN_MASK], cfg[C.SEED_DY], counter.data_ptr(), dt, di, st,
+                 base + p[14])
     if need_dx:  # dgrad: dX = alpha * dŶ (Ŵᵀ)ᵀ, W^T quantized along N
         a, o = wt.data_ptr(), p[9]
         _gemm_call(row_q, row_v, (a, a + o[1], a + o[2]), _NONE2, m, k, n, 0, 0, dx.data_ptr(), dycode, backend, g,
@@ -584,11 +592,12 @@ def _frozen_fwd_impl(x, w_data, w_scales, w_amax, bias, counter, cfg):
     else:
         x_bytes = packed_nbytes(m, k)
         gemm_ws = gemm_workspace_bytes(m, n, k, backend, x.dtype, bias_dt, False, dev, (dt, di, st))
-    ws = torch.empty((x_bytes + gemm_ws,), dtype=torch.uint8, device=dev)
+    qws = _up(x_bytes + gemm_ws, 256)  # the quantization workspace, last
+    ws = torch.empty((qws + _QWS,), dtype=torch.uint8, device=dev)
     base = ws.data_ptr()
     xrow_q, xrow_v = (_NONE3, (base + vo, base + ao)) if dec else (addresses(base, m, k), _NONE2)
     _quantize_call(x.data_ptr(), xcode, m, k, xrow_q, xrow_v, _NONE3, _NONE2, cfg[C.X_ROUND], 0, cfg[C.SIGN_MASK],
-                   cfg[C.SEED_X], counter.data_ptr(), dt, di, st)
+                   cfg[C.SEED_X], counter.data_ptr(), dt, di, st, base + qws)
     _gemm_call(xrow_q, xrow_v, (w_data.data_ptr(), w_scales.data_ptr(), w_amax.data_ptr()), _NONE2, m, n, k,
                0 if bias is None else bias.data_ptr(), DTYPE_CODE.get(bias_dt, 0), y.data_ptr(), xcode, backend,
                base + x_bytes, gemm_ws, dt, di, st)
