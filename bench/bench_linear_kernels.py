@@ -19,8 +19,16 @@ Two more columns of the same run say how far each kernel is from its floor:
   BF16 tensors of the same shapes (wgrad with a float32 output where torch.mm offers one, as
   the Linear writes its float32 weight gradient), the ceiling of the emulated GEMMs.
 
+The step's floor (--step-json, a bench_train_step.py JSON of the model whose block these
+shapes are): the nvfp4 / bf16 step ratio of each mode as measured, and what it would be (a) with
+every one of these kernel classes at the copy bandwidth of its shape's run (the step's time less
+the difference, over the model's layers), and (b) with the amax pass's bytes gone as well (the
+amax computed where the activation is produced) — what this design on this GPU can reach at
+best. --from-json re-reads a saved result instead of measuring (no GPU needed).
+
     python3 bench/bench_linear_kernels.py [--tokens 16384] [--shapes 768x2304 768x768 ...]
                                           [--iters 20] [--recipe nvfp4] [--json out.json]
+                                          [--step-json step.json] [--from-json out.json]
     (the 400M model's block: --shapes 2048x6144 2048x2048 2048x8192 8192x2048)
 """
 from __future__ import annotations
@@ -123,6 +131,44 @@ def bandwidth_rows(kernels: dict, bytes_by_class: dict, copy_tbs: float):
     return rows
 
 
+def step_floor(results, layers: int, nvfp4_ms: float, bf16_ms: float) -> dict:
+    """The step ratio nvfp4 / bf16 as measured and at the floors, from bench_linear_kernels
+    results (one entry per Linear of a block, each with its kernel classes' µs, MB and the
+    copy bandwidth of its run) and a step of `layers` such blocks: at_copy, every class at
+    its run's copy bandwidth; no_amax, that and the amax pass's bytes gone too. Times in ms."""
+    over = sum(b["us"] - b["mb"] / r["copy_tbs"] for r in results for b in r["bandwidth"]) * layers / 1000.0
+    amax = sum(b["mb"] / r["copy_tbs"] for r in results for b in r["bandwidth"]
+               if b["kind"].startswith("amax")) * layers / 1000.0
+    return dict(now=nvfp4_ms / bf16_ms, at_copy=(nvfp4_ms - over) / bf16_ms,
+                no_amax=(nvfp4_ms - over - amax) / bf16_ms, over_copy_ms=over, amax_ms=amax)
+
+
+def print_step_floor(results, step_json: str) -> list:
+    with open(step_json) as f:
+        step = json.load(f)
+    layers = int(step["model"]["n_layers"])
+    rows = step["rows"]
+    out = []
+    print(f"\n== the step's floor: {layers} blocks of these shapes ({step_json})")
+    for mode in step.get("modes", ["eager"]):
+        nv, bf = rows.get(f"nvfp4/{mode}"), rows.get(f"bf16/{mode}")
+        if not nv or not bf:
+            continue
+        for what, key in (("step", "step_ms"), ("GPU busy", None)):
+            if key is None:
+                if "profile" not in nv or "profile" not in bf:
+                    continue
+                a, b = nv["profile"]["gpu_busy_ms"], bf["profile"]["gpu_busy_ms"]
+            else:
+                a, b = nv[key], bf[key]
+            f = step_floor(results, layers, a, b)
+            out.append(dict(mode=mode, what=what, nvfp4_ms=a, bf16_ms=b, **f))
+            print(f"   {mode:8s} {what:8s} nvfp4 {a:7.2f} ms / bf16 {b:7.2f} ms = {f['now']:.3f}; "
+                  f"kernels at copy bandwidth (-{f['over_copy_ms']:.2f} ms): {f['at_copy']:.3f}; "
+                  f"and no amax pass (-{f['amax_ms']:.2f} ms more): {f['no_amax']:.3f}")
+    return out
+
+
 def event_us(fn, iters: int) -> float:
     fn()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -143,7 +189,21 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--recipe", default="nvfp4")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--step-json", default=None,
+                    help="a bench_train_step.py JSON of the model whose block these shapes are: print the step's floor")
+    ap.add_argument("--from-json", default=None, help="re-read a saved --json result instead of measuring")
     a = ap.parse_args(argv)
+    if a.from_json:
+        with open(a.from_json) as f:
+            saved = json.load(f)
+        print(f"device: {saved['device']} (from {a.from_json})")
+        for r in saved["results"]:
+            print(f"\n== {r['tokens']} x {r['shape'].replace('x', ' -> ')}, copy {r['copy_tbs']:.2f} TB/s in that run:")
+            for b in r["bandwidth"]:
+                print(f"   {b['us']:9.1f} us {b['mb']:8.1f} MB {b['tbs']:6.2f} TB/s {b['of_copy']:5.2f} of copy  {b['kind']}")
+        if a.step_json:
+            print_step_floor(saved["results"], a.step_json)
+        return 0
     if not torch.cuda.is_available():
         raise SystemExit("bench_linear_kernels.py: needs a CUDA GPU")
     torch.manual_seed(0)
@@ -218,9 +278,10 @@ def main(argv=None) -> int:
     print("\n== all shapes, per kernel name (µs per step of one Linear of each shape)")
     for name, us in grand.most_common():
         print(f"   {us:9.1f} us  {name}")
+    floor = print_step_floor(results, a.step_json) if (a.step_json and a.recipe == "nvfp4") else []
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), results=results), f, indent=1)
+            json.dump(dict(device=torch.cuda.get_device_name(), results=results, step_floor=floor), f, indent=1)
     return 0
 
 

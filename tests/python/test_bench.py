@@ -217,6 +217,41 @@ def test_linear_kernels_byte_model():
     assert abs(rows[0][3] - w / 4e-6 / 1e12) < 1e-12 and abs(rows[0][4] - rows[0][3] / 2.0) < 1e-12
 
 
+def test_linear_kernels_step_floor(tmp_path):
+    """The step floor bench_linear_kernels.py derives, by hand for two shapes and 3 layers:
+    each class's excess over its copy-bandwidth time (MB / TB/s = µs) comes off the nvfp4
+    step, then the amax class's copy time; and the same figures printed from saved JSON."""
+    blk = _linear_kernels_bench()
+    results = [
+        dict(shape="64x32", tokens=16, copy_tbs=2.0, bandwidth=[
+            dict(kind="amax X, dY", us=30.0, mb=40.0, tbs=0.0, of_copy=0.0),        # floor 20 us
+            dict(kind="quantize dY (SR, row decoded + col RHT decoded)", us=50.0, mb=80.0, tbs=0.0, of_copy=0.0)]),
+        dict(shape="32x64", tokens=16, copy_tbs=4.0, bandwidth=[
+            dict(kind="amax X, dY", us=10.0, mb=20.0, tbs=0.0, of_copy=0.0),        # floor 5 us
+            dict(kind="decode (alpha; Wᵀ, Xᵀ)", us=12.0, mb=40.0, tbs=0.0, of_copy=0.0)]),  # floor 10 us
+    ]
+    f = blk.step_floor(results, 3, 10.0, 8.0)
+    over = (10.0 + 10.0 + 5.0 + 2.0) * 3 / 1000  # per layer: (30-20) + (50-40) + (10-5) + (12-10) us
+    amax = (20.0 + 5.0) * 3 / 1000
+    assert f["over_copy_ms"] == pytest.approx(over) and f["amax_ms"] == pytest.approx(amax)
+    assert f["now"] == pytest.approx(1.25)
+    assert f["at_copy"] == pytest.approx((10.0 - over) / 8.0)
+    assert f["no_amax"] == pytest.approx((10.0 - over - amax) / 8.0)
+    lk, st = tmp_path / "lk.json", tmp_path / "step.json"
+    lk.write_text(json.dumps(dict(device="test", results=results)))
+    st.write_text(json.dumps(dict(model=dict(n_layers=3), modes=["compile"], rows={
+        "nvfp4/compile": dict(step_ms=10.0, profile=dict(gpu_busy_ms=9.0)),
+        "bf16/compile": dict(step_ms=8.0, profile=dict(gpu_busy_ms=7.5))})))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_linear_kernels.py"), "--from-json", str(lk),
+                        "--step-json", str(st)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("compile")]
+    assert len(lines) == 2, r.stdout
+    assert f"= 1.250; kernels at copy bandwidth (-{over:.2f} ms): {(10.0 - over) / 8.0:.3f}" in lines[0]
+    assert f"= {9.0 / 7.5:.3f}; kernels at copy bandwidth" in lines[1]
+    assert f"{(9.0 - over - amax) / 7.5:.3f}" in lines[1]
+
+
 def _train_step_bench():
     import importlib.util
     sys.path.insert(0, os.path.join(ROOT, "examples"))
