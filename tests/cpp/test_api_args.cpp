@@ -334,6 +334,20 @@ int ArgsFixture::cxx_layer() {
       if (g_verbose) std::printf("  ok  nvfp4::Error: %s\n", e.what());
     }
     CHECK(threw);
+    // the workspace overload: a short workspace is refused by name through nvfp4_quantize_ws
+    threw = false;
+    alignas(16) static unsigned char ws[NVFP4_QUANTIZE_WORKSPACE_BYTES];
+    try {
+      nvfp4::quantize(nvfp4::TensorView(x.data(), NVFP4_DTYPE_FLOAT32, {R, C}), nvfp4::QuantConfig(), &row.view,
+                      nullptr, ws, 64);
+    } catch (const nvfp4::Error& e) {
+      threw = e.status() == NVFP4_ERROR_INVALID_ARGUMENT &&
+              std::string(e.what()).find("nvfp4_quantize_ws") != std::string::npos &&
+              std::string(e.what()).find("workspace_bytes: 64") != std::string::npos;
+    }
+    CHECK(threw);
+    nvfp4::quantize(nvfp4::TensorView(x.data(), NVFP4_DTYPE_FLOAT32, {R, C}), nvfp4::QuantConfig(), &row.view, nullptr,
+                    ws, sizeof ws);
     threw = false;
     try {
       (void)nvfp4::rowwise_layout(4, 24);
