@@ -157,31 +157,33 @@ __device__ __forceinline__ uint32_t absmax_bits(const float (&v)[kBlock]) {
   return __float_as_uint(m) & 0x7fffffffu;
 }
 
-// Block-wide max of `bits` (256 threads), then one atomicMax per destination dst0/dst1, and
-// the CTA's maximum stored as its partial part0[blockIdx.x] / part1[blockIdx.x] (the amax
-// pass with a workspace; stored even when 0, so no slot keeps an earlier call's value).
-// atomicMax on the bits of non-negative floats is a float max that lets NaN win; so is
-// the integer max of the partials.
-__device__ __forceinline__ void block_reduce_amax(uint32_t bits, float* dst0, float* dst1, uint32_t* part0 = nullptr,
-                                                  uint32_t* part1 = nullptr) {
+// The max of `bits` over the CTA's threads, returned to every thread. Called by every thread
+// of the CTA at the same point: it synchronizes the CTA.
+__device__ __forceinline__ uint32_t block_max_bits(uint32_t bits) {
   __shared__ uint32_t red[32];
   __syncthreads();  // red may still be read by a previous call
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, o));
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) red[warp] = bits;
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = bits;
   __syncthreads();
-  if (warp == 0) {
-    const int nw = (blockDim.x + 31) >> 5;
-    bits = lane < nw ? red[lane] : 0u;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, o));
-    if (lane == 0) {
-      if (dst0) atomicMax(reinterpret_cast<unsigned int*>(dst0), bits);
-      if (dst1) atomicMax(reinterpret_cast<unsigned int*>(dst1), bits);
-      if (part0) part0[blockIdx.x] = bits;
-      if (part1) part1[blockIdx.x] = bits;
-    }
+  const int nw = (blockDim.x + 31) >> 5;
+  for (int w = 0; w < nw; ++w) bits = max(bits, red[w]);
+  return bits;
+}
+
+// Block-wide max of `bits`, then one atomicMax per destination dst0/dst1, and the CTA's
+// maximum stored as its partial part0[blockIdx.x] / part1[blockIdx.x] (the amax pass with a
+// workspace; stored even when 0, so no slot keeps an earlier call's value). atomicMax on the
+// bits of non-negative floats is a float max that lets NaN win; so is the integer max of the
+// partials. Called by every thread of the CTA at the same point.
+__device__ __forceinline__ void block_reduce_amax(uint32_t bits, float* dst0, float* dst1, uint32_t* part0 = nullptr,
+                                                  uint32_t* part1 = nullptr) {
+  bits = block_max_bits(bits);
+  if (threadIdx.x == 0) {
+    if (dst0) atomicMax(reinterpret_cast<unsigned int*>(dst0), bits);
+    if (dst1) atomicMax(reinterpret_cast<unsigned int*>(dst1), bits);
+    if (part0) part0[blockIdx.x] = bits;
+    if (part1) part1[blockIdx.x] = bits;
   }
 }
 
@@ -192,16 +194,9 @@ __device__ __forceinline__ void block_reduce_amax(uint32_t bits, float* dst0, fl
 // thread of the CTA at the same point: it synchronizes the CTA when it reduces partials.
 __device__ __forceinline__ float tensor_amax(float* amax, const uint32_t* parts, int n) {
   if (parts == nullptr) return *amax;
-  __shared__ uint32_t red[32];
-  __syncthreads();  // red may still be read by a previous call
   uint32_t m = 0u;
   for (int i = threadIdx.x; i < n; i += blockDim.x) m = max(m, parts[i]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-  __syncthreads();
-  const int nw = (blockDim.x + 31) >> 5;
-  for (int w = 0; w < nw; ++w) m = max(m, red[w]);
+  m = block_max_bits(m);
   if (blockIdx.x == 0 && threadIdx.x == 0) *amax = __uint_as_float(m);
   return __uint_as_float(m);
 }
