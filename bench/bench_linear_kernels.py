@@ -24,7 +24,10 @@ shapes are): the nvfp4 / bf16 step ratio of each mode as measured, and what it w
 every one of these kernel classes at the copy bandwidth of its shape's run (the step's time less
 the difference, over the model's layers), and (b) with the amax pass's bytes gone as well (the
 amax computed where the activation is produced) — what this design on this GPU can reach at
-best. --from-json re-reads a saved result instead of measuring (no GPU needed).
+best; and (c) with the GEMMs reading the FP4 codes themselves at cuBLAS BF16's time (no
+decoded operands written, no decode pass, the amax from the producer: codes_road_bytes) —
+what a design with such a GEMM could reach. --from-json re-reads a saved result instead of
+measuring (no GPU needed).
 
     python3 bench/bench_linear_kernels.py [--tokens 16384] [--shapes 768x2304 768x768 ...]
                                           [--iters 20] [--recipe nvfp4] [--json out.json]
@@ -115,6 +118,28 @@ def model_bytes(tokens: int, fin: int, fout: int) -> dict:
     }
 
 
+def codes_road_bytes(tokens: int, fin: int, fout: int) -> dict:
+    """model_bytes for a design whose GEMMs read the FP4 codes themselves and whose amax comes
+    from the activation's producer: X and dY read once and written as codes both ways, W as
+    today less its decoded rows, no decode pass and no amax pass (W's own amax read stays:
+    nothing produces W in the step)."""
+    t, k, n = tokens, fin, fout
+    tp, np_ = _up(t, 16), _up(n, 16)
+    return {
+        "amax X, dY": 0,
+        "quantize X (RTN, row decoded + col RHT codes)": 2 * t * k + codes_bytes(t, k) + codes_bytes(k, tp),
+        "quantize dY (SR, row decoded + col RHT decoded)": 2 * t * n + codes_bytes(t, n) + codes_bytes(n, tp),
+        "quantize W (fp32: amax + 2D tile)": 4 * n * k + 4 * n * k + codes_bytes(n, k) + codes_bytes(k, np_),
+        "decode (alpha; Wᵀ, Xᵀ)": 0,
+    }
+
+
+def gemm_excess_us(result) -> float:
+    """µs per step by which a shape's emulated GEMMs exceed cuBLAS BF16 on the same shapes."""
+    gemm = result.get("gemm_us", 0.0)
+    return gemm - sum(result["cublas_us"].values()) if gemm > 0 else 0.0
+
+
 def bandwidth_rows(kernels: dict, bytes_by_class: dict, copy_tbs: float):
     """[(class, µs, MB, TB/s, fraction of copy_tbs)] from {short kernel name: µs per step}."""
     us = {}
@@ -139,8 +164,16 @@ def step_floor(results, layers: int, nvfp4_ms: float, bf16_ms: float) -> dict:
     over = sum(b["us"] - b["mb"] / r["copy_tbs"] for r in results for b in r["bandwidth"]) * layers / 1000.0
     amax = sum(b["mb"] / r["copy_tbs"] for r in results for b in r["bandwidth"]
                if b["kind"].startswith("amax")) * layers / 1000.0
+    # (c) the GEMMs read FP4 at cuBLAS BF16's time: every class at the codes road's bytes
+    fp4 = 0.0
+    for r in results:
+        fin, fout = (int(v) for v in r["shape"].split("x"))
+        road = codes_road_bytes(int(r["tokens"]), fin, fout)
+        fp4 += sum(b["us"] - road[b["kind"]] / 1e6 / r["copy_tbs"] for b in r["bandwidth"]) + gemm_excess_us(r)
+    fp4 *= layers / 1000.0
     return dict(now=nvfp4_ms / bf16_ms, at_copy=(nvfp4_ms - over) / bf16_ms,
-                no_amax=(nvfp4_ms - over - amax) / bf16_ms, over_copy_ms=over, amax_ms=amax)
+                no_amax=(nvfp4_ms - over - amax) / bf16_ms, fp4_gemm=(nvfp4_ms - fp4) / bf16_ms,
+                over_copy_ms=over, amax_ms=amax, fp4_gemm_ms=fp4)
 
 
 def print_step_floor(results, step_json: str) -> list:
@@ -165,7 +198,8 @@ def print_step_floor(results, step_json: str) -> list:
             out.append(dict(mode=mode, what=what, nvfp4_ms=a, bf16_ms=b, **f))
             print(f"   {mode:8s} {what:8s} nvfp4 {a:7.2f} ms / bf16 {b:7.2f} ms = {f['now']:.3f}; "
                   f"kernels at copy bandwidth (-{f['over_copy_ms']:.2f} ms): {f['at_copy']:.3f}; "
-                  f"and no amax pass (-{f['amax_ms']:.2f} ms more): {f['no_amax']:.3f}")
+                  f"and no amax pass (-{f['amax_ms']:.2f} ms more): {f['no_amax']:.3f}; "
+                  f"GEMMs reading FP4 at cuBLAS's time (-{f['fp4_gemm_ms']:.2f} ms in all): {f['fp4_gemm']:.3f}")
     return out
 
 
@@ -272,8 +306,13 @@ def main(argv=None) -> int:
             print(f"   bytes moved (model) and bandwidth, copy {copy_tbs:.2f} TB/s in this run:")
             for cls, us, mb, tbs, frac in bw:
                 print(f"   {us:9.1f} us {mb:8.1f} MB {tbs:6.2f} TB/s {frac:5.2f} of copy  {cls}")
+        kernels = {}  # by short name: two kernels can share one (the CUTLASS GEMMs do)
+        for k, (us, n) in ks.items():
+            e = kernels.setdefault(short(k), dict(us=0.0, calls=0.0))
+            e["us"] += us
+            e["calls"] += n
         results.append(dict(shape=shp, tokens=a.tokens, floors_us=floors, cublas_us=blas, copy_tbs=copy_tbs,
-                            kernels={short(k): dict(us=v[0], calls=v[1]) for k, v in ks.items()},
+                            gemm_us=gemm_us, kernels=kernels,
                             bandwidth=[dict(kind=c, us=u, mb=m, tbs=t, of_copy=f) for c, u, m, t, f in bw]))
     print("\n== all shapes, per kernel name (µs per step of one Linear of each shape)")
     for name, us in grand.most_common():

@@ -226,7 +226,7 @@ def test_linear_kernels_step_floor(tmp_path):
         dict(shape="64x32", tokens=16, copy_tbs=2.0, bandwidth=[
             dict(kind="amax X, dY", us=30.0, mb=40.0, tbs=0.0, of_copy=0.0),        # floor 20 us
             dict(kind="quantize dY (SR, row decoded + col RHT decoded)", us=50.0, mb=80.0, tbs=0.0, of_copy=0.0)]),
-        dict(shape="32x64", tokens=16, copy_tbs=4.0, bandwidth=[
+        dict(shape="32x64", tokens=16, copy_tbs=4.0, gemm_us=100.0, cublas_us={"a": 60.0, "b": 30.0}, bandwidth=[
             dict(kind="amax X, dY", us=10.0, mb=20.0, tbs=0.0, of_copy=0.0),        # floor 5 us
             dict(kind="decode (alpha; Wᵀ, Xᵀ)", us=12.0, mb=40.0, tbs=0.0, of_copy=0.0)]),  # floor 10 us
     ]
@@ -237,6 +237,14 @@ def test_linear_kernels_step_floor(tmp_path):
     assert f["now"] == pytest.approx(1.25)
     assert f["at_copy"] == pytest.approx((10.0 - over) / 8.0)
     assert f["no_amax"] == pytest.approx((10.0 - over - amax) / 8.0)
+    # (c) GEMMs reading FP4 at cuBLAS's time: amax and decode cost nothing, dY [16, 32] is read
+    # once and written as codes both ways (16x32 and 32x16: 256 code bytes, a 128x4 swizzled
+    # scale tile, the amax: 772 bytes each), and the second shape's GEMMs lose 100 - 90 us
+    dy_road = (2 * 16 * 32 + 772 + 772) / 1e6 / 2.0
+    fp4 = (30.0 + (50.0 - dy_road) + 10.0 + 12.0 + 10.0) * 3 / 1000
+    assert f["fp4_gemm_ms"] == pytest.approx(fp4)
+    assert f["fp4_gemm"] == pytest.approx((10.0 - fp4) / 8.0)
+    assert blk.codes_road_bytes(16, 64, 32)["quantize dY (SR, row decoded + col RHT decoded)"] == 2 * 16 * 32 + 772 * 2
     lk, st = tmp_path / "lk.json", tmp_path / "step.json"
     lk.write_text(json.dumps(dict(device="test", results=results)))
     st.write_text(json.dumps(dict(model=dict(n_layers=3), modes=["compile"], rows={
@@ -250,6 +258,7 @@ def test_linear_kernels_step_floor(tmp_path):
     assert f"= 1.250; kernels at copy bandwidth (-{over:.2f} ms): {(10.0 - over) / 8.0:.3f}" in lines[0]
     assert f"= {9.0 / 7.5:.3f}; kernels at copy bandwidth" in lines[1]
     assert f"{(9.0 - over - amax) / 7.5:.3f}" in lines[1]
+    assert f"GEMMs reading FP4 at cuBLAS's time (-{fp4:.2f} ms in all): {(9.0 - fp4) / 7.5:.3f}" in lines[1]
 
 
 def _train_step_bench():
