@@ -253,7 +253,8 @@ unsigned grid_for(int64_t items) {
 }  // namespace
 
 bool needs_options_path(const QuantJob& job) {
-  return job.cfg.scale_select != NVFP4_SELECT_NONE || job.cfg.amax_mode != NVFP4_AMAX_TENSOR ||
+  // a given amax alone takes the ordinary kernels (quantize.cu hands it over as the partial)
+  return job.cfg.scale_select != NVFP4_SELECT_NONE || job.cfg.amax_mode == NVFP4_AMAX_ROWS ||
          job.cfg.rounding == NVFP4_ROUND_EDEN;
 }
 

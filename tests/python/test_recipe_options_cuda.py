@@ -92,6 +92,53 @@ def test_row_amax_and_given_amax_cuda_match_cpu(rng, shape, dtype):
             same(x, f"given 4over6 q={q} block={block} {kind}", amax_mode=2, amax_in=a, block=block, select=1)
 
 
+def _kernels(fn):
+    """The CUDA kernel names fn launches."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+
+
+@pytest.mark.parametrize("shape", [(1, 16), (31, 32), (130, 272), (257, 528)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_given_amax_ordinary_kernels_match_cpu(rng, shape, dtype):
+    """A given amax with no other option runs the ordinary quantize kernels (rowwise or tile)
+    with no amax pass: every rounding, Hadamard transform, block and output choice against
+    the CPU reference, and given values the ordinary amax pass never produces (below the
+    data's max, zero, negative, infinite, NaN, tiny)."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=rng))
+    for kind in ("normal", "outliers", "nan", "inf"):
+        x = make_input(shape, dtype, kind, rng)
+        true = percentile_amax(x, 1.0)
+        givens = [true, percentile_amax(x, 0.5), torch.tensor([0.0]), torch.tensor([-2.5]),
+                  torch.tensor([float("inf")]), torch.tensor([float("nan")]), torch.tensor([1e-30])]
+        for i, a in enumerate(givens):
+            a = a.float().reshape(1)
+            for rounding, rht, outs, block in ((0, 0, (True, True), 0), (1, 3, (True, True), 0),
+                                               (1, 2, (False, True), 0), (0, 1, (True, False), 0),
+                                               (1, 0, (True, False), 0), (0, 0, (True, True), 1)):
+                if i > 1 and (rounding, rht) not in ((0, 0), (1, 3)):
+                    continue  # the special values on two variants; the rest on ordinary amaxes
+                same(x, f"given#{i} {kind} rounding={rounding} rht={rht} outs={outs} block={block}", amax_mode=2,
+                     amax_in=a, rounding=rounding, rht=rht, seed=seed, offset=7, outs=outs, block=block)
+
+
+def test_given_amax_takes_no_amax_pass():
+    """The ordinary kernels, not the options path or an amax pass, run a given-amax quantization."""
+    x = torch.randn(300, 512, device=DEV, dtype=torch.bfloat16)
+    a = x.abs().amax().float().reshape(1)
+    for outs, want in (((True, False), "rowwise_kernel"), ((True, True), "tile_kernel")):
+        names = " ".join(_kernels(lambda: run(x, 1, amax_mode=2, amax_in=a, rounding=1, rht=2, outs=outs)))
+        assert want in names, names
+        for other in ("amax_flat_kernel", "amax_colrht_kernel", "copy_amax_kernel", "quantize_1d_kernel"):
+            assert other not in names, names
+    # and the tensor-amax road still runs its amax pass (the profile sees kernels by name)
+    names = " ".join(_kernels(lambda: run(x, 1, rounding=1, rht=2)))
+    assert "amax_colrht_kernel" in names and "tile_kernel" in names, names
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_eden_cuda_matches_cpu(rng, shape, dtype):
