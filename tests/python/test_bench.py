@@ -174,6 +174,41 @@ def test_linear_kernels_bench_refuses_without_a_gpu(tmp_path):
     assert "needs a CUDA GPU" in r.stderr
 
 
+def test_producer_amax_bench_smoke(tmp_path):
+    """bench/bench_producer_amax.py on the CPU (--smoke): every compiled producer + amax form
+    runs and its amax equals the quantization's bit for bit; each row carries its times."""
+    out = tmp_path / "pa.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_producer_amax.py"), "--smoke",
+                        "--producers", "rmsnorm,gelu", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(x["producer"], x["features"]) for x in rows] == [("rmsnorm", 128), ("gelu", 128)]
+    for x in rows:
+        assert x["+ amax bits equal"] is True and x["+ row amax bits equal"] is True
+        for key in ("producer us", "+ amax us", "+ row amax us", "quantize us", "quantize given us"):
+            assert x[key] > 0, (key, x)
+        assert x["amax pass us"] == pytest.approx(x["quantize us"] - x["quantize given us"])
+    assert "bits equal: True" in r.stdout
+
+
+@pytest.mark.parametrize("argv,word", [(["--producers", "softmax"], "--producers"), (["--producers", ","], "--producers"),
+                                       (["--features", "100"], "--features"), (["--tokens", "8"], "--tokens"),
+                                       (["--iters", "0"], "--iters")])
+def test_producer_amax_bench_refuses_bad_arguments(tmp_path, argv, word):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_producer_amax.py"), "--smoke", *argv],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2 and word in r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
+def test_producer_amax_bench_refuses_without_a_gpu(tmp_path):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_producer_amax.py")],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode != 0
+    assert "needs a CUDA GPU" in r.stderr
+
+
 def _linear_kernels_bench():
     import importlib.util
     spec = importlib.util.spec_from_file_location("bench_linear_kernels",
