@@ -20,7 +20,8 @@
 #       grouped (the grouped MoE path: its GPU tests, compute-sanitizer memcheck,
 #       bench_grouped_gemm.py, MoE train step), linhost (one Linear's host time, eager and compiled,
 #       bench_linear_host.py; with base, the baseline build too), fp8 (the FP8 baseline: its GPU tests,
-#       bench_fp8.py, the train step eager + compiled: FP8_SIZES, FP8_MODES)
+#       bench_fp8.py, the train step eager + compiled: FP8_SIZES, FP8_MODES), prodamax (an amax computed by
+#       the compiled producer against the quantization's amax pass, bench_producer_amax.py)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -310,6 +311,11 @@ job_linhost() {  # one Linear's host time (bench/bench_linear_host.py), eager an
       | tee "$OUT/linear_host_4096_$name.log" | tail -12
   done
 }
+job_prodamax() {  # an amax computed by the compiled producer against the amax pass (bench_producer_amax.py)
+  step "producer amax"
+  PYTHONPATH=$NEW timeout ${PRODAMAX_TIMEOUT:-400} python3 bench/bench_producer_amax.py --json "$OUT/producer_amax.json" \
+    2>&1 | grep -v -E "Warning|warn" | tee "$OUT/producer_amax.log" | tail -40
+}
 # the jobs, in the order given on the command line
 for a in "${ARGS[@]}"; do
   case $a in
@@ -321,6 +327,7 @@ for a in "${ARGS[@]}"; do
     step85c) job_step 85 c ;;
     step400c) job_step 400 c ;;
     linhost) job_linhost ;;
+    prodamax) job_prodamax ;;
     *) echo "unknown job: $a" ;;
   esac
 done
