@@ -166,9 +166,10 @@ def test_ncu_workloads_refuse_without_a_gpu(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
-def test_linear_kernels_bench_refuses_without_a_gpu(tmp_path):
-    """bench/bench_linear_kernels.py profiles GPU kernels: without a GPU it says so."""
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_linear_kernels.py")],
+@pytest.mark.parametrize("script", ["bench_linear_kernels.py", "bench_producer_amax.py"])
+def test_gpu_benches_refuse_without_a_gpu(tmp_path, script):
+    """The benchmarks that profile GPU kernels say, without a GPU, that they need one."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", script)],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode != 0
     assert "needs a CUDA GPU" in r.stderr
@@ -199,14 +200,6 @@ def test_producer_amax_bench_refuses_bad_arguments(tmp_path, argv, word):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_producer_amax.py"), "--smoke", *argv],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 2 and word in r.stderr, r.stdout + r.stderr
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
-def test_producer_amax_bench_refuses_without_a_gpu(tmp_path):
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_producer_amax.py")],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert r.returncode != 0
-    assert "needs a CUDA GPU" in r.stderr
 
 
 def _linear_kernels_bench():
