@@ -176,21 +176,25 @@ def test_gpu_benches_refuse_without_a_gpu(tmp_path, script):
 
 
 def test_producer_amax_bench_smoke(tmp_path):
-    """bench/bench_producer_amax.py on the CPU (--smoke): every compiled producer + amax form
-    runs and its amax equals the quantization's bit for bit; each row carries its times."""
+    """bench/bench_producer_amax.py on the CPU (--smoke, --require-exact): every compiled
+    producer + amax form runs and its amax equals the quantization's bit for bit (Inductor's CPU
+    backend; on a GPU the plain whole-tensor form of the norms differs, bench/NOTES.md); each row
+    carries its times."""
     out = tmp_path / "pa.json"
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_producer_amax.py"), "--smoke",
-                        "--producers", "rmsnorm,gelu", "--json", str(out)],
+                        "--require-exact", "--producers", "rmsnorm,gelu", "--json", str(out)],
                        capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads(out.read_text())["rows"]
     assert [(x["producer"], x["features"]) for x in rows] == [("rmsnorm", 128), ("gelu", 128)]
     for x in rows:
-        assert x["+ amax bits equal"] is True and x["+ row amax bits equal"] is True
-        for key in ("producer us", "+ amax us", "+ row amax us", "quantize us", "quantize given us"):
+        for form in ("+ amax", "+ row amax", "+ amax, emulated casts"):
+            assert x[f"{form} bits equal"] is True, (form, x)
+        for key in ("producer us", "+ amax us", "+ row amax us", "+ amax, emulated casts us", "quantize us",
+                    "quantize given us"):
             assert x[key] > 0, (key, x)
         assert x["amax pass us"] == pytest.approx(x["quantize us"] - x["quantize given us"])
-    assert "bits equal: True" in r.stdout
+    assert "bits equal: True" in r.stdout and "bits equal: False" not in r.stdout
 
 
 @pytest.mark.parametrize("argv,word", [(["--producers", "softmax"], "--producers"), (["--producers", ","], "--producers"),

@@ -218,16 +218,42 @@ def test_small_m_stream_kernel(m, n, k, layout):
                                  {"NVFP4_SM90_TILE": "medium"}, {"NVFP4_SM90_TILE": "streamk"},
                                  {"NVFP4_SM90_SMALL_M_KERNEL": "ring"}])
 @pytest.mark.parametrize("m,n,k", [(16, 520, 4096), (128, 264, 1024), (1024, 2048, 512), (31, 4096, 4160)])
-def test_every_hopper_configuration(monkeypatch, env, m, n, k):
-    """The same problems through the two-step path and each BF16 tile configuration."""
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_every_hopper_configuration(monkeypatch, env, m, n, k, out_dtype):
+    """The same problems through the two-step path and each BF16 and FP32-output tile
+    configuration."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("Hopper-specific configurations")
     for key, val in env.items():
         monkeypatch.setenv(key, val)
     qa, qb = make(m, n, k)
     r, s = reference(qa, qb)
-    got = run_gemm(qa, qb, torch.bfloat16)
-    check_bound(got, r, s, k, torch.bfloat16, what=f"{env} M={m} N={n} K={k}")
+    got = run_gemm(qa, qb, out_dtype)
+    check_bound(got, r, s, k, out_dtype, what=f"{env} M={m} N={n} K={k} {out_dtype}")
+
+
+# FP32 output where 128x256 tiles fill the machine (the weight gradients of wide layers):
+# the 128x256 FP32 configuration by default, against the 128x128 one it replaced there
+# (NVFP4_SM90_TILE=medium); N = 4350 takes the FP32 staging path (a row of D not a multiple
+# of 16 bytes) through the same kernel, with a bias and beta * C.
+@needs_cutlass
+@pytest.mark.parametrize("m,n,k", [(2048, 4352, 256), (2304, 4350, 512), (4096, 2048, 1040)])
+def test_fp32_output_large_tiles(monkeypatch, m, n, k):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("Hopper-specific configurations")
+    monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
+    qa, qb = make(m, n, k, block_b="2d")
+    r, s = reference(qa, qb)
+    got = run_gemm(qa, qb, torch.float32)
+    check_bound(got, r, s, k, torch.float32, what=f"default M={m} N={n} K={k}")
+    g = torch.Generator(device="cuda").manual_seed(11)
+    bias = torch.randn(n, generator=g, device="cuda")
+    c = torch.randn(m, n, generator=g, device="cuda")
+    d = c.clone()
+    nvfp4.gemm(qa, qb, out_dtype=torch.float32, bias=bias, out=d, beta=0.5)
+    check_bound(d, r, s, k, torch.float32, bias=bias, c=c, beta=0.5, what=f"bias + beta M={m} N={n} K={k}")
+    monkeypatch.setenv("NVFP4_SM90_TILE", "medium")
+    check_bound(run_gemm(qa, qb, torch.float32), r, s, k, torch.float32, what=f"128x128 M={m} N={n} K={k}")
 
 
 # Few 128x128 output tiles over a long K: the shapes the stream-K configurations take by

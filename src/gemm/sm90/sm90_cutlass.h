@@ -51,6 +51,7 @@ extern const Sm90CutlassKernel kSm90Bf16Large;   // 128x256x64, cluster 2x1, coo
 extern const Sm90CutlassKernel kSm90Bf16Medium;  // 128x128x64, cluster 1x1, ping-pong
 extern const Sm90CutlassKernel kSm90F16;         // 128x128x64, cluster 1x1, cooperative
 extern const Sm90CutlassKernel kSm90F32;         // 128x128x64, cluster 1x1, cooperative
+extern const Sm90CutlassKernel kSm90F32Large;    // 128x256x64, cluster 2x1, cooperative
 extern const Sm90CutlassKernel kSm90Bf16StreamK; // 128x128x64, cluster 1x1, cooperative, stream-K
 extern const Sm90CutlassKernel kSm90F32StreamK;  // 128x128x64, cluster 1x1, cooperative, stream-K
 

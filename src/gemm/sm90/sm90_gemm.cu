@@ -37,11 +37,13 @@ size_t align_up(size_t v) { return gpu::align_up(v); }
 size_t dtype_size(nvfp4_dtype_t dt) { return gpu::dtype_bytes(dt); }
 
 // Tuning knobs for benchmarks, read on each call (cheap next to a GEMM):
-//   NVFP4_SM90_TILE=large|medium|streamk  force the CUTLASS configuration: for BF16 output
-//     one of the three; for FP32 output streamk or (large, medium) the data-parallel one;
-//     FP16 output has one configuration. Any other value is refused by name.
+//   NVFP4_SM90_TILE=large|medium|streamk  force the CUTLASS configuration: for BF16 and FP32
+//     output one of the three (FP32's medium is its 128x128 data-parallel kernel); FP16
+//     output has one configuration. Any other value is refused by name.
 //   NVFP4_SM90_SWIZZLE=1|2|4|8, NVFP4_SM90_RASTER=m|n  the persistent scheduler's tile order
 //   NVFP4_SM90_SPLITS=n  the stream-K configurations run split-K with n splits
+//   NVFP4_SM90_F32_LARGE=0  FP32 output keeps the 128x128 data-parallel kernel where the
+//     128x256 one would be chosen (the choice before that kernel existed: before/after runs)
 // (NVFP4_SM90_SMALL_M=0, which skips the fused small-M kernel, is read by dispatch.cpp.)
 // (On the H200 at M=2048, N=4096/14336, K=4096, 128x256 with a 1x2 cluster, 256x128 with
 // 2x1, swizzles 2/4/8 and either raster order all timed within 3% of the default.)
@@ -70,11 +72,24 @@ nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, 
                                                   force + "'");
   const bool force_sk = force != nullptr && std::strcmp(force, "streamk") == 0;
   const bool forced = force != nullptr && *force != '\0';
+  // 128x256 tiles as long as they fill the machine; smaller tiles spread fewer rows wider,
+  // and stream-K splits K where even those leave SMs idle.
+  const int64_t large_tiles = ((job.m + 127) / 128) * ((job.n + 255) / 256);
   if (out == NVFP4_DTYPE_FLOAT32) {
     // (An empty NVFP4_SM90_TILE is unset, as everywhere: the heuristic decides.)
-    const bool sk = force_sk || (!forced && wants_stream_k(job, sm_count));
-    kernel = sk ? &kSm90F32StreamK : &kSm90F32;
-    why = force_sk ? "NVFP4_SM90_TILE=streamk" : sk ? "few tiles over a long K: stream-K" : "fp32 output";
+    if (forced) {
+      kernel = force_sk ? &kSm90F32StreamK : std::strcmp(force, "large") == 0 ? &kSm90F32Large : &kSm90F32;
+      why = "forced by NVFP4_SM90_TILE";
+      return NVFP4_SUCCESS;
+    }
+    const char* no_large = std::getenv("NVFP4_SM90_F32_LARGE");
+    const bool large = large_tiles >= sm_count && !(no_large != nullptr && std::strcmp(no_large, "0") == 0);
+    const bool sk = large_tiles < sm_count && wants_stream_k(job, sm_count);
+    kernel = large ? &kSm90F32Large : sk ? &kSm90F32StreamK : &kSm90F32;
+    why = large                   ? "fp32 output, 128x256 tiles fill the machine"
+          : large_tiles >= sm_count ? "fp32 output, NVFP4_SM90_F32_LARGE=0"
+          : sk                    ? "few tiles over a long K: stream-K"
+                                  : "fp32 output, 128x256 tiles would leave SMs idle";
     return NVFP4_SUCCESS;
   }
   if (out == NVFP4_DTYPE_FLOAT16) {
@@ -87,9 +102,6 @@ nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, 
     why = "forced by NVFP4_SM90_TILE";
     return NVFP4_SUCCESS;
   }
-  // 128x256 tiles as long as they fill the machine; smaller tiles spread fewer rows wider,
-  // and stream-K splits K where even those leave SMs idle.
-  const int64_t large_tiles = ((job.m + 127) / 128) * ((job.n + 255) / 256);
   const bool sk = large_tiles < sm_count && wants_stream_k(job, sm_count);
   kernel = large_tiles >= sm_count ? &kSm90Bf16Large : sk ? &kSm90Bf16StreamK : &kSm90Bf16Medium;
   why = large_tiles >= sm_count ? "128x256 tiles fill the machine"
