@@ -28,10 +28,15 @@ Two timings per method:
             the launch overhead of a graph (how decoding loops and CUDA-graph training
             steps run); the speed targets compare this column
 --kernels adds each nvfp4 method's GPU time per kernel (torch.profiler), e.g. the FP4 ->
-BF16 decode and the CUTLASS GEMM of the two-step path, next to cuBLAS's own kernel.
+BF16 decode and the CUTLASS GEMM of the two-step path, next to cuBLAS's own kernel (its name
+says which tile cuBLAS chose).
+--out-dtype float32: every method writes FP32 (what a weight gradient into FP32 master
+weights is); the baseline is then torch.mm(out_dtype=float32) on the BF16 operands (on the CPU,
+where that form does not exist, a float32 matmul of the same values).
 
   python bench/bench_gemm.py [--quick] [--shapes 16x4096x4096,2048x4096x4096] [--kernels]
-                             [--no-graph] [--json out.json] [--device cpu]
+                             [--out-dtype bfloat16|float32] [--no-graph] [--json out.json]
+                             [--device cpu]
 """
 from __future__ import annotations
 
@@ -147,10 +152,12 @@ def _quantize_decoded(x, block, codes: bool):
 
 
 def decoded_variants(m, n, k, a16, b16, nb, out, record, timer):
-    """dec-AB, dec-B and rs rows (see the top of the file); A 1D blocks, B 2D (a weight)."""
+    """dec-AB, dec-B and rs rows (see the top of the file); A 1D blocks, B 2D (a weight);
+    written in out's dtype."""
     from nvfp4 import _ops
     dev = out.device
     dt = _ops._device(out)
+    d_code = _ops.DTYPE_CODE[out.dtype]
     try:
         A = [_quantize_decoded(a16[i], 0, True) for i in range(nb)]
         B = [_quantize_decoded(b16[i], 1, False) for i in range(nb)]
@@ -164,7 +171,7 @@ def decoded_variants(m, n, k, a16, b16, nb, out, record, timer):
             continue
         try:
             with _env(env):
-                ws_bytes = _ops.gemm_dec_workspace_bytes(m, n, k, 2, torch.bfloat16, None, a_dec, True, dev, dt)
+                ws_bytes = _ops.gemm_dec_workspace_bytes(m, n, k, 2, out.dtype, None, a_dec, True, dev, dt)
                 ws = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=dev)
 
                 def fn(i, a_dec=a_dec, ws=ws, ws_bytes=ws_bytes):
@@ -172,7 +179,7 @@ def decoded_variants(m, n, k, a16, b16, nb, out, record, timer):
                     a3 = (0, 0, 0) if a_dec else A[i][0]
                     a2 = A[i][1] if a_dec else (0, 0)
                     _ops.gemm_dec_raw(*a3, *a2, 0, 0, 0, *B[i][1], m, n, k, 1, 0, 0, 0, 0, 0.0, out.data_ptr(),
-                                      _ops.DTYPE_CODE[torch.bfloat16], 2, ws.data_ptr(), ws_bytes,
+                                      d_code, 2, ws.data_ptr(), ws_bytes,
                                       *_ops._device(out))
                 record(name, timed(timer, fn, nb), fn=fn, n_sets=nb, with_kernels=True)
         except Exception as ex:  # noqa: BLE001
@@ -181,7 +188,7 @@ def decoded_variants(m, n, k, a16, b16, nb, out, record, timer):
 
 
 
-def bench_shape(m, n, k, backends, timer, hopper, quick, graph=True, kernels=False):
+def bench_shape(m, n, k, backends, timer, hopper, quick, graph=True, kernels=False, out_dtype=torch.bfloat16):
     flops = 2.0 * m * n * k
     dev = timer.device
     on_gpu = timer.on_gpu
@@ -207,9 +214,17 @@ def bench_shape(m, n, k, backends, timer, hopper, quick, graph=True, kernels=Fal
     b16 = [torch.randn(n, k, generator=g, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(nb)]
     d16 = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
 
-    # cuBLAS BF16
+    # cuBLAS BF16 (BF16 output, or FP32 output with --out-dtype float32)
     try:
-        fn = lambda i: torch.matmul(a16[i], b16[i].t(), out=d16)  # noqa: E731
+        if out_dtype == torch.bfloat16:
+            fn = lambda i: torch.matmul(a16[i], b16[i].t(), out=d16)  # noqa: E731
+        elif on_gpu:
+            fn = lambda i: torch.mm(a16[i], b16[i].t(), out_dtype=torch.float32)  # noqa: E731
+        else:  # aten::mm.dtype has no CPU kernel: a float32 matmul of the same values
+            a32 = [x.float() for x in a16]
+            b32 = [x.float() for x in b16]
+            d32 = torch.empty(m, n, device=dev, dtype=torch.float32)
+            fn = lambda i: torch.matmul(a32[i], b32[i].t(), out=d32)  # noqa: E731
         sec = timed(timer, fn, nb)
         record("bf16", sec, fn=fn, n_sets=nb, with_kernels=True)
     except Exception as ex:  # noqa: BLE001
@@ -221,7 +236,7 @@ def bench_shape(m, n, k, backends, timer, hopper, quick, graph=True, kernels=Fal
         a8 = [x.to(torch.float8_e4m3fn) for x in a16]
         b8 = [(x * 50).to(torch.float8_e4m3fn) for x in b16]
         fn = lambda i: torch._scaled_mm(a8[i], b8[i].t(), scale_a=one, scale_b=one,  # noqa: E731
-                                        out_dtype=torch.bfloat16)
+                                        out_dtype=out_dtype)
         sec = timed(timer, fn, nb)
         record("fp8", sec, fn=fn, n_sets=nb)
         del a8, b8
@@ -233,7 +248,7 @@ def bench_shape(m, n, k, backends, timer, hopper, quick, graph=True, kernels=Fal
     nq = n_copies(timer, bytes_fp4)
     qa = [nvfp4.quantize(a16[i % nb]) for i in range(nq)]
     qb = [nvfp4.quantize(b16[i % nb], block="2d") for i in range(nq)]
-    out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+    out = torch.empty(m, n, device=dev, dtype=out_dtype)
 
     variants = []
     for be in backends:
@@ -311,7 +326,10 @@ def main():
     ap.add_argument("--kernels", action="store_true", help="GPU time per kernel of each nvfp4 method")
     ap.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph timings")
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    ap.add_argument("--out-dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                    help="the output dtype of every method (float32: a weight gradient's)")
     args = ap.parse_args()
+    out_dtype = getattr(torch, args.out_dtype)
 
     gpu = torch.cuda.is_available() and bool(nvfp4.device_info()["build_cuda_archs"])
     if args.device == "cuda" and not gpu:
@@ -350,10 +368,10 @@ def main():
                 shapes.append((m, n, k))
 
     info = {"device": name, "compute_capability": f"{cc[0]}.{cc[1]}", "sms": sms,
-            "l2_bytes": l2, "torch": torch.__version__, "cuda": torch.version.cuda, "nvfp4": nvfp4.__version__,
+            "l2_bytes": l2, "out_dtype": args.out_dtype, "torch": torch.__version__, "cuda": torch.version.cuda, "nvfp4": nvfp4.__version__,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     print(f"# {info['device']} (cc {info['compute_capability']}, {info['sms']} SMs), torch {info['torch']}, "
-          f"CUDA {info['cuda']}, nvfp4 {info['nvfp4']}, {info['date']}")
+          f"CUDA {info['cuda']}, nvfp4 {info['nvfp4']}, {info['date']}, {args.out_dtype} output")
     for be in backends:
         ok = nvfp4.is_supported(be, timer.device)
         print(f"# backend {be}: {'supported' if ok else 'NOT supported on this device'}")
@@ -366,7 +384,7 @@ def main():
     for (m, n, k) in shapes:
         try:
             rows = bench_shape(m, n, k, backends, timer, hopper, args.quick, graph=not args.no_graph,
-                               kernels=args.kernels)
+                               kernels=args.kernels, out_dtype=out_dtype)
         except (torch.cuda.OutOfMemoryError, MemoryError) as ex:
             rows = [{"M": m, "N": n, "K": k, "method": "all", "status": "error", "note": f"out of memory: {ex}",
                      "us": None, "tflops": None, "speedup_vs_bf16": None}]

@@ -155,6 +155,20 @@ def test_bench_scripts_run_on_cpu(tmp_path, script, args):
     assert nvfp4.__version__ in r.stdout
 
 
+def test_bench_gemm_fp32_output_on_cpu(tmp_path):
+    """bench_gemm.py --out-dtype float32 (the weight gradient's output): every method runs with
+    FP32 output, the baseline included, and the JSON says which output was timed."""
+    js = tmp_path / "out.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_gemm.py"), "--device", "cpu", "--shapes",
+                        "8x32x32", "--quick", "--out-dtype", "float32", "--json", str(js)],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(js.read_text())
+    assert res["info"]["out_dtype"] == "float32" and "float32 output" in r.stdout
+    ok = {x["method"] for x in res["results"] if x["status"] == "ok" and x["us"]}
+    assert {"bf16", "reference", "quant+reference"} <= ok, res["results"]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
 def test_ncu_workloads_refuse_without_a_gpu(tmp_path):
     """bench/ncu_kernels.py (the device job's Nsight Compute workloads) says why it cannot
