@@ -82,14 +82,14 @@ nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, 
       why = "forced by NVFP4_SM90_TILE";
       return NVFP4_SUCCESS;
     }
+    // NVFP4_SM90_F32_LARGE=0: the rule before the 128x256 kernel (stream-K or 128x128)
     const char* no_large = std::getenv("NVFP4_SM90_F32_LARGE");
     const bool large = large_tiles >= sm_count && !(no_large != nullptr && std::strcmp(no_large, "0") == 0);
-    const bool sk = large_tiles < sm_count && wants_stream_k(job, sm_count);
+    const bool sk = !large && wants_stream_k(job, sm_count);
     kernel = large ? &kSm90F32Large : sk ? &kSm90F32StreamK : &kSm90F32;
-    why = large                   ? "fp32 output, 128x256 tiles fill the machine"
-          : large_tiles >= sm_count ? "fp32 output, NVFP4_SM90_F32_LARGE=0"
-          : sk                    ? "few tiles over a long K: stream-K"
-                                  : "fp32 output, 128x256 tiles would leave SMs idle";
+    why = large ? "fp32 output, 128x256 tiles fill the machine"
+          : sk  ? "few tiles over a long K: stream-K"
+                : "fp32 output, 128x128 tiles";
     return NVFP4_SUCCESS;
   }
   if (out == NVFP4_DTYPE_FLOAT16) {
