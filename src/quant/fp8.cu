@@ -245,24 +245,20 @@ nvfp4_status_t run(const Fp8Job& job, cudaStream_t stream) {
 constexpr int kDelayedThreads = 256;
 
 __global__ void __launch_bounds__(kDelayedThreads) fp8_delayed_kernel(Fp8DelayedJob j) {
-  __shared__ float red[kDelayedThreads / 32];
   float* h = j.history;
   const int t = threadIdx.x;
   float a = 0.0f;
   if (j.most_recent) {
     a = h[0];
   } else {
+    // The history's largest positive entry (NaN and non-positive entries skipped): as bits,
+    // the integer max of non-negative floats is their float max.
+    uint32_t m = 0u;
     for (int64_t i = t; i < j.len; i += kDelayedThreads) {
       const float v = h[i];
-      if (!isnan(v) && v > a) a = v;
+      if (v > 0.0f) m = max(m, __float_as_uint(v));
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-    if ((t & 31) == 0) red[t >> 5] = a;
-    __syncthreads();
-    a = red[0];
-#pragma unroll
-    for (int w = 1; w < kDelayedThreads / 32; ++w) a = fmaxf(a, red[w]);
+    a = __uint_as_float(block_max_bits(m));
   }
   const float first = h[0];
   if (t == 0) *j.scale = fp8_scale(j.scaled_max, a, *j.scale);

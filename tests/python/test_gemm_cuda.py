@@ -13,6 +13,8 @@ where R_full = R + bias + beta*C and u_out = 2^-24 (fp32), 2^-11 (fp16), 2^-8 (b
 Inputs on the FP4 grid with power-of-two scales make every product and partial sum exact
 in fp32, so there the fp32 output must equal the exact result bit for bit.
 """
+import math
+
 import pytest
 import torch
 
@@ -410,6 +412,60 @@ def test_sm90_trace_prints_the_plan_that_runs(capfd, monkeypatch, m, env, kernel
         assert f"nvfp4 sm90 small-M: M={m} N=4096 K=4096 -> {kernel} kernel" in err, err
         assert "two-step" not in err, err
     assert torch.equal(got, want)
+
+
+def _fp32_rule(m, n, k, sms, large_allowed):
+    """The FP32-output choice of sm90_gemm.cu (pick_kernel), restated: 128x256 tiles where
+    they fill the machine (unless NVFP4_SM90_F32_LARGE=0), else stream-K where 128x128 tiles
+    leave a wave mostly idle over a long K, else 128x128."""
+    large = -(-m // 128) * -(-n // 256) >= sms and large_allowed
+    tiles = -(-m // 128) * -(-n // 128)
+    slots = -(-tiles // sms) * sms
+    if large:
+        return "fp32-out 128x256x64 2x1 cooperative"
+    if k >= 2048 and tiles * 5 < slots * 4:
+        return "fp32-out 128x128x64 1x1 cooperative stream-K"
+    return "fp32-out 128x128x64 1x1 cooperative ("
+
+
+@needs_cutlass
+@pytest.mark.parametrize("f32_large", [None, "0"])
+def test_fp32_output_choice_follows_its_rule(capfd, monkeypatch, f32_large):
+    """Which CUTLASS kernel an FP32-output GEMM takes, read from NVFP4_SM90_TRACE: the
+    128x256 kernel where its tiles fill the machine, and with NVFP4_SM90_F32_LARGE=0 exactly
+    the rule from before that kernel (stream-K where 128x128 tiles leave a wave idle and
+    K >= 2048, else 128x128). Shapes are sized from this GPU's SM count so that each rule's
+    branch is taken; between the data-parallel kernels the knob changes no bit of the result."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("Hopper-specific configurations")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
+    # 128x256 tiles just fill the machine while 128x128 tiles leave most of a wave idle:
+    # (m/128) * (n/256) = r * r >= sms with r = ceil(sqrt(sms)).
+    r = math.isqrt(sms - 1) + 1
+    shapes = [(128 * r, 256 * r, 2048),     # large by default; stream-K under the knob if a wave idles
+              (128 * r, 256 * r, 1024),     # the same, K too short for stream-K
+              (256, 512, 4096)]             # few tiles: never large
+    for m, n, k in shapes:
+        qa, qb = make(m, n, k, block_b="2d")
+        want = run_gemm(qa, qb, torch.float32)
+        if f32_large is not None:
+            monkeypatch.setenv("NVFP4_SM90_F32_LARGE", f32_large)
+        monkeypatch.setenv("NVFP4_SM90_TRACE", "1")
+        torch.cuda.synchronize()
+        capfd.readouterr()
+        got = run_gemm(qa, qb, torch.float32)
+        torch.cuda.synchronize()
+        err = capfd.readouterr().err
+        monkeypatch.delenv("NVFP4_SM90_TRACE")
+        monkeypatch.delenv("NVFP4_SM90_F32_LARGE", raising=False)
+        expect = _fp32_rule(m, n, k, sms, f32_large is None)
+        assert f"M={m} N={n} K={k} -> decode + CUTLASS {expect}" in err, (expect, err)
+        r_, s_ = reference(qa, qb)
+        check_bound(got, r_, s_, k, torch.float32, what=f"M={m} N={n} K={k} F32_LARGE={f32_large}")
+        if "stream-K" not in expect + _fp32_rule(m, n, k, sms, True):
+            # the data-parallel kernels sum each output's K in the same order
+            assert torch.equal(got, want), (m, n, k)
 
 
 def test_fp16_decode_of_the_small_m_kernel_is_exact():
