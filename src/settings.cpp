@@ -74,9 +74,11 @@ void check_gemm_settings() {
   one_of("NVFP4_SM90_DECODED", {"0", "1"}, "0: the Hopper two-step GEMM declines decoded operands");
   one_of("NVFP4_SM90_SMALL_M", {"0", "1"}, "0: never the fused small-M Hopper kernel");
   one_of("NVFP4_SM90_SMALL_M_KERNEL", {"stream", "ring"}, "the small-M kernel's form");
-  one_of("NVFP4_SM90_TILE", {"large", "medium", "streamk"}, "the Hopper CUTLASS configuration");
+  one_of("NVFP4_SM90_TILE", {"large", "medium", "medium2x1", "streamk"}, "the Hopper CUTLASS configuration");
   one_of("NVFP4_SM90_F32_LARGE", {"0", "1"},
          "0: FP32-output Hopper GEMMs keep 128x128 tiles where 128x256 ones fill the machine (before/after runs)");
+  one_of("NVFP4_SM90_PINGPONG", {"0", "1"},
+         "0: BF16-output Hopper GEMMs over a short K keep 128x256 tiles (before/after runs)");
   one_of("NVFP4_SM90_SWIZZLE", {"1", "2", "4", "8"}, "the persistent scheduler's largest swizzle");
   one_of("NVFP4_SM90_RASTER", {"m", "n"}, "the persistent scheduler's tile order");
   integer("NVFP4_SM90_SPLITS", 1, 16, "split-K splits of the stream-K configurations");

@@ -416,9 +416,9 @@ def test_sm90_trace_prints_the_plan_that_runs(capfd, monkeypatch, m, env, kernel
 
 def _fp32_rule(m, n, k, sms, large_allowed):
     """The FP32-output choice of sm90_gemm.cu (pick_kernel), restated: 128x256 tiles where
-    they fill the machine (unless NVFP4_SM90_F32_LARGE=0), else stream-K where 128x128 tiles
-    leave a wave mostly idle over a long K, else 128x128."""
-    large = -(-m // 128) * -(-n // 256) >= sms and large_allowed
+    they fill 90% of the machine or more (unless NVFP4_SM90_F32_LARGE=0), else stream-K
+    where 128x128 tiles leave a wave mostly idle over a long K, else 128x128."""
+    large = -(-m // 128) * -(-n // 256) * 10 >= sms * 9 and large_allowed
     tiles = -(-m // 128) * -(-n // 128)
     slots = -(-tiles // sms) * sms
     if large:
@@ -443,8 +443,12 @@ def test_fp32_output_choice_follows_its_rule(capfd, monkeypatch, f32_large):
     # 128x256 tiles just fill the machine while 128x128 tiles leave most of a wave idle:
     # (m/128) * (n/256) = r * r >= sms with r = ceil(sqrt(sms)).
     r = math.isqrt(sms - 1) + 1
+    # 128x256 tiles filling between 90% and all of one wave: 8 rows of b >= 0.9 * sms / 8.
+    b = -(-(-(-sms * 9 // 10)) // 8)
+    assert 8 * b * 10 >= sms * 9 and 8 * b < sms
     shapes = [(128 * r, 256 * r, 2048),     # large by default; stream-K under the knob if a wave idles
               (128 * r, 256 * r, 1024),     # the same, K too short for stream-K
+              (128 * 8, 256 * b, 4096),     # 90% of a wave of 128x256 tiles: large by default
               (256, 512, 4096)]             # few tiles: never large
     for m, n, k in shapes:
         qa, qb = make(m, n, k, block_b="2d")
@@ -466,6 +470,98 @@ def test_fp32_output_choice_follows_its_rule(capfd, monkeypatch, f32_large):
         if "stream-K" not in expect + _fp32_rule(m, n, k, sms, True):
             # the data-parallel kernels sum each output's K in the same order
             assert torch.equal(got, want), (m, n, k)
+
+
+def _bf16_rule(m, n, k, sms, pingpong=True):
+    """The BF16-output choice of sm90_gemm.cu (pick_kernel), restated: where 128x256 tiles
+    fill the machine, the 128x128 ping-pong kernels over K <= 2048 (on a 2x1 cluster from
+    N >= 2048; unless NVFP4_SM90_PINGPONG=0), else the 128x256 kernel."""
+    if -(-m // 128) * -(-n // 256) < sms:
+        return None  # stream-K or 128x128: covered by test_stream_k_shapes
+    if k <= 2048 and pingpong:
+        return "bf16 128x128x64 2x1 pingpong" if n >= 2048 else "bf16 128x128x64 1x1 pingpong"
+    return "bf16 128x256x64 2x1 cooperative"
+
+
+@needs_cutlass
+@pytest.mark.parametrize("pingpong", [None, "0"])
+def test_bf16_output_choice_follows_its_rule(capfd, monkeypatch, pingpong):
+    """Which CUTLASS kernel a BF16-output GEMM takes where 128x256 tiles fill the machine,
+    read from NVFP4_SM90_TRACE: over K <= 2048 the 128x128 ping-pong kernels (2x1 cluster
+    from N >= 2048, else 1x1), over longer K the 128x256 one; NVFP4_SM90_PINGPONG=0 keeps the
+    128x256 kernel everywhere. Every configuration sums each output's K in the same order, so
+    the knob changes no bit of the result."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("Hopper-specific configurations")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
+    rows = -(-sms // 3)  # 3 columns of 128x256 tiles (N = 768) filling the machine
+    r = math.isqrt(sms - 1) + 1
+    shapes = [(128 * r, 2048 * 2, 768), (128 * r, 2048 * 2, 2048), (128 * r, 2048 * 2, 2112),
+              (128 * rows, 768, 768), (128 * rows, 768, 2048), (128 * rows, 768, 3072), (128 * rows, 776, 512)]
+    for m, n, k in shapes:
+        qa, qb = make(m, n, k, block_b="2d")
+        want = run_gemm(qa, qb, torch.bfloat16)
+        if pingpong is not None:
+            monkeypatch.setenv("NVFP4_SM90_PINGPONG", pingpong)
+        monkeypatch.setenv("NVFP4_SM90_TRACE", "1")
+        torch.cuda.synchronize()
+        capfd.readouterr()
+        got = run_gemm(qa, qb, torch.bfloat16)
+        torch.cuda.synchronize()
+        err = capfd.readouterr().err
+        monkeypatch.delenv("NVFP4_SM90_TRACE")
+        monkeypatch.delenv("NVFP4_SM90_PINGPONG", raising=False)
+        expect = _bf16_rule(m, n, k, sms, pingpong is None)
+        assert expect is not None, (m, n, k)
+        assert f"M={m} N={n} K={k} -> decode + CUTLASS {expect}" in err, (expect, err)
+        r_, s_ = reference(qa, qb)
+        check_bound(got, r_, s_, k, torch.bfloat16, what=f"M={m} N={n} K={k} PINGPONG={pingpong}")
+        assert torch.equal(got, want), (m, n, k)
+
+
+@needs_cutlass
+@pytest.mark.parametrize("m,n,k", [(1024, 2048, 512), (2176, 4104, 1040), (300, 2056, 2048), (4096, 4096, 768)])
+def test_bf16_pingpong_2x1_configuration(monkeypatch, m, n, k):
+    """The 128x128 ping-pong kernel on a 2x1 cluster, forced (NVFP4_SM90_TILE=medium2x1) at
+    odd and even shapes (M not a multiple of the cluster's 256 rows, N not a multiple of 128),
+    with and without bias and beta * C, against the float64 bound, and bit for bit against the
+    1x1 ping-pong and 128x256 kernels (same K order)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("Hopper-specific configurations")
+    monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
+    qa, qb = make(m, n, k, block_b="2d")
+    r, s = reference(qa, qb)
+    outs = {}
+    for tile in ("medium2x1", "medium", "large"):
+        monkeypatch.setenv("NVFP4_SM90_TILE", tile)
+        outs[tile] = run_gemm(qa, qb, torch.bfloat16)
+        check_bound(outs[tile], r, s, k, torch.bfloat16, what=f"{tile} M={m} N={n} K={k}")
+    assert torch.equal(outs["medium2x1"], outs["medium"])
+    assert torch.equal(outs["medium2x1"], outs["large"])
+    monkeypatch.setenv("NVFP4_SM90_TILE", "medium2x1")
+    g = torch.Generator(device="cuda").manual_seed(7)
+    bias = torch.randn(n, generator=g, device="cuda").to(torch.bfloat16)
+    c = torch.randn(m, n, generator=g, device="cuda").to(torch.bfloat16)
+    d = c.clone()
+    nvfp4.gemm(qa, qb, backend="cutlass", out=d, bias=bias, beta=0.5)
+    check_bound(d, r, s, k, torch.bfloat16, bias=bias, c=c, beta=0.5, what=f"medium2x1 bias + beta M={m} N={n}")
+
+
+@needs_cutlass
+def test_bf16_only_tile_is_refused_for_fp32_output(monkeypatch):
+    """NVFP4_SM90_TILE=medium2x1 names a BF16-output kernel: an FP32-output GEMM (and a BF16
+    one staged through FP32) is refused by name instead of running another kernel."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("a Hopper setting")
+    monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
+    monkeypatch.setenv("NVFP4_SM90_TILE", "medium2x1")
+    qa, qb = make(256, 256, 256)
+    with pytest.raises(ValueError, match="NVFP4_SM90_TILE=medium2x1"):
+        nvfp4.gemm(qa, qb, backend="cutlass", out_dtype=torch.float32)
+    qa, qb = make(256, 260, 256)  # N * 2 bytes not a multiple of 16: FP32 staging
+    with pytest.raises(ValueError, match="NVFP4_SM90_TILE=medium2x1"):
+        nvfp4.gemm(qa, qb, backend="cutlass", out_dtype=torch.bfloat16)
 
 
 def test_fp16_decode_of_the_small_m_kernel_is_exact():

@@ -49,6 +49,7 @@ struct Sm90CutlassKernel {
 // Tile shapes (M x N x K), clusters and schedules; see the .cu files.
 extern const Sm90CutlassKernel kSm90Bf16Large;   // 128x256x64, cluster 2x1, cooperative
 extern const Sm90CutlassKernel kSm90Bf16Medium;  // 128x128x64, cluster 1x1, ping-pong
+extern const Sm90CutlassKernel kSm90Bf16Medium2x1;  // 128x128x64, cluster 2x1, ping-pong
 extern const Sm90CutlassKernel kSm90F16;         // 128x128x64, cluster 1x1, cooperative
 extern const Sm90CutlassKernel kSm90F32;         // 128x128x64, cluster 1x1, cooperative
 extern const Sm90CutlassKernel kSm90F32Large;    // 128x256x64, cluster 2x1, cooperative

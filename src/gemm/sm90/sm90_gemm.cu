@@ -37,13 +37,16 @@ size_t align_up(size_t v) { return gpu::align_up(v); }
 size_t dtype_size(nvfp4_dtype_t dt) { return gpu::dtype_bytes(dt); }
 
 // Tuning knobs for benchmarks, read on each call (cheap next to a GEMM):
-//   NVFP4_SM90_TILE=large|medium|streamk  force the CUTLASS configuration: for BF16 and FP32
-//     output one of the three (FP32's medium is its 128x128 data-parallel kernel); FP16
-//     output has one configuration. Any other value is refused by name.
+//   NVFP4_SM90_TILE=large|medium|medium2x1|streamk  force the CUTLASS configuration: for BF16
+//     and FP32 output large, medium or streamk (FP32's medium is its 128x128 data-parallel
+//     kernel), medium2x1 (the 128x128 ping-pong kernel on a 2x1 cluster) for BF16 output
+//     only; FP16 output has one configuration. Any other value is refused by name.
 //   NVFP4_SM90_SWIZZLE=1|2|4|8, NVFP4_SM90_RASTER=m|n  the persistent scheduler's tile order
 //   NVFP4_SM90_SPLITS=n  the stream-K configurations run split-K with n splits
 //   NVFP4_SM90_F32_LARGE=0  FP32 output keeps the 128x128 data-parallel kernel where the
 //     128x256 one would be chosen (the choice before that kernel existed: before/after runs)
+//   NVFP4_SM90_PINGPONG=0  BF16 output over a short K keeps the 128x256 cooperative kernel
+//     where the 128x128 ping-pong ones would be chosen (the choice before: before/after runs)
 // (NVFP4_SM90_SMALL_M=0, which skips the fused small-M kernel, is read by dispatch.cpp.)
 // (On the H200 at M=2048, N=4096/14336, K=4096, 128x256 with a 1x2 cluster, 256x128 with
 // 2x1, swizzles 2/4/8 and either raster order all timed within 3% of the default.)
@@ -67,9 +70,13 @@ nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, 
                            const char*& why) {
   const char* force = std::getenv("NVFP4_SM90_TILE");
   if (force != nullptr && *force != '\0' && std::strcmp(force, "large") != 0 && std::strcmp(force, "medium") != 0 &&
-      std::strcmp(force, "streamk") != 0)
-    return fail(NVFP4_ERROR_INVALID_ARGUMENT, std::string("NVFP4_SM90_TILE: expected large, medium or streamk, got '") +
-                                                  force + "'");
+      std::strcmp(force, "medium2x1") != 0 && std::strcmp(force, "streamk") != 0)
+    return fail(NVFP4_ERROR_INVALID_ARGUMENT,
+                std::string("NVFP4_SM90_TILE: expected large, medium, medium2x1 or streamk, got '") + force + "'");
+  if (force != nullptr && std::strcmp(force, "medium2x1") == 0 && out != NVFP4_DTYPE_BFLOAT16)
+    return fail(NVFP4_ERROR_INVALID_ARGUMENT,
+                std::string("NVFP4_SM90_TILE=medium2x1: a BF16-output configuration, and this GEMM writes ") +
+                    (out == NVFP4_DTYPE_FLOAT32 ? "float32" : "float16") + " (its CUTLASS output)");
   const bool force_sk = force != nullptr && std::strcmp(force, "streamk") == 0;
   const bool forced = force != nullptr && *force != '\0';
   // 128x256 tiles as long as they fill the machine; smaller tiles spread fewer rows wider,
@@ -84,10 +91,13 @@ nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, 
     }
     // NVFP4_SM90_F32_LARGE=0: the rule before the 128x256 kernel (stream-K or 128x128)
     const char* no_large = std::getenv("NVFP4_SM90_F32_LARGE");
-    const bool large = large_tiles >= sm_count && !(no_large != nullptr && std::strcmp(no_large, "0") == 0);
+    // (128x256 tiles filling 90% of one wave leave the SMs as busy as 128x128 ones in two
+    // waves, and run faster: 2048x2048x16384, 128 tiles on 132 SMs, 0.89x the 128x128 kernel.)
+    const bool large =
+        large_tiles * 10 >= sm_count * 9 && !(no_large != nullptr && std::strcmp(no_large, "0") == 0);
     const bool sk = !large && wants_stream_k(job, sm_count);
     kernel = large ? &kSm90F32Large : sk ? &kSm90F32StreamK : &kSm90F32;
-    why = large ? "fp32 output, 128x256 tiles fill the machine"
+    why = large ? "fp32 output, 128x256 tiles fill 90% of the machine"
           : sk  ? "few tiles over a long K: stream-K"
                 : "fp32 output, 128x128 tiles";
     return NVFP4_SUCCESS;
@@ -98,15 +108,31 @@ nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, 
     return NVFP4_SUCCESS;
   }
   if (forced) {
-    kernel = force_sk ? &kSm90Bf16StreamK : std::strcmp(force, "large") == 0 ? &kSm90Bf16Large : &kSm90Bf16Medium;
+    kernel = force_sk                               ? &kSm90Bf16StreamK
+             : std::strcmp(force, "large") == 0     ? &kSm90Bf16Large
+             : std::strcmp(force, "medium2x1") == 0 ? &kSm90Bf16Medium2x1
+                                                    : &kSm90Bf16Medium;
     why = "forced by NVFP4_SM90_TILE";
     return NVFP4_SUCCESS;
   }
-  const bool sk = large_tiles < sm_count && wants_stream_k(job, sm_count);
-  kernel = large_tiles >= sm_count ? &kSm90Bf16Large : sk ? &kSm90Bf16StreamK : &kSm90Bf16Medium;
-  why = large_tiles >= sm_count ? "128x256 tiles fill the machine"
-        : sk                    ? "few tiles over a long K: stream-K"
-                                : "128x256 tiles would leave SMs idle";
+  if (large_tiles >= sm_count) {
+    // Over a short K a tile's epilogue is a large part of its time: the ping-pong kernels
+    // overlap it with the other warpgroup's mainloop (H200, M = 16384: 0.93-0.97x the 128x256
+    // kernel's time at K = 768 and 2048; at K >= 3072 the 128x256 kernel stays ahead). The
+    // 2x1 cluster (B multicast) pays from N >= 2048; below it the 1x1 kernel is faster.
+    const char* pp = std::getenv("NVFP4_SM90_PINGPONG");
+    if (job.k <= 2048 && !(pp != nullptr && std::strcmp(pp, "0") == 0)) {
+      kernel = job.n >= 2048 ? &kSm90Bf16Medium2x1 : &kSm90Bf16Medium;
+      why = "128x256 tiles fill the machine, short K: 128x128 ping-pong";
+      return NVFP4_SUCCESS;
+    }
+    kernel = &kSm90Bf16Large;
+    why = "128x256 tiles fill the machine";
+    return NVFP4_SUCCESS;
+  }
+  const bool sk = wants_stream_k(job, sm_count);
+  kernel = sk ? &kSm90Bf16StreamK : &kSm90Bf16Medium;
+  why = sk ? "few tiles over a long K: stream-K" : "128x256 tiles would leave SMs idle";
   return NVFP4_SUCCESS;
 }
 
