@@ -189,6 +189,38 @@ def test_gpu_benches_refuse_without_a_gpu(tmp_path, script):
     assert "needs a CUDA GPU" in r.stderr
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
+def test_tile_sweep_refuses_without_a_hopper_gpu(tmp_path):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "sm90_tiles", "sweep.py")],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode != 0
+    assert "needs a Hopper GPU" in r.stderr + r.stdout
+
+
+def _nvcc():
+    import shutil
+    return shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="needs nvcc (the CUDA build machines have it)")
+def test_tile_sweep_configurations_compile(tmp_path):
+    """bench/sm90_tiles/build.sh compiles a configuration of each output type (the sweep's
+    template against this CUTLASS) into a library exporting its two C entry points, and
+    refuses an unknown configuration by name."""
+    pytest.importorskip("cutlass_library")
+    script = os.path.join(ROOT, "bench", "sm90_tiles", "build.sh")
+    env = dict(os.environ, OBJ=str(tmp_path / "obj"), ONLY="b_128x128pp_c21,f_128x256_c21", NVCC=_nvcc())
+    r = subprocess.run(["bash", script, "2"], capture_output=True, text=True, timeout=900, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lib = tmp_path / "obj" / "libtiles.so"
+    syms = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True).stdout
+    for name in ("b_128x128pp_c21", "f_128x256_c21"):
+        assert f" T {name}_run" in syms and f" T {name}_ws" in syms, syms
+    env["ONLY"] = "b_999x1_c11"
+    r = subprocess.run(["bash", script], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 2 and "no configuration 'b_999x1_c11'" in r.stderr
+
+
 def test_producer_amax_bench_smoke(tmp_path):
     """bench/bench_producer_amax.py on the CPU (--smoke, --require-exact): every compiled
     producer + amax form runs and its amax equals the quantization's bit for bit (Inductor's CPU
