@@ -474,11 +474,11 @@ def test_fp32_output_choice_follows_its_rule(capfd, monkeypatch, f32_large):
 
 def _bf16_rule(m, n, k, sms, pingpong=True):
     """The BF16-output choice of sm90_gemm.cu (pick_kernel), restated: where 128x256 tiles
-    fill the machine, the 128x128 ping-pong kernels over K <= 2048 (on a 2x1 cluster from
+    fill the machine, the 128x128 ping-pong kernels over K <= 1024 (on a 2x1 cluster from
     N >= 2048; unless NVFP4_SM90_PINGPONG=0), else the 128x256 kernel."""
     if -(-m // 128) * -(-n // 256) < sms:
         return None  # stream-K or 128x128: covered by test_stream_k_shapes
-    if k <= 2048 and pingpong:
+    if k <= 1024 and pingpong:
         return "bf16 128x128x64 2x1 pingpong" if n >= 2048 else "bf16 128x128x64 1x1 pingpong"
     return "bf16 128x256x64 2x1 cooperative"
 
@@ -487,7 +487,7 @@ def _bf16_rule(m, n, k, sms, pingpong=True):
 @pytest.mark.parametrize("pingpong", [None, "0"])
 def test_bf16_output_choice_follows_its_rule(capfd, monkeypatch, pingpong):
     """Which CUTLASS kernel a BF16-output GEMM takes where 128x256 tiles fill the machine,
-    read from NVFP4_SM90_TRACE: over K <= 2048 the 128x128 ping-pong kernels (2x1 cluster
+    read from NVFP4_SM90_TRACE: over K <= 1024 the 128x128 ping-pong kernels (2x1 cluster
     from N >= 2048, else 1x1), over longer K the 128x256 one; NVFP4_SM90_PINGPONG=0 keeps the
     128x256 kernel everywhere. Every configuration sums each output's K in the same order, so
     the knob changes no bit of the result."""
@@ -497,8 +497,9 @@ def test_bf16_output_choice_follows_its_rule(capfd, monkeypatch, pingpong):
     monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
     rows = -(-sms // 3)  # 3 columns of 128x256 tiles (N = 768) filling the machine
     r = math.isqrt(sms - 1) + 1
-    shapes = [(128 * r, 2048 * 2, 768), (128 * r, 2048 * 2, 2048), (128 * r, 2048 * 2, 2112),
-              (128 * rows, 768, 768), (128 * rows, 768, 2048), (128 * rows, 768, 3072), (128 * rows, 776, 512)]
+    shapes = [(128 * r, 2048 * 2, 768), (128 * r, 2048 * 2, 1024), (128 * r, 2048 * 2, 1040),
+              (128 * r, 2048 * 2, 2048), (128 * rows, 768, 768), (128 * rows, 768, 1024),
+              (128 * rows, 768, 3072), (128 * rows, 776, 512)]
     for m, n, k in shapes:
         qa, qb = make(m, n, k, block_b="2d")
         want = run_gemm(qa, qb, torch.bfloat16)

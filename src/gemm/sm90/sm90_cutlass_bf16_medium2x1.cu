@@ -1,4 +1,4 @@
-// BF16 output, large problems over a short K (K <= 2048, N >= 2048): 128x128x64 tiles, 2x1
+// BF16 output, large problems over a short K (K <= 1024, N >= 2048): 128x128x64 tiles, 2x1
 // cluster (each B tile multicast to two CTAs), ping-pong, so that one tile's epilogue
 // overlaps the other warpgroup's mainloop, where the epilogue is a large part of a tile's time.
 #include "gemm/sm90/sm90_cutlass_impl.cuh"

@@ -117,11 +117,13 @@ nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, 
   }
   if (large_tiles >= sm_count) {
     // Over a short K a tile's epilogue is a large part of its time: the ping-pong kernels
-    // overlap it with the other warpgroup's mainloop (H200, M = 16384: 0.93-0.97x the 128x256
-    // kernel's time at K = 768 and 2048; at K >= 3072 the 128x256 kernel stays ahead). The
-    // 2x1 cluster (B multicast) pays from N >= 2048; below it the 1x1 kernel is faster.
+    // overlap it with the other warpgroup's mainloop (H200, M = 16384, K = 768: 0.90-0.91x the
+    // 128x256 kernel's time). At K = 2048 they gained 3% of kernel time on the H200 and
+    // nothing in the 400M step, where an H100 step lost 1.5%; at K >= 3072 the 128x256 kernel
+    // is ahead. The 2x1 cluster (B multicast) pays from N >= 2048; below it the 1x1 kernel
+    // is faster.
     const char* pp = std::getenv("NVFP4_SM90_PINGPONG");
-    if (job.k <= 2048 && !(pp != nullptr && std::strcmp(pp, "0") == 0)) {
+    if (job.k <= 1024 && !(pp != nullptr && std::strcmp(pp, "0") == 0)) {
       kernel = job.n >= 2048 ? &kSm90Bf16Medium2x1 : &kSm90Bf16Medium;
       why = "128x256 tiles fill the machine, short K: 128x128 ping-pong";
       return NVFP4_SUCCESS;
