@@ -302,6 +302,14 @@ def test_unknown_tile_setting_is_refused(monkeypatch):
     qa, qb = make(256, 256, 256)
     with pytest.raises(ValueError, match="NVFP4_SM90_TILE"):
         nvfp4.gemm(qa, qb, backend="cutlass")
+    # medium2x1 names a BF16-output kernel: an FP32-output GEMM (and a BF16 one staged
+    # through FP32) is refused by name instead of running another kernel.
+    monkeypatch.setenv("NVFP4_SM90_TILE", "medium2x1")
+    with pytest.raises(ValueError, match="NVFP4_SM90_TILE=medium2x1"):
+        nvfp4.gemm(qa, qb, backend="cutlass", out_dtype=torch.float32)
+    qa, qb = make(256, 260, 256)  # N * 2 bytes not a multiple of 16: FP32 staging
+    with pytest.raises(ValueError, match="NVFP4_SM90_TILE=medium2x1"):
+        nvfp4.gemm(qa, qb, backend="cutlass", out_dtype=torch.bfloat16)
 
 
 @needs_cutlass
@@ -414,6 +422,22 @@ def test_sm90_trace_prints_the_plan_that_runs(capfd, monkeypatch, m, env, kernel
     assert torch.equal(got, want)
 
 
+def _run_traced(monkeypatch, capfd, qa, qb, out_dtype, env):
+    """The GEMM run with the default settings, then with `env` and NVFP4_SM90_TRACE=1 set:
+    (default output, output under env, the plan the trace printed)."""
+    want = run_gemm(qa, qb, out_dtype)
+    with monkeypatch.context() as mp:
+        for key, val in env.items():
+            mp.setenv(key, val)
+        mp.setenv("NVFP4_SM90_TRACE", "1")
+        torch.cuda.synchronize()
+        capfd.readouterr()
+        got = run_gemm(qa, qb, out_dtype)
+        torch.cuda.synchronize()
+        err = capfd.readouterr().err
+    return want, got, err
+
+
 def _fp32_rule(m, n, k, sms, large_allowed):
     """The FP32-output choice of sm90_gemm.cu (pick_kernel), restated: 128x256 tiles where
     they fill 90% of the machine or more (unless NVFP4_SM90_F32_LARGE=0), else stream-K
@@ -452,17 +476,8 @@ def test_fp32_output_choice_follows_its_rule(capfd, monkeypatch, f32_large):
               (256, 512, 4096)]             # few tiles: never large
     for m, n, k in shapes:
         qa, qb = make(m, n, k, block_b="2d")
-        want = run_gemm(qa, qb, torch.float32)
-        if f32_large is not None:
-            monkeypatch.setenv("NVFP4_SM90_F32_LARGE", f32_large)
-        monkeypatch.setenv("NVFP4_SM90_TRACE", "1")
-        torch.cuda.synchronize()
-        capfd.readouterr()
-        got = run_gemm(qa, qb, torch.float32)
-        torch.cuda.synchronize()
-        err = capfd.readouterr().err
-        monkeypatch.delenv("NVFP4_SM90_TRACE")
-        monkeypatch.delenv("NVFP4_SM90_F32_LARGE", raising=False)
+        env = {} if f32_large is None else {"NVFP4_SM90_F32_LARGE": f32_large}
+        want, got, err = _run_traced(monkeypatch, capfd, qa, qb, torch.float32, env)
         expect = _fp32_rule(m, n, k, sms, f32_large is None)
         assert f"M={m} N={n} K={k} -> decode + CUTLASS {expect}" in err, (expect, err)
         r_, s_ = reference(qa, qb)
@@ -502,17 +517,8 @@ def test_bf16_output_choice_follows_its_rule(capfd, monkeypatch, pingpong):
               (128 * rows, 768, 3072), (128 * rows, 776, 512)]
     for m, n, k in shapes:
         qa, qb = make(m, n, k, block_b="2d")
-        want = run_gemm(qa, qb, torch.bfloat16)
-        if pingpong is not None:
-            monkeypatch.setenv("NVFP4_SM90_PINGPONG", pingpong)
-        monkeypatch.setenv("NVFP4_SM90_TRACE", "1")
-        torch.cuda.synchronize()
-        capfd.readouterr()
-        got = run_gemm(qa, qb, torch.bfloat16)
-        torch.cuda.synchronize()
-        err = capfd.readouterr().err
-        monkeypatch.delenv("NVFP4_SM90_TRACE")
-        monkeypatch.delenv("NVFP4_SM90_PINGPONG", raising=False)
+        env = {} if pingpong is None else {"NVFP4_SM90_PINGPONG": pingpong}
+        want, got, err = _run_traced(monkeypatch, capfd, qa, qb, torch.bfloat16, env)
         expect = _bf16_rule(m, n, k, sms, pingpong is None)
         assert expect is not None, (m, n, k)
         assert f"M={m} N={n} K={k} -> decode + CUTLASS {expect}" in err, (expect, err)
@@ -547,22 +553,6 @@ def test_bf16_pingpong_2x1_configuration(monkeypatch, m, n, k):
     d = c.clone()
     nvfp4.gemm(qa, qb, backend="cutlass", out=d, bias=bias, beta=0.5)
     check_bound(d, r, s, k, torch.bfloat16, bias=bias, c=c, beta=0.5, what=f"medium2x1 bias + beta M={m} N={n}")
-
-
-@needs_cutlass
-def test_bf16_only_tile_is_refused_for_fp32_output(monkeypatch):
-    """NVFP4_SM90_TILE=medium2x1 names a BF16-output kernel: an FP32-output GEMM (and a BF16
-    one staged through FP32) is refused by name instead of running another kernel."""
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("a Hopper setting")
-    monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
-    monkeypatch.setenv("NVFP4_SM90_TILE", "medium2x1")
-    qa, qb = make(256, 256, 256)
-    with pytest.raises(ValueError, match="NVFP4_SM90_TILE=medium2x1"):
-        nvfp4.gemm(qa, qb, backend="cutlass", out_dtype=torch.float32)
-    qa, qb = make(256, 260, 256)  # N * 2 bytes not a multiple of 16: FP32 staging
-    with pytest.raises(ValueError, match="NVFP4_SM90_TILE=medium2x1"):
-        nvfp4.gemm(qa, qb, backend="cutlass", out_dtype=torch.bfloat16)
 
 
 def test_fp16_decode_of_the_small_m_kernel_is_exact():
