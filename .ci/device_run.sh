@@ -21,7 +21,9 @@
 #       bench_grouped_gemm.py, MoE train step), linhost (one Linear's host time, eager and compiled,
 #       bench_linear_host.py; with base, the baseline build too), fp8 (the FP8 baseline: its GPU tests,
 #       bench_fp8.py, the train step eager + compiled: FP8_SIZES, FP8_MODES), prodamax (an amax computed by
-#       the compiled producer against the quantization's amax pass, bench_producer_amax.py)
+#       the compiled producer against the quantization's amax pass, bench_producer_amax.py),
+#       tiles (CUTLASS sm90 tile configurations against cuBLAS at the training step's GEMM
+#       shapes: bench/sm90_tiles/, TILES_ONLY=name,... for a subset; it does not use the nvfp4 build)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -316,6 +318,14 @@ job_prodamax() {  # an amax computed by the compiled producer against the amax p
   PYTHONPATH=$NEW timeout ${PRODAMAX_TIMEOUT:-400} python3 bench/bench_producer_amax.py --json "$OUT/producer_amax.json" \
     2>&1 | grep -v -E "Warning|warn" | tee "$OUT/producer_amax.log" | tail -40
 }
+job_tiles() {  # CUTLASS sm90 tile configurations against cuBLAS (bench/sm90_tiles/)
+  step "tile sweep: build"
+  OBJ=/tmp/tiles ONLY=${TILES_ONLY:-} bash bench/sm90_tiles/build.sh 16 > "$OUT/tiles_build.log" 2>&1 \
+    || { tail -30 "$OUT/tiles_build.log"; return; }
+  step "tile sweep"
+  timeout ${TILES_TIMEOUT:-500} python3 bench/sm90_tiles/sweep.py --lib /tmp/tiles/libtiles.so \
+    --json "$OUT/tiles.json" 2>&1 | grep -v -E "Warning|warn" | tee "$OUT/tiles.log" | tail -120
+}
 # the jobs, in the order given on the command line
 for a in "${ARGS[@]}"; do
   case $a in
@@ -328,6 +338,7 @@ for a in "${ARGS[@]}"; do
     step400c) job_step 400 c ;;
     linhost) job_linhost ;;
     prodamax) job_prodamax ;;
+    tiles) job_tiles ;;
     *) echo "unknown job: $a" ;;
   esac
 done

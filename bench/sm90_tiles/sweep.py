@@ -11,6 +11,7 @@ against cuBLAS's (relative error), for unwritten elements (NaN poison), and bit 
 against the first configuration of its kind.
 
     bench/sm90_tiles/build.sh 16 && python3 bench/sm90_tiles/sweep.py [--rounds 5] [--only NAME,...]
+    (`.ci/device_run.sh tiles` does both on a GPU machine)
 
 Which configuration nvfp4 runs at a shape is chosen in src/gemm/sm90/sm90_gemm.cu
 (pick_kernel); bench/NOTES.md records the sweeps behind those rules.
