@@ -23,7 +23,7 @@
 #       bench_fp8.py, the train step eager + compiled: FP8_SIZES, FP8_MODES), prodamax (an amax computed by
 #       the compiled producer against the quantization's amax pass, bench_producer_amax.py),
 #       tiles (CUTLASS sm90 tile configurations against cuBLAS at the training step's GEMM
-#       shapes: bench/sm90_tiles/, TILES_ONLY=name,... for a subset; it does not use the nvfp4 build)
+#       shapes: bench/sm90_tiles/, TILES_ONLY=name,... for a subset)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -323,7 +323,7 @@ job_tiles() {  # CUTLASS sm90 tile configurations against cuBLAS (bench/sm90_til
   OBJ=/tmp/tiles ONLY=${TILES_ONLY:-} bash bench/sm90_tiles/build.sh 16 > "$OUT/tiles_build.log" 2>&1 \
     || { tail -30 "$OUT/tiles_build.log"; return; }
   step "tile sweep"
-  timeout ${TILES_TIMEOUT:-500} python3 bench/sm90_tiles/sweep.py --lib /tmp/tiles/libtiles.so \
+  PYTHONPATH=$NEW timeout ${TILES_TIMEOUT:-500} python3 bench/sm90_tiles/sweep.py --lib /tmp/tiles/libtiles.so \
     --json "$OUT/tiles.json" 2>&1 | grep -v -E "Warning|warn" | tee "$OUT/tiles.log" | tail -120
 }
 # the jobs, in the order given on the command line

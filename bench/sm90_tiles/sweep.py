@@ -1,7 +1,8 @@
 """CUTLASS sm90 tile configurations against cuBLAS at the training step's GEMM shapes.
 
-Times every configuration that build.sh compiled into obj/libtiles.so (BF16 operands, FP32
-accumulation, BF16 or FP32 output: the Hopper GEMM nvfp4 runs on decoded FP4 operands) at the
+Times every configuration that build.sh compiled into obj/libtiles.so (the library's own
+CUTLASS sm90 template at other tiles, clusters and schedules: BF16 operands, FP32
+accumulation, BF16 or FP32 output, the Hopper GEMM nvfp4 runs on decoded FP4 operands) at the
 fprop/dgrad (BF16 output) and wgrad (FP32 output) shapes of the 85M and 400M models of
 examples/train.py, 16384 tokens, against cuBLAS on the same operands (torch.matmul, or
 torch.mm(out_dtype=float32)). The operands hold values of the FP4 grid (E2M1 code times an
@@ -22,10 +23,13 @@ import json
 import os
 import statistics
 
+import sys
+
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from bench_linear_kernels import kernel_times  # noqa: E402  (bench/, the profiler's per-kernel times)
 BF16_SHAPES = [(16384, 6144, 2048), (16384, 2048, 6144), (16384, 2048, 2048), (16384, 8192, 2048),
                (16384, 2048, 8192), (16384, 2304, 768), (16384, 768, 2304), (16384, 768, 768),
                (16384, 3072, 768), (16384, 768, 3072)]
@@ -40,20 +44,6 @@ def fp4_grid(r, c, g):
     e = torch.randint(-4, 3, (r, c // 16, 1), device="cuda", generator=g).float()
     mant = 1 + torch.randint(0, 8, (r, c // 16, 1), device="cuda", generator=g).float() / 8
     return (e2m1[codes] * (torch.exp2(e) * mant).expand(r, c // 16, 16).reshape(r, c)).to(torch.bfloat16)
-
-
-def kernel_us(fn, calls):
-    """Mean GPU time per call of fn's kernels, and the time per kernel name."""
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    names = {}
-    for ev in prof.events():
-        if "CUDA" not in str(getattr(ev, "device_type", "")):
-            continue
-        names[ev.name] = names.get(ev.name, 0.0) + (getattr(ev, "device_time", None) or ev.cuda_time)
-    return sum(names.values()) / calls, names
 
 
 def main():
@@ -105,8 +95,8 @@ def main():
                 run = getattr(lib, f"{c}_run")
                 rc = run(*args)
                 torch.cuda.synchronize()
-                if rc != 0:
-                    print(f"  {c}: cannot run {m}x{n}x{k} (status {rc})", flush=True)
+                if rc != 0:  # the library's status code; its message went to stderr
+                    print(f"  {c}: cannot run {m}x{n}x{k} (nvfp4 status {rc})", flush=True)
                     continue
                 outs[c] = (d, ws)
                 fns[c] = lambda run=run, args=args: run(*args)
@@ -114,10 +104,10 @@ def main():
             names = {}
             for r in range(a.rounds):
                 for c in (list(fns) if r % 2 == 0 else list(reversed(fns))):
-                    us, nm = kernel_us(fns[c], a.calls)
-                    times[c].append(us)
+                    per_kernel = kernel_times(fns[c], a.calls)  # {name: (µs per call, launches per call)}
+                    times[c].append(sum(us for us, _ in per_kernel.values()))
                     if c == "cublas":
-                        names = nm
+                        names = {name: us for name, (us, _) in per_kernel.items()}
             cub = statistics.median(times["cublas"])
             top = max(names, key=names.get) if names else "?"
             print(f"{'bf16' if kind == 'b' else 'fp32'} out {m}x{n}x{k}: cuBLAS {cub:.1f} us [{top[:80]}]", flush=True)

@@ -66,6 +66,13 @@ bool wants_stream_k(const GemmJob& job, int sm_count) {
   return job.k >= 2048 && tiles * 5 < slots * 4;
 }
 
+// A before/after knob set to "0" (NVFP4_SM90_F32_LARGE, NVFP4_SM90_PINGPONG: its value was
+// checked by settings.cpp).
+bool knob_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "0") == 0;
+}
+
 nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, const Sm90CutlassKernel*& kernel,
                            const char*& why) {
   const char* force = std::getenv("NVFP4_SM90_TILE");
@@ -89,12 +96,10 @@ nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, 
       why = "forced by NVFP4_SM90_TILE";
       return NVFP4_SUCCESS;
     }
-    // NVFP4_SM90_F32_LARGE=0: the rule before the 128x256 kernel (stream-K or 128x128)
-    const char* no_large = std::getenv("NVFP4_SM90_F32_LARGE");
+    // NVFP4_SM90_F32_LARGE=0: the rule before the 128x256 kernel (stream-K or 128x128).
     // (128x256 tiles filling 90% of one wave leave the SMs as busy as 128x128 ones in two
     // waves, and run faster: 2048x2048x16384, 128 tiles on 132 SMs, 0.89x the 128x128 kernel.)
-    const bool large =
-        large_tiles * 10 >= sm_count * 9 && !(no_large != nullptr && std::strcmp(no_large, "0") == 0);
+    const bool large = large_tiles * 10 >= sm_count * 9 && !knob_off("NVFP4_SM90_F32_LARGE");
     const bool sk = !large && wants_stream_k(job, sm_count);
     kernel = large ? &kSm90F32Large : sk ? &kSm90F32StreamK : &kSm90F32;
     why = large ? "fp32 output, 128x256 tiles fill 90% of the machine"
@@ -122,8 +127,7 @@ nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, 
     // nothing in the 400M step, where an H100 step lost 1.5%; at K >= 3072 the 128x256 kernel
     // is ahead. The 2x1 cluster (B multicast) pays from N >= 2048; below it the 1x1 kernel
     // is faster.
-    const char* pp = std::getenv("NVFP4_SM90_PINGPONG");
-    if (job.k <= 1024 && !(pp != nullptr && std::strcmp(pp, "0") == 0)) {
+    if (job.k <= 1024 && !knob_off("NVFP4_SM90_PINGPONG")) {
       kernel = job.n >= 2048 ? &kSm90Bf16Medium2x1 : &kSm90Bf16Medium;
       why = "128x256 tiles fill the machine, short K: 128x128 ping-pong";
       return NVFP4_SUCCESS;
