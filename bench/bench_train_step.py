@@ -234,7 +234,20 @@ def profile_steps(step, dev, n):
             c, t = waits.get(e.name, (0, 0.0))
             waits[e.name] = (c + 1, t + (e.time_range.end - e.time_range.start))
         host[e.name] = host.get(e.name, 0.0) + e.self_cpu_time_total
+    gaps = None
+    try:  # where the GPU waits on the host (bench/step_gaps.py), from the same profile's trace
+        import tempfile
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from step_gaps import gap_report
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "trace.json")
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                gaps = gap_report(json.load(f), steps=n)
+    except Exception as e:  # the analysis is extra: its failure is reported, the profile kept
+        gaps = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
     return {"kernels_per_step": len(kernels) / n, "gpu_busy_ms": busy * us, "wall_ms": wall * 1e3 / n,
+            "gaps": gaps,
             "by_kind_ms": {k: v * us for k, v in sorted(by_kind.items())},
             "launches_by_kind": {k: v / n for k, v in sorted(launches.items())},
             "top_kernels_ms": {k: v * us for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:16]},
@@ -244,6 +257,57 @@ def profile_steps(step, dev, n):
             # (the profile's own final synchronization is one of the n steps' waits)
             "host_waits_per_step": {k: {"calls": c / n, "ms": t * us} for k, (c, t) in sorted(waits.items())},
             "top_host_self_ms": {k: v * us for k, v in sorted(host.items(), key=lambda kv: -kv[1])[:10]}}
+
+
+# --host-split: the host time of the library's entry points inside a step, against the step's.
+_SPLIT_ENTRIES = ("quantize_raw", "quantize_dec_raw", "gemm_raw", "gemm_dec_raw", "fp8_cast_raw")
+
+
+def host_split(step, dev, n):
+    """n eager steps with the library's raw entry points (nvfp4._ops: C++ checks, kernel
+    launches) and torch.empty wrapped by timers: per step, the host time until step() returns
+    (its launches issued; the GPU may still run), each entry's calls and host ms, and the GPU
+    time (CUDA events) for reference. No profiler: the wrappers add ~0.2 us a call."""
+    from nvfp4 import _ops
+    acc = {}
+
+    def wrap(name, fn):
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                c, t = acc.get(name, (0, 0.0))
+                acc[name] = (c + 1, t + time.perf_counter() - t0)
+        return timed
+
+    saved = {name: getattr(_ops, name) for name in _SPLIT_ENTRIES if hasattr(_ops, name)}
+    saved_empty = torch.empty
+    host, gpu = [], []
+    try:
+        for name, fn in saved.items():
+            setattr(_ops, name, wrap(name, fn))
+        torch.empty = wrap("torch.empty", saved_empty)
+        for i in range(n):
+            sync(dev)
+            if dev.type == "cuda":
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+            t0 = time.perf_counter()
+            step(i)
+            host.append(time.perf_counter() - t0)
+            if dev.type == "cuda":
+                b.record()
+                b.synchronize()
+                gpu.append(a.elapsed_time(b))
+    finally:
+        for name, fn in saved.items():
+            setattr(_ops, name, fn)
+        torch.empty = saved_empty
+    return {"steps": n, "host_ms": 1e3 * statistics.median(host),
+            "step_ms": statistics.median(gpu) if gpu else None,
+            "entries": {k: {"calls": c / n, "ms": 1e3 * t / n, "us_per_call": 1e6 * t / c}
+                        for k, (c, t) in sorted(acc.items(), key=lambda kv: -kv[1][1])}}
 
 
 # Host calls that wait for the GPU (a step that makes them cannot run ahead of its kernels).
@@ -263,6 +327,8 @@ def time_steps(model, args, dev, batches, mode):
         out["peak_step_memory_gb"] = (torch.cuda.max_memory_allocated(dev) - base) / 2**30
     if args.profile and dev.type == "cuda":
         out["profile"] = profile_steps(step, dev, args.profile_steps)
+    if args.host_split and mode == "eager":
+        out["host_split"] = host_split(step, dev, args.profile_steps)
     return out
 
 
@@ -449,6 +515,8 @@ def main(argv=None):
     ap.add_argument("--profile", action="store_true", help="also profile a few steps of each row: kernels per "
                     "step, GPU-busy vs wall time, GPU time by kind")
     ap.add_argument("--profile-steps", type=int, default=3)
+    ap.add_argument("--host-split", action="store_true", help="eager rows: the host time of the library's entry "
+                    "points and torch.empty within a step, timed by wrappers (no profiler)")
     ap.add_argument("--mem-tokens", type=int, default=None, help="tokens for the per-Linear memory test")
     ap.add_argument("--no-memory", action="store_true", help="skip the per-Linear saved-memory test")
     ap.add_argument("--smoke", action="store_true", help="CPU, toy size")
@@ -573,6 +641,11 @@ def main(argv=None):
                 ab = r["ab"]
                 print(f"{'':27s}interleaved: as set {ab['a_ms']:.2f} ms, with {ab['env']} {ab['b_ms']:.2f} ms "
                       f"({ab['b_over_a']:.3f}x; {len(ab['a'])} + {len(ab['b'])} steps)", flush=True)
+            if "host_split" in r:
+                h = r["host_split"]
+                print(f"{'':27s}host split: step() returns after {h['host_ms']:.2f} ms (step {h['step_ms'] or 0:.2f} ms); "
+                      + ", ".join(f"{k} {v['calls']:.0f}x {v['ms']:.2f} ms ({v['us_per_call']:.1f} us)"
+                                  for k, v in h["entries"].items()), flush=True)
             if "profile" in r:
                 p = r["profile"]
                 kinds = "  ".join(f"{k} {v:.2f}" for k, v in p["by_kind_ms"].items())
@@ -580,6 +653,16 @@ def main(argv=None):
                       f"of {p['wall_ms']:.2f} ms wall; by kind (ms): {kinds}; launches per step by kind: "
                       + "  ".join(f"{k} {v:.0f}" for k, v in p.get("launches_by_kind", {}).items()), flush=True)
                 waits = p.get("host_waits_per_step") or {}
+                g = p.get("gaps") or {}
+                if "error" in g:
+                    print(f"{'':27s}gaps: not analysed ({g['error']})", flush=True)
+                elif g:
+                    print(f"{'':27s}gaps per step: GPU idle {g['gpu_idle_ms']:.2f} ms in {g['gaps_per_step']:.0f} gaps "
+                          f"({g['host_late_ms']:.2f} waiting for a launch, {g['launch_latency_ms']:.2f} queued); "
+                          "the launching thread meanwhile (ms): " + ", ".join(
+                              f"{k} {v:.2f}" for k, v in list(g["waiting_on_ms"].items())[:8]) + "; waiting for: "
+                          + ", ".join(f"{k[:40]} {v:.2f}" for k, v in list(g["waiting_for_ms"].items())[:5]),
+                          flush=True)
                 print(f"{'':27s}host waits per step: " + (", ".join(
                     f"{k} {v['calls']:.1f}x {v['ms']:.2f} ms" for k, v in waits.items()) or "none") + "; host self "
                       "time (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in list(p["top_host_self_ms"].items())[:6]),

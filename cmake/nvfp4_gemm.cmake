@@ -51,6 +51,11 @@ function(_nvfp4_gemm_object nn targets)
   target_include_directories(nvfp4_sm${nn} SYSTEM PRIVATE "${NVFP4_CUTLASS_DIR}")
   target_link_libraries(nvfp4_sm${nn} PRIVATE nvfp4_core CUDA::cudart_static)
   target_compile_definitions(nvfp4_sm${nn} PRIVATE NVFP4_WITH_CUDA NVFP4_HAS_SM${nn}_GEMM)
+  # CUTLASS's TMA descriptors through the driver function looked up once, not by name on
+  # every call (src/gemm/common/driver_api.h); the same in every GEMM object, so that the
+  # CUTLASS wrapper template has one definition in the library.
+  target_compile_definitions(nvfp4_sm${nn} PRIVATE CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL
+                             cuTensorMapEncodeTiled=nvfp4internal_cuTensorMapEncodeTiled)
   target_compile_options(nvfp4_sm${nn} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${ARGN}>)
   target_compile_definitions(nvfp4_host PRIVATE NVFP4_HAS_SM${nn}_GEMM)
   set(NVFP4_OBJECTS ${NVFP4_OBJECTS} $<TARGET_OBJECTS:nvfp4_sm${nn}> PARENT_SCOPE)

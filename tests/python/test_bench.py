@@ -421,3 +421,100 @@ def test_ab_env_needs_name_and_value(capsys):
         with pytest.raises(SystemExit):
             bst.main(["--smoke", "--ab-env", bad])
         assert "--ab-env: expected NAME=VALUE" in capsys.readouterr().err
+
+
+def _step_gaps():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("step_gaps", os.path.join(ROOT, "bench", "step_gaps.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _x(cat, name, ts, dur, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def test_step_gaps_attribution():
+    """Synthetic trace, times in us: the GPU runs k1 [0, 10), k2 [30, 40) and k3 [41, 50).
+    k2 was launched at 25 (after the GPU went idle at 10): a host gap of 20 us whose window
+    [10, 25) the launching thread spent in aten::empty (self 12..16), in its child
+    cudaMalloc (16..20) and outside any op (10..12, 20..25 inside no op, apart from the
+    launch's own runtime call from 25). k3 was queued at 28, before k2 ended: a 1 us
+    latency gap, not the host's."""
+    g = _step_gaps()
+    ev = [
+        _x("cpu_op", "outer", 0, 9),                     # not overlapping the window
+        _x("cuda_runtime", "cudaLaunchKernel", 1, 2, correlation=1),
+        _x("cpu_op", "aten::empty", 12, 8),
+        _x("cuda_runtime", "cudaMalloc", 16, 4),
+        _x("cuda_runtime", "cudaLaunchKernel", 25, 3, correlation=2),
+        _x("cuda_runtime", "cudaLaunchKernel", 28, 2, correlation=3),
+        _x("cpu_op", "other thread", 10, 15, tid=2),     # another thread: never charged
+        _x("kernel", "k1", 3, 7, tid=7, correlation=1),
+        _x("kernel", "k2", 30, 10, tid=7, correlation=2),
+        _x("kernel", "k3", 41, 9, tid=7, correlation=3),
+        {"ph": "i", "cat": "kernel", "name": "not a span"},
+    ]
+    # k1 runs [3, 10) here: the idle gap is 10 -> 30
+    rep = g.gap_report({"traceEvents": ev}, steps=1)
+    assert rep["gaps_per_step"] == 2
+    assert abs(rep["gpu_idle_ms"] - 0.021) < 1e-9
+    assert abs(rep["host_late_ms"] - 0.020) < 1e-9
+    assert abs(rep["launch_latency_ms"] - 0.001) < 1e-9
+    on = rep["waiting_on_ms"]
+    assert abs(on["aten::empty"] - 0.004) < 1e-9
+    assert abs(on["cudaMalloc"] - 0.004) < 1e-9
+    assert abs(on[g.OUTSIDE] - 0.007) < 1e-9
+    assert "other thread" not in on and "outer" not in on
+    assert abs(sum(on.values()) - 0.015) < 1e-9  # the window 10 -> 25
+    assert list(rep["waiting_for_ms"]) == ["k2"]
+    # two steps: per-step figures halve
+    rep2 = g.gap_report(ev, steps=2)
+    assert abs(rep2["host_late_ms"] - 0.010) < 1e-9 and rep2["gaps_per_step"] == 1
+
+
+def test_step_gaps_self_time_of_nested_ops():
+    g = _step_gaps()
+    # a [0, 100) with children b [10, 30) (grandchild c [15, 20)) and d [50, 60)
+    selfs = g._self_intervals([(0, 100, "a"), (10, 30, "b"), (15, 20, "c"), (50, 60, "d")])
+    tot = {}
+    for s, e, n in selfs:
+        tot[n] = tot.get(n, 0) + (e - s)
+    assert tot == {"a": 70, "b": 15, "c": 5, "d": 10}
+    assert all(selfs[i][1] <= selfs[i + 1][0] for i in range(len(selfs) - 1))  # disjoint, in order
+
+
+def test_step_gaps_reads_a_real_cpu_trace(tmp_path):
+    """A torch.profiler trace of CPU work parses (no GPU activity: nothing to attribute)."""
+    g = _step_gaps()
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.randn(64, 64) @ torch.randn(64, 64)
+    path = tmp_path / "t.json"
+    prof.export_chrome_trace(str(path))
+    import json
+    rep = g.gap_report(json.loads(path.read_text()), steps=1)
+    assert rep["gpu_idle_ms"] == 0 and rep["gaps_per_step"] == 0 and rep["waiting_on_ms"] == {}
+
+
+def test_host_split_counts_entry_points_and_restores_them():
+    """--host-split wraps the library's raw entry points and torch.empty for a few eager
+    steps: an nvfp4 step calls quantize and GEMM entries (the CPU reference here: the figures
+    are not host cost, the counts are the step's), and everything is unwrapped afterwards."""
+    from nvfp4 import _ops
+    bst = _train_step_bench()
+    before = {n: getattr(_ops, n) for n in bst._SPLIT_ENTRIES if hasattr(_ops, n)}
+    empty = torch.empty
+    res = bst.main(["--smoke", "--variants", "nvfp4", "--host-split", "--no-memory", "--steps", "1",
+                    "--warmup", "1", "--profile-steps", "2"])
+    h = res["rows"]["nvfp4/eager"]["host_split"]
+    assert h["steps"] == 2 and h["host_ms"] > 0
+    e = h["entries"]
+    # the smoke model: every Linear but the first and last runs one forward and one backward
+    # per step; each quantizes X, W and dY and runs three GEMMs
+    n_lin = e["gemm_raw"]["calls"] / 3
+    assert n_lin >= 1 and n_lin == int(n_lin)
+    assert e["quantize_raw"]["calls"] == 3 * n_lin
+    assert e["torch.empty"]["calls"] >= 7 * n_lin  # y, X^T, W^T, scratch; dX, dW, scratch
+    assert {n: getattr(_ops, n) for n in before} == before and torch.empty is empty

@@ -226,6 +226,19 @@ def test_library_holds_the_targets_it_reports():
         assert archs & want, f"no cubin for target {t} in {LIB}: {sorted(archs)}"
 
 
+@needs_cuda_build
+@pytest.mark.skipif(LIB is None or shutil.which("nm") is None, reason="the loaded libnvfp4 or binutils' nm not found")
+def test_driver_function_stays_internal():
+    """The GEMMs' TMA descriptors go through nvfp4internal_cuTensorMapEncodeTiled (the driver
+    function looked up once: src/gemm/common/driver_api.h): the library needs no driver
+    symbol to load (it imports on machines without a driver) and does not export the helper."""
+    undefined = _run(["nm", "-D", "--undefined-only", LIB]).split()
+    assert not [s for s in undefined if s.startswith("cuTensorMap")], "the library calls the driver directly"
+    exported = _run(["nm", "-D", "--defined-only", LIB]).split()
+    assert "nvfp4internal_cuTensorMapEncodeTiled" not in exported
+    assert [s for s in exported if s.startswith("nvfp4_")], "no exported C API found: wrong library?"
+
+
 # The small kernels every CUDA path depends on: quantization, dequantization, swizzle, the
 # GEMMs' decode and epilogue kernels.
 SMALL_KERNELS = (r"nvfp4::detail::quant::|dequantize_kernel|swizzle_kernel|gemm_prep_kernel|gemm_finalize_kernel|"

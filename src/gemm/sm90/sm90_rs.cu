@@ -29,7 +29,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -44,6 +43,7 @@
 #include "cuda/device.h"
 #include "gemm/sm90/sm90_fp4_decode.cuh"
 #include "gemm/backends.h"
+#include "gemm/common/driver_api.h"
 #include "gemm/sm90/sm90_wgmma.cuh"
 
 namespace nvfp4::detail {
@@ -350,29 +350,22 @@ nvfp4_status_t sm90_rs_gemm(const GemmJob& job, nvfp4_stream_t stream) {
   // A's codes: [m, k/2] bytes, boxes of 32 x 128. Out of bounds the copies fill zeros.
   CUtensorMap amap{}, bmap{};
   {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-      void* fn = nullptr;
-      cudaDriverEntryPointQueryResult q{};
-      if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-          q != cudaDriverEntryPointSuccess)
-        fn = nullptr;
-      return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-    }();
-    if (encode == nullptr) return fail(NVFP4_ERROR_CUDA, "gemm: cuTensorMapEncodeTiled not available");
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(job.k), static_cast<cuuint64_t>(job.n)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(job.k) * 2};
     const cuuint32_t box[2] = {kBK, kBN};
     const cuuint32_t estr[2] = {1, 1};
-    const CUresult r = encode(&bmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(job.b_dec), dims, strides, box,
-                              estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult r = nvfp4internal_cuTensorMapEncodeTiled(
+        &bmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(job.b_dec), dims, strides, box, estr,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) return fail(NVFP4_ERROR_CUDA, "gemm: cuTensorMapEncodeTiled (B) failed (" + std::to_string(r) + ")");
     const cuuint64_t adims[2] = {static_cast<cuuint64_t>(job.k / 2), static_cast<cuuint64_t>(job.m)};
     const cuuint64_t astrides[1] = {static_cast<cuuint64_t>(job.k / 2)};
     const cuuint32_t abox[2] = {kBK / 2, kBM};
-    const CUresult ra = encode(&amap, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(job.a), adims, astrides,
-                               abox, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                               CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult ra = nvfp4internal_cuTensorMapEncodeTiled(
+        &amap, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(job.a), adims, astrides, abox, estr,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (ra != CUDA_SUCCESS) return fail(NVFP4_ERROR_CUDA, "gemm: cuTensorMapEncodeTiled (A) failed (" + std::to_string(ra) + ")");
   }
   if (nvfp4_status_t s = gpu::allow_dynamic_smem(rs_kernel, kSmemBytes); s != NVFP4_SUCCESS) return s;
