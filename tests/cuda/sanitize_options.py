@@ -6,8 +6,9 @@ compute-sanitizer, compared with the CPU reference (so also a smoke test):
 
 Covers: the row and column amax kernels, the amax copy, the MS-EDEN scale-max kernel, the 1D
 kernel (4over6 MAE/MSE x bound 448/256, rows, given amax, SR with a given amax, MS-EDEN), the
-2D kernel (4over6, given amax; both outputs and each alone), the amax finalize kernel; both
-scale layouts, bf16 and fp32, odd shapes. Exit status 0 when everything matched.
+2D kernel (4over6, given amax; both outputs and each alone), the amax finalize kernel, and a
+given amax with no other option (the ordinary rowwise and tile kernels, RTN, SR with the
+Hadamard transform, 2D); both scale layouts, bf16 and fp32, odd shapes. Exit status 0 when everything matched.
 """
 from __future__ import annotations
 
@@ -58,6 +59,11 @@ def main() -> int:
         variants.append((1, 0, 0, 1, 448, 2, True, outs))            # 2D 4over6 with a given amax
         rht = 3 if outs == (True, True) else (1 if outs[0] else 2)
         variants.append((0, 2, rht, 0, 448, 0, False, outs))         # MS-EDEN
+        # a given amax and no other option: the ordinary rowwise / tile kernels with the
+        # given value as their one partial (no amax pass)
+        variants.append((0, 0, 0, 0, 448, 2, True, outs))            # RTN
+        variants.append((0, 1, rht, 0, 448, 2, True, outs))          # SR with the Hadamard transform
+        variants.append((1, 0, 0, 0, 448, 2, True, outs))            # 2D
     bad = runs = 0
     for dtype in (torch.bfloat16, torch.float32):
         for shape in ((130, 80), (17, 112)):
