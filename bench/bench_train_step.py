@@ -21,6 +21,11 @@ is set and with NAME=VALUE, in the same process (same compiled graphs, host and 
 the before/after of a library setting read at each call, free of run-to-run drift (the bf16
 row's figure is the noise floor). --interleave R times the variants themselves that way: every
 model built and compiled first, then R rounds that each run every variant in turn.
+--profile also attributes the GPU's idle gaps in the profiled steps to what the launching
+thread was doing (bench/step_gaps.py; the profiler's own overhead is in those figures).
+--host-split (eager rows) times the library's entry points and torch.empty inside a few steps
+with plain wrappers, against the time step() takes to return: whether the step waits on its
+host, and how much of that host time is the library's C++ calls.
 
     python3 bench/bench_train_step.py                               # GPU, ~85M parameters, eager (CPU: --smoke)
     python3 bench/bench_train_step.py --size 400m --modes eager,compile,reduce-overhead --profile
@@ -28,6 +33,7 @@ model built and compiled first, then R rounds that each run every variant in tur
     python3 bench/bench_train_step.py --smoke                       # CPU, toy size
     python3 bench/bench_train_step.py --json out.json
     python3 bench/bench_train_step.py --modes compile --ab-env NVFP4_SM90_DECODED=0   # decoded vs codes road
+    python3 bench/bench_train_step.py --variants bf16,nvfp4 --host-split --no-memory
 """
 from __future__ import annotations
 
