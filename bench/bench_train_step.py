@@ -520,9 +520,10 @@ def main(argv=None):
     ap.add_argument("--variants", default="bf16,nvfp4,fakequant")
     ap.add_argument("--profile", action="store_true", help="also profile a few steps of each row: kernels per "
                     "step, GPU-busy vs wall time, GPU time by kind")
-    ap.add_argument("--profile-steps", type=int, default=3)
+    ap.add_argument("--profile-steps", type=int, default=3, help="steps profiled (--profile) or host-split "
+                    "(--host-split) per row")
     ap.add_argument("--host-split", action="store_true", help="eager rows: the host time of the library's entry "
-                    "points and torch.empty within a step, timed by wrappers (no profiler)")
+                    "points and torch.empty within a step, timed by wrappers (no profiler); needs eager in --modes")
     ap.add_argument("--mem-tokens", type=int, default=None, help="tokens for the per-Linear memory test")
     ap.add_argument("--no-memory", action="store_true", help="skip the per-Linear saved-memory test")
     ap.add_argument("--smoke", action="store_true", help="CPU, toy size")
@@ -567,6 +568,11 @@ def main(argv=None):
     for m in modes:
         if m not in ("eager", "compile", "reduce-overhead"):
             ap.error(f"--modes: unknown mode {m!r}")
+    if a.host_split and (a.interleave or "eager" not in modes):
+        ap.error("--host-split: times the eager rows of the ordinary timing (needs eager in --modes, "
+                 "and not --interleave)")
+    if a.profile_steps < 1:
+        ap.error(f"--profile-steps: expected a number of steps >= 1, got {a.profile_steps}")
     dev = torch.device("cpu" if a.smoke or not torch.cuda.is_available() else "cuda")
     if "reduce-overhead" in modes and dev.type != "cuda":
         ap.error("--modes: reduce-overhead (CUDA graphs) needs a GPU")

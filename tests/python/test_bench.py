@@ -518,3 +518,15 @@ def test_host_split_counts_entry_points_and_restores_them():
     assert e["quantize_raw"]["calls"] == 3 * n_lin
     assert e["torch.empty"]["calls"] >= 7 * n_lin  # y, X^T, W^T, scratch; dX, dW, scratch
     assert {n: getattr(_ops, n) for n in before} == before and torch.empty is empty
+
+
+def test_host_split_refuses_rows_it_would_not_time(capsys):
+    """--host-split times eager rows of the ordinary timing: without an eager mode, or beside
+    --interleave, it would be ignored, so it is refused by name; so is a step count below one."""
+    bst = _train_step_bench()
+    for argv, word in ((["--smoke", "--host-split", "--modes", "compile"], "--host-split"),
+                       (["--smoke", "--host-split", "--interleave", "2"], "--host-split"),
+                       (["--smoke", "--host-split", "--profile-steps", "0"], "--profile-steps")):
+        with pytest.raises(SystemExit):
+            bst.main(argv)
+        assert word in capsys.readouterr().err, argv
