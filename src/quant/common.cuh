@@ -201,6 +201,43 @@ __device__ __forceinline__ float tensor_amax(float* amax, const uint32_t* parts,
   return __uint_as_float(m);
 }
 
+// tensor_amax for two outputs at once (the tile kernel's rowwise and columnwise ones): both
+// sets of partials are read in one loop and reduced in one block-wide pass, so a CTA waits
+// for one round of loads and one reduction, not two. Same results as two tensor_amax calls.
+__device__ __forceinline__ void tensor_amax2(float* amax0, const uint32_t* parts0, int n0, float* amax1,
+                                             const uint32_t* parts1, int n1, float& out0, float& out1) {
+  uint32_t m0 = 0u, m1 = 0u;
+  if (parts0 != nullptr)
+    for (int i = threadIdx.x; i < n0; i += blockDim.x) m0 = max(m0, parts0[i]);
+  if (parts1 != nullptr)
+    for (int i = threadIdx.x; i < n1; i += blockDim.x) m1 = max(m1, parts1[i]);
+  if (parts0 != nullptr || parts1 != nullptr) {
+    __shared__ uint32_t red2[2][32];
+    __syncthreads();  // red2 may still be read by a previous call
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      m0 = max(m0, __shfl_xor_sync(0xffffffffu, m0, o));
+      m1 = max(m1, __shfl_xor_sync(0xffffffffu, m1, o));
+    }
+    if ((threadIdx.x & 31) == 0) {
+      red2[0][threadIdx.x >> 5] = m0;
+      red2[1][threadIdx.x >> 5] = m1;
+    }
+    __syncthreads();
+    const int nw = (blockDim.x + 31) >> 5;
+    for (int w = 0; w < nw; ++w) {
+      m0 = max(m0, red2[0][w]);
+      m1 = max(m1, red2[1][w]);
+    }
+  }
+  out0 = parts0 != nullptr ? __uint_as_float(m0) : *amax0;
+  out1 = parts1 != nullptr ? __uint_as_float(m1) : *amax1;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (parts0 != nullptr) *amax0 = out0;
+    if (parts1 != nullptr) *amax1 = out1;
+  }
+}
+
 // ---- the per-block step --------------------------------------------------------------
 // What a CTA derives once from a tensor amax.
 struct TensorScale {

@@ -53,15 +53,11 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
   // direct stores, as in the tile kernel
   constexpr bool kStage = !kSR;
   __shared__ uint4 stage_all[kThreads / 32][kStage ? kRowStageChunks : 1];
-  const core::GlobalScale gs = core::make_global_scale(tensor_amax(a.amax, a.parts, a.nparts));
-  const TensorScale ts = make_tensor_scale(gs);
   const uint64_t sr_offset = kSR ? a.offset + (a.offset_device ? *a.offset_device : 0) : 0;
-  fill_encode_table(tab, gs.dec);
-  gpu::fill_e2m1_table(lut);
-  __syncthreads();
+  TensorScale ts{};  // set once the first tile's loads are out (below)
 
   const int64_t total = static_cast<int64_t>(a.tiles_r) * a.tiles_c;
-  if (static_cast<int64_t>(blockIdx.x) >= total) return;
+  const bool has_work = static_cast<int64_t>(blockIdx.x) < total;
 
   // This thread's two blocks in every tile: rows rt[k] of the tile, block bq of its 4.
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -154,7 +150,17 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
     zero_block<T>(ping[k]);
     zero_block<T>(pong[k]);
   }
-  load(ping, cur);
+  // The first tile's loads go out before the tensor amax is known: the reduction of the
+  // amax pass's partials, the encode table and the CTA barrier run while they are in flight.
+  if (has_work) load(ping, cur);
+  {
+    const core::GlobalScale gs = core::make_global_scale(tensor_amax(a.amax, a.parts, a.nparts));
+    ts = make_tensor_scale(gs);
+    fill_encode_table(tab, gs.dec);
+  }
+  gpu::fill_e2m1_table(lut);
+  __syncthreads();
+  if (!has_work) return;
   while (true) {
     Cursor n = next(cur);
     bool more = n.tr >= 0;

@@ -123,23 +123,10 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
 
   constexpr bool do_row = kRow, do_col = kCol;
   const uint64_t sr_offset = kSR ? a.offset + (a.offset_device ? *a.offset_device : 0) : 0;
-  TensorScale ts_r{}, ts_c{};
-  if constexpr (do_row) {
-    const core::GlobalScale g = core::make_global_scale(tensor_amax(a.ramax, a.rparts, a.nrparts));
-    ts_r = make_tensor_scale(g);
-    fill_encode_table(tab_r, g.dec);
-  }
-  if constexpr (do_col) {
-    const core::GlobalScale g = core::make_global_scale(tensor_amax(a.camax, a.cparts, a.ncparts));
-    ts_c = make_tensor_scale(g);
-    fill_encode_table(tab_c, g.dec);
-  }
-  if (threadIdx.x < 64) (&tam[0][0][0])[threadIdx.x] = 0u;
-  gpu::fill_e2m1_table(lut);
-  __syncthreads();
+  TensorScale ts_r{}, ts_c{};  // set once the first tiles' loads are out (below)
 
   const int64_t total = static_cast<int64_t>(a.tiles_r) * a.tiles_c;
-  if (static_cast<int64_t>(blockIdx.x) >= total) return;
+  const bool has_work = static_cast<int64_t>(blockIdx.x) < total;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   uint4* const stage = stage_all[warp];
@@ -400,6 +387,58 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     }
   };
 
+  // The first tiles' loads go out before the tensor amax is known (the registers' first
+  // tile, or the ring's first kStages - 1): the reduction of the amax pass's partials, the
+  // encode tables and the CTA barrier then run while those loads are in flight instead of
+  // ahead of them.
+  RawBlock<T> ping[2], pong[2];  // the registers' tiles (unused by the ring)
+  Cursor fetch = cur;            // the ring's next tile to copy
+  bool fetch_more = true;
+  auto issue = [&](int slot) {
+    if (fetch_more) {
+      load(ring + slot * S::kTileBytes, fetch);
+      fetch = next(fetch);
+      fetch_more = fetch.tr >= 0;
+    }
+    cp_async_commit();
+  };
+  if (has_work) {
+    if constexpr (!kRing) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        zero_block<T>(ping[k]);
+        zero_block<T>(pong[k]);
+      }
+      load_regs(ping, cur);
+    } else {
+#pragma unroll
+      for (int s = 0; s < S::kStages - 1; ++s) issue(s);
+    }
+  }
+  {
+    float am_r = 0.0f, am_c = 0.0f;
+    if constexpr (do_row && do_col)
+      tensor_amax2(a.ramax, a.rparts, a.nrparts, a.camax, a.cparts, a.ncparts, am_r, am_c);
+    else if constexpr (do_row)
+      am_r = tensor_amax(a.ramax, a.rparts, a.nrparts);
+    else
+      am_c = tensor_amax(a.camax, a.cparts, a.ncparts);
+    if constexpr (do_row) {
+      const core::GlobalScale g = core::make_global_scale(am_r);
+      ts_r = make_tensor_scale(g);
+      fill_encode_table(tab_r, g.dec);
+    }
+    if constexpr (do_col) {
+      const core::GlobalScale g = core::make_global_scale(am_c);
+      ts_c = make_tensor_scale(g);
+      fill_encode_table(tab_c, g.dec);
+    }
+  }
+  if (threadIdx.x < 64) (&tam[0][0][0])[threadIdx.x] = 0u;
+  gpu::fill_e2m1_table(lut);
+  __syncthreads();
+  if (!has_work) return;
+
   if constexpr (!kRing) {
     // Registers: tile i's blocks in ping/pong, the next tile's loads in flight during
     // both phases (1D is done with them after phase A; 2D still needs them after the
@@ -415,14 +454,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
       if constexpr (do_col) phase_b(buf, c, pb);
       __syncthreads();
     };
-    RawBlock<T> ping[2], pong[2];
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      zero_block<T>(ping[k]);
-      zero_block<T>(pong[k]);
-    }
-    load_regs(ping, cur);
-    int pb = 0;
+    int pb = 0;  // ping's loads were issued above
     while (true) {
       Cursor n = next(cur);
       bool more = n.tr >= 0;
@@ -445,19 +477,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     constexpr int kStages = S::kStages;
     static_assert(kStages >= 2, "a ring of one buffer");
     const RawBlock<T> none[2]{};  // unused: the ring reads its blocks from shared memory
-    Cursor fetch = cur;
-    bool fetch_more = true;
-    auto issue = [&](int slot) {
-      if (fetch_more) {
-        load(ring + slot * S::kTileBytes, fetch);
-        fetch = next(fetch);
-        fetch_more = fetch.tr >= 0;
-      }
-      cp_async_commit();
-    };
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) issue(s);
-    int slot = 0, pb = 0;
+    int slot = 0, pb = 0;  // the first kStages - 1 tiles were issued above
     while (true) {
       cp_async_wait<kStages - 2>();
       __syncthreads();
