@@ -157,18 +157,31 @@ __device__ __forceinline__ uint32_t absmax_bits(const float (&v)[kBlock]) {
   return __float_as_uint(m) & 0x7fffffffu;
 }
 
-// The max of `bits` over the CTA's threads, returned to every thread. Called by every thread
-// of the CTA at the same point: it synchronizes the CTA.
-__device__ __forceinline__ uint32_t block_max_bits(uint32_t bits) {
-  __shared__ uint32_t red[32];
+// The max of each of bits[0..N-1] over the CTA's threads, returned to every thread (N
+// maxima in one pair of barriers). Called by every thread of the CTA at the same point: it
+// synchronizes the CTA.
+template <int N>
+__device__ __forceinline__ void block_max_bits(uint32_t (&bits)[N]) {
+  __shared__ uint32_t red[N][32];
   __syncthreads();  // red may still be read by a previous call
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, o));
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = bits;
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int i = 0; i < N; ++i) bits[i] = max(bits[i], __shfl_xor_sync(0xffffffffu, bits[i], o));
+  if ((threadIdx.x & 31) == 0)
+#pragma unroll
+    for (int i = 0; i < N; ++i) red[i][threadIdx.x >> 5] = bits[i];
   __syncthreads();
   const int nw = (blockDim.x + 31) >> 5;
-  for (int w = 0; w < nw; ++w) bits = max(bits, red[w]);
-  return bits;
+  for (int w = 0; w < nw; ++w)
+#pragma unroll
+    for (int i = 0; i < N; ++i) bits[i] = max(bits[i], red[i][w]);
+}
+
+__device__ __forceinline__ uint32_t block_max_bits(uint32_t bits) {
+  uint32_t b[1] = {bits};
+  block_max_bits(b);
+  return b[0];
 }
 
 // Block-wide max of `bits`, then one atomicMax per destination dst0/dst1, and the CTA's
@@ -187,55 +200,40 @@ __device__ __forceinline__ void block_reduce_amax(uint32_t bits, float* dst0, fl
   }
 }
 
-// The tensor amax a quantize kernel starts from: *amax, where the amax pass reduced into it
-// with atomics; else (parts set) the max of the n partials that pass left in the workspace,
-// one per CTA, which CTA 0 also stores into *amax so that the output holds the tensor amax
-// once the kernel is done (no kernel of the call reads *amax in between). Called by every
-// thread of the CTA at the same point: it synchronizes the CTA when it reduces partials.
-__device__ __forceinline__ float tensor_amax(float* amax, const uint32_t* parts, int n) {
-  if (parts == nullptr) return *amax;
-  uint32_t m = 0u;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) m = max(m, parts[i]);
-  m = block_max_bits(m);
-  if (blockIdx.x == 0 && threadIdx.x == 0) *amax = __uint_as_float(m);
-  return __uint_as_float(m);
+// The tensor amaxes a quantize kernel starts from, one per output it writes (the tile kernel
+// with both orientations has two: their partials are read in one loop and reduced in one
+// block-wide pass). Output i's is *amax[i], where the amax pass reduced into it with atomics;
+// else (parts[i] set) the max of the n[i] partials that pass left in the workspace, one per
+// CTA, which CTA 0 also stores into *amax[i] so that the output holds the tensor amax once the
+// kernel is done (no kernel of the call reads it in between). Called by every thread of the
+// CTA at the same point: it synchronizes the CTA when it reduces partials.
+template <int N>
+__device__ __forceinline__ void tensor_amaxes(float* const (&amax)[N], const uint32_t* const (&parts)[N],
+                                              const int (&n)[N], float (&out)[N]) {
+  uint32_t m[N];
+  bool any = false;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    m[i] = 0u;
+    if (parts[i] == nullptr) continue;
+    any = true;
+    for (int j = threadIdx.x; j < n[i]; j += blockDim.x) m[i] = max(m[i], parts[i][j]);
+  }
+  if (any) block_max_bits(m);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    out[i] = parts[i] != nullptr ? __uint_as_float(m[i]) : *amax[i];
+    if (parts[i] != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *amax[i] = out[i];
+  }
 }
 
-// tensor_amax for two outputs at once (the tile kernel's rowwise and columnwise ones): both
-// sets of partials are read in one loop and reduced in one block-wide pass, so a CTA waits
-// for one round of loads and one reduction, not two. Same results as two tensor_amax calls.
-__device__ __forceinline__ void tensor_amax2(float* amax0, const uint32_t* parts0, int n0, float* amax1,
-                                             const uint32_t* parts1, int n1, float& out0, float& out1) {
-  uint32_t m0 = 0u, m1 = 0u;
-  if (parts0 != nullptr)
-    for (int i = threadIdx.x; i < n0; i += blockDim.x) m0 = max(m0, parts0[i]);
-  if (parts1 != nullptr)
-    for (int i = threadIdx.x; i < n1; i += blockDim.x) m1 = max(m1, parts1[i]);
-  if (parts0 != nullptr || parts1 != nullptr) {
-    __shared__ uint32_t red2[2][32];
-    __syncthreads();  // red2 may still be read by a previous call
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      m0 = max(m0, __shfl_xor_sync(0xffffffffu, m0, o));
-      m1 = max(m1, __shfl_xor_sync(0xffffffffu, m1, o));
-    }
-    if ((threadIdx.x & 31) == 0) {
-      red2[0][threadIdx.x >> 5] = m0;
-      red2[1][threadIdx.x >> 5] = m1;
-    }
-    __syncthreads();
-    const int nw = (blockDim.x + 31) >> 5;
-    for (int w = 0; w < nw; ++w) {
-      m0 = max(m0, red2[0][w]);
-      m1 = max(m1, red2[1][w]);
-    }
-  }
-  out0 = parts0 != nullptr ? __uint_as_float(m0) : *amax0;
-  out1 = parts1 != nullptr ? __uint_as_float(m1) : *amax1;
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    if (parts0 != nullptr) *amax0 = out0;
-    if (parts1 != nullptr) *amax1 = out1;
-  }
+__device__ __forceinline__ float tensor_amax(float* amax, const uint32_t* parts, int n) {
+  float* const a[1] = {amax};
+  const uint32_t* const p[1] = {parts};
+  const int c[1] = {n};
+  float out[1];
+  tensor_amaxes(a, p, c, out);
+  return out[0];
 }
 
 // ---- the per-block step --------------------------------------------------------------

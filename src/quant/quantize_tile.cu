@@ -417,9 +417,15 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   }
   {
     float am_r = 0.0f, am_c = 0.0f;
-    if constexpr (do_row && do_col)
-      tensor_amax2(a.ramax, a.rparts, a.nrparts, a.camax, a.cparts, a.ncparts, am_r, am_c);
-    else if constexpr (do_row)
+    if constexpr (do_row && do_col) {
+      float* const am[2] = {a.ramax, a.camax};
+      const uint32_t* const parts[2] = {a.rparts, a.cparts};
+      const int n[2] = {a.nrparts, a.ncparts};
+      float out[2];
+      tensor_amaxes(am, parts, n, out);
+      am_r = out[0];
+      am_c = out[1];
+    } else if constexpr (do_row)
       am_r = tensor_amax(a.ramax, a.rparts, a.nrparts);
     else
       am_c = tensor_amax(a.camax, a.cparts, a.ncparts);
