@@ -10,9 +10,9 @@ For each shape (M, N, K), D[M,N] = A[M,K] @ B[N,K]^T:
   on Hopper, nvfp4_gemm_decoded with operands given by their decoded BF16 values (what the
   Linear's decoded road hands the GEMM; cutlass backend):
   dec-AB     A and B decoded: the CUTLASS GEMM alone (no decode pass)
-  dec-B      A as codes, B decoded: decode pass of A + CUTLASS
+  dec-B      A as codes, B decoded: decode pass of A + CUTLASS (NVFP4_SM90_RS=0)
   rs         A as codes, B decoded, through the kernel that decodes A in registers
-             (NVFP4_SM90_RS=1, opt-in while measured)
+             (NVFP4_SM90_RS=1: at every shape; the library itself takes it where N <= 768)
 Timing: nvfp4._timing.Timer (the timer of every nvfp4 benchmark): CUDA events, warm-up,
 inputs rotated through enough copies to exceed L2 three times (so small problems read
 their operands from memory as in a real model), the median of several timed batches.
@@ -165,7 +165,7 @@ def decoded_variants(m, n, k, a16, b16, nb, out, record, timer):
         for name in ("dec-AB", "dec-B", "rs"):
             record(name, None, "error", f"quantize: {type(ex).__name__}: {str(ex).splitlines()[0]}")
         return
-    for name, a_dec, env in (("dec-AB", True, {}), ("dec-B", False, {}), ("rs", False, {"NVFP4_SM90_RS": "1"})):
+    for name, a_dec, env in (("dec-AB", True, {}), ("dec-B", False, {"NVFP4_SM90_RS": "0"}), ("rs", False, {"NVFP4_SM90_RS": "1"})):
         if k % 32 and name == "rs":
             record(name, None, "not supported", "K % 32 != 0")
             continue

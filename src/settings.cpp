@@ -70,7 +70,9 @@ void removed(const char* name, const char* why) {
 void check_gemm_settings() {
   if (!any_nvfp4_setting()) return;  // nothing set: every variable below is unset
   one_of("NVFP4_SM90_DIRECT", {"0", "1"}, "1: the FP4-reading Hopper GEMM");
-  one_of("NVFP4_SM90_RS", {"0", "1"}, "1: the Hopper GEMM that decodes FP4 A in registers (B decoded)");
+  one_of("NVFP4_SM90_RS", {"0", "1"},
+         "the Hopper GEMM that decodes FP4 A in registers: 1 for every job it can run, 0 for none (unset: where it "
+         "pays)");
   one_of("NVFP4_SM90_DECODED", {"0", "1"}, "0: the Hopper two-step GEMM declines decoded operands");
   one_of("NVFP4_SM90_SMALL_M", {"0", "1"}, "0: never the fused small-M Hopper kernel");
   one_of("NVFP4_SM90_SMALL_M_KERNEL", {"stream", "ring"}, "the small-M kernel's form");

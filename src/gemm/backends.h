@@ -40,10 +40,13 @@ nvfp4_status_t sm90_small_m_ring_run(const GemmJob& job, nvfp4_stream_t stream);
 // (NVFP4_SM90_DIRECT=1) while it is measured against the two-step path.
 bool sm90_direct_applicable(const GemmJob& job);
 nvfp4_status_t sm90_direct_gemm(const GemmJob& job, nvfp4_stream_t stream);
-// A read as FP4 and decoded in registers, B decoded (sm90_rs.cu): no workspace; opt-in
-// (NVFP4_SM90_RS=1) while it is measured against the two-step path.
+// A read as FP4 and decoded in registers (sm90_rs.cu), B decoded (or as codes, decoded into
+// the workspace first): chosen where it beats the two-step path on the same operands (N <=
+// 768 and 90% of a wave of tiles), everywhere it runs with NVFP4_SM90_RS=1, nowhere with
+// NVFP4_SM90_RS=0.
 bool sm90_rs_applicable(const GemmJob& job);
-nvfp4_status_t sm90_rs_gemm(const GemmJob& job, nvfp4_stream_t stream);
+size_t sm90_rs_workspace_size(const GemmJob& job);
+nvfp4_status_t sm90_rs_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream);
 // Decode to BF16 + CUTLASS wgmma GEMM (sm90_gemm.cu), any shape.
 size_t sm90_gemm_workspace_size(const GemmJob& job);
 nvfp4_status_t sm90_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream);

@@ -76,15 +76,19 @@ nvfp4_status_t sm90_direct_run(const GemmJob& job, int, void*, size_t, nvfp4_str
   return sm90_direct_gemm(job, stream);
 }
 bool sm90_rs_accepts(const GemmJob& job, int) { return sm90_rs_applicable(job); }
-nvfp4_status_t sm90_rs_run(const GemmJob& job, int, void*, size_t, nvfp4_stream_t stream) {
-  return sm90_rs_gemm(job, stream);
+nvfp4_status_t sm90_rs_workspace(const GemmJob& job, int, size_t* bytes) {
+  *bytes = sm90_rs_workspace_size(job);
+  return NVFP4_SUCCESS;
+}
+nvfp4_status_t sm90_rs_run(const GemmJob& job, int, void* ws, size_t ws_bytes, nvfp4_stream_t stream) {
+  return sm90_rs_gemm(job, ws, ws_bytes, stream);
 }
 bool sm90_grouped_accepts(const GemmJob& job, int) { return sm90_grouped_applicable(*job.grouped); }
 #define NVFP4_SM90_GROUPED true, &sm90_grouped_accepts, nullptr, &sm90_grouped_workspace, &sm90_grouped_run
 #define NVFP4_SM90_STREAM true, &sm90_stream_accepts, nullptr, &no_workspace, &sm90_stream_run
 #define NVFP4_SM90_RING true, &sm90_ring_accepts, nullptr, &no_workspace, &sm90_ring_run
 #define NVFP4_SM90_DIRECT true, &sm90_direct_accepts, nullptr, &no_workspace, &sm90_direct_run
-#define NVFP4_SM90_RS true, &sm90_rs_accepts, nullptr, &no_workspace, &sm90_rs_run
+#define NVFP4_SM90_RS true, &sm90_rs_accepts, nullptr, &sm90_rs_workspace, &sm90_rs_run
 #define NVFP4_SM90_TWO_STEP true, nullptr, nullptr, &sm90_two_step_workspace, &sm90_two_step_run
 #else
 #define NVFP4_SM90_GROUPED false, nullptr, nullptr, nullptr, nullptr
@@ -223,8 +227,8 @@ const Runner kRunners[] = {
      "GEMM (128x256 tiles, BF16, FP32 accumulation); no BF16 copy of an operand in global memory",
      NVFP4_SM90_DIRECT},
     {"sm90-fp4-rs", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90, "rs_kernel",
-     "A as codes, B decoded, K % 32 == 0, swizzled scales, 16-byte aligned operands; only with NVFP4_SM90_RS=1 "
-     "(experimental)",
+     "A as codes, B decoded or as codes (decoded first), K % 32 == 0, swizzled scales, 16-byte aligned operands; "
+     "N <= 768 with 90% of a wave of 128x256 tiles (every such job with NVFP4_SM90_RS=1, none with 0)",
      "exact emulation, fused: A's FP4 codes and scales decoded in registers right before a register-sourced wgmma, "
      "B read as decoded BF16 (128x256 tiles, FP32 accumulation); no BF16 copy of A",
      NVFP4_SM90_RS},

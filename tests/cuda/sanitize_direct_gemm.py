@@ -1,22 +1,28 @@
-"""A small run of the FP4-reading Hopper GEMM (runner cutlass-sm90-direct), for compute-sanitizer:
+"""A small run of an FP4-reading Hopper GEMM (runner cutlass-sm90-direct, or with the argument
+`rs` the runner sm90-fp4-rs: A decoded in registers, B as codes decoded into the workspace
+first), for compute-sanitizer:
 
-    compute-sanitizer --tool memcheck  python tests/cuda/sanitize_direct_gemm.py
-    compute-sanitizer --tool racecheck python tests/cuda/sanitize_direct_gemm.py
+    compute-sanitizer --tool memcheck  python tests/cuda/sanitize_direct_gemm.py [rs]
+    compute-sanitizer --tool racecheck python tests/cuda/sanitize_direct_gemm.py [rs]
 
-Sets NVFP4_SM90_DIRECT=1 and NVFP4_SM90_SMALL_M=0 before the library is loaded, so that
-every shape below reaches the direct kernel. Odd shapes (M, N not multiples of the 128 x 256
+Sets NVFP4_SM90_DIRECT=1 (or NVFP4_SM90_RS=1) and NVFP4_SM90_SMALL_M=0 before the library is
+loaded, so that every shape below reaches that kernel. Odd shapes (M, N not multiples of the 128 x 256
 tile, K a multiple of 32 but not of 64, one K tile, several), the three output dtypes, bias
 and beta * C; each result compared with the CPU reference runner within the FP32
 accumulation bound of tests/python/test_gemm_cuda.py. Exit status 0 when everything matched.
-(That the direct runner is the one chosen under these settings is checked, with the profiler,
-by tests/python/test_gemm_sm90_direct.py; the profiler is not used here, under the sanitizer.)
+(That the runner is the one chosen under these settings is checked, with the profiler, by
+tests/python/test_gemm_sm90_direct.py and test_gemm_sm90_rs.py; the profiler is not used here,
+under the sanitizer.)
 """
 from __future__ import annotations
 
 import os
 import sys
 
-os.environ["NVFP4_SM90_DIRECT"] = "1"
+RUNNER = sys.argv[1] if len(sys.argv) > 1 else "direct"
+if RUNNER not in ("direct", "rs"):
+    sys.exit(f"sanitize_direct_gemm: the runner is 'direct' or 'rs', got {RUNNER!r}")
+os.environ["NVFP4_SM90_DIRECT" if RUNNER == "direct" else "NVFP4_SM90_RS"] = "1"
 os.environ["NVFP4_SM90_SMALL_M"] = "0"
 
 import torch  # noqa: E402
@@ -53,7 +59,7 @@ def main() -> int:
                 bad += 1
                 print(f"MISMATCH {m}x{n}x{k} {dt}: worst {err.max().item():.3g}")
     torch.cuda.synchronize()
-    print(f"sanitize_direct_gemm: {runs} runs, {bad} mismatches")
+    print(f"sanitize_direct_gemm ({RUNNER}): {runs} runs, {bad} mismatches")
     return 1 if bad or not runs else 0
 
 

@@ -464,6 +464,7 @@ def test_fp32_output_choice_follows_its_rule(capfd, monkeypatch, f32_large):
         pytest.skip("Hopper-specific configurations")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
+    monkeypatch.setenv("NVFP4_SM90_RS", "0")  # the two-step path's choice
     # 128x256 tiles just fill the machine while 128x128 tiles leave most of a wave idle:
     # (m/128) * (n/256) = r * r >= sms with r = ceil(sqrt(sms)).
     r = math.isqrt(sms - 1) + 1
@@ -510,6 +511,7 @@ def test_bf16_output_choice_follows_its_rule(capfd, monkeypatch, pingpong):
         pytest.skip("Hopper-specific configurations")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
+    monkeypatch.setenv("NVFP4_SM90_RS", "0")  # the two-step path's choice (N = 768 would take sm90-fp4-rs)
     rows = -(-sms // 3)  # 3 columns of 128x256 tiles (N = 768) filling the machine
     r = math.isqrt(sms - 1) + 1
     shapes = [(128 * r, 2048 * 2, 768), (128 * r, 2048 * 2, 1024), (128 * r, 2048 * 2, 1040),

@@ -1,6 +1,8 @@
-"""The Hopper GEMM that decodes A in registers (runner sm90-fp4-rs, src/gemm/sm90/sm90_rs.cu),
-opt-in through NVFP4_SM90_RS=1: A given by its codes and swizzled scales, B by its decoded
-BF16 values (nvfp4_gemm_decoded).
+"""The Hopper GEMM that decodes A in registers (runner sm90-fp4-rs, src/gemm/sm90/sm90_rs.cu):
+A given by its codes and swizzled scales, B by its decoded BF16 values (nvfp4_gemm_decoded) or
+by its codes (decoded into the workspace first). Chosen where it beats the two-step path (N <=
+768 with 90% of a wave of 128 x 256 tiles), for every job it can run with NVFP4_SM90_RS=1, for none
+with NVFP4_SM90_RS=0.
 
 Checked against float64 with the bound of test_gemm_cuda.py, and against the two-step path
 (decode + CUTLASS) on the same job: where that path runs a data-parallel CUTLASS kernel
@@ -190,3 +192,116 @@ def test_rs_declines_what_it_cannot_take(monkeypatch):
     assert not any("rs_kernel" in n for n in names), names
     r, s = reference(ra, rb)
     check_bound(gemm_codes_x_decoded(ra, rb, 256, 256, 48, torch.bfloat16), r, s, 48, torch.bfloat16, what="K=48")
+
+
+def _sms():
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def gemm_codes(ra, rb, m, n, k, out_dtype, ws_bytes=None):
+    """nvfp4_gemm on both operands' codes (through the decoded entry point with no decoded
+    operand), into a NaN-poisoned D; returns (D on the CPU, the workspace size asked)."""
+    dev = torch.device("cuda")
+    d = torch.full((m, n), float("nan"), dtype=out_dtype, device=dev)
+    need = _ops.gemm_dec_workspace_bytes(m, n, k, 2, out_dtype, None, False, False, dev, _dev(d))
+    give = need if ws_bytes is None else ws_bytes
+    ws = torch.empty(max(give, 1), dtype=torch.uint8, device=dev)
+    _ops.gemm_dec_raw(*ra.codes_addr(), 0, 0, *rb.codes_addr(), 0, 0, m, n, k, SWIZZLED, 0, 0, 0, 0, 0.0,
+                      d.data_ptr(), _ops.DTYPE_CODE[out_dtype], 2, ws.data_ptr(), give, *_dev(d))
+    torch.cuda.synchronize()
+    return d.cpu(), need
+
+
+@needs_rs
+def test_rs_is_chosen_where_it_pays(monkeypatch):
+    """Without NVFP4_SM90_RS: the kernel for N <= 768 with at least 90% of a wave of 128 x 256
+    tiles (A as codes), the two-step path otherwise, and never with NVFP4_SM90_RS=0."""
+    monkeypatch.delenv("NVFP4_SM90_RS", raising=False)
+    _ops.clear_workspace_cache()
+    sms = _sms()
+    least = -(-sms * 9 // 10)  # the fewest tiles it takes
+    rows = -(-least // 3) * 128  # N = 768: three tile columns
+    k = 256
+    cases = [(rows, 768, True), (rows - 128 * 3, 768, False), (rows, 1024, False), (least * 128, 256, True),
+             ((least - 1) * 128, 256, False), (rows, 776, False)]
+    for m, n, chosen in cases:
+        ra, rb = operands(m, n, k)
+        names = kernels_of(lambda: gemm_codes_x_decoded(ra, rb, m, n, k, torch.bfloat16))
+        assert any("rs_kernel" in x for x in names) == chosen, (m, n, names)
+        names = kernels_of(lambda: gemm_codes(ra, rb, m, n, k, torch.bfloat16))
+        assert any("rs_kernel" in x for x in names) == chosen, (m, n, names)
+    m, n, _ = cases[0]
+    monkeypatch.setenv("NVFP4_SM90_RS", "0")
+    ra, rb = operands(m, n, k)
+    for call in (gemm_codes_x_decoded, gemm_codes):
+        names = kernels_of(lambda: call(ra, rb, m, n, k, torch.bfloat16))
+        assert not any("rs_kernel" in x for x in names), names
+
+
+@needs_rs
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_rs_takes_b_as_codes(monkeypatch, out_dtype):
+    """Both operands as codes at a shape of the rule: B decoded into the workspace, then the
+    kernel; the same bits as the two-step path, within the float64 bound; a workspace one
+    byte short is refused by name."""
+    monkeypatch.delenv("NVFP4_SM90_RS", raising=False)
+    _ops.clear_workspace_cache()
+    m, n, k = -(-_sms() // 3) * 128 + 5, 760, 544
+    ra, rb = operands(m, n, k, special=True)
+    r, s = reference(ra, rb)
+    names = []
+    got, need = None, None
+
+    def run():
+        nonlocal got, need
+        got, need = gemm_codes(ra, rb, m, n, k, out_dtype)
+
+    names = kernels_of(run)
+    assert any("rs_kernel" in x for x in names) and any("gemm_prep_kernel" in x for x in names), names
+    assert need >= n * k * 2
+    check_bound(got, r, s, k, out_dtype, what=f"rs, B as codes, {out_dtype}")
+    with pytest.raises(Exception, match="workspace"):
+        gemm_codes(ra, rb, m, n, k, out_dtype, ws_bytes=need - 1)
+    monkeypatch.setenv("NVFP4_SM90_RS", "0")
+    monkeypatch.setenv("NVFP4_SM90_TILE", "large")
+    two_step, _ = gemm_codes(ra, rb, m, n, k, out_dtype)
+    assert torch.equal(got.view(torch.uint8), two_step.view(torch.uint8)), first_mismatch(got, two_step)
+
+
+@needs_rs
+def test_linear_codes_road_runs_the_kernel(monkeypatch):
+    """An nvfp4.nn.Linear on the codes road (NVFP4_SM90_DECODED=0) whose forward and dgrad GEMMs
+    fall in the kernel's rule: it runs twice a step with both operands as codes (W and Wᵀ
+    decoded into the workspace), and the output, dX, dW and the bias gradient over three
+    steps with stochastic rounding equal the decoded road's bit for bit."""
+    tokens, fin, fout = -(-_sms() // 3) * 128, 768, 768
+
+    def run():
+        torch.manual_seed(0)
+        lin = nvfp4.nn.Linear(fin, fout, bias=True, device="cuda", dtype=torch.bfloat16)
+        outs, names = [], []
+        for step in range(3):
+            x = torch.randn(tokens, fin, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+
+            def one():
+                y = lin(x)
+                (y.float() * torch.linspace(-1, 1, fout, device="cuda")).sum().backward()
+                outs.extend([y.detach().clone(), x.grad.clone(), lin.weight.grad.clone(), lin.bias.grad.clone()])
+
+            if step == 1:
+                names.extend(kernels_of(one))
+            else:
+                one()
+            lin.zero_grad()
+        torch.cuda.synchronize()
+        return outs, names
+
+    monkeypatch.delenv("NVFP4_SM90_RS", raising=False)
+    _ops.clear_workspace_cache()
+    decoded, names = run()
+    assert not any("rs_kernel" in x for x in names), names
+    monkeypatch.setenv("NVFP4_SM90_DECODED", "0")
+    codes, names = run()
+    assert sum("rs_kernel" in x for x in names) == 2, names
+    for i, (a, b) in enumerate(zip(codes, decoded)):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16)), i

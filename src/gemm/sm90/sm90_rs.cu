@@ -43,6 +43,7 @@
 #include "cuda/device.h"
 #include "gemm/sm90/sm90_fp4_decode.cuh"
 #include "gemm/backends.h"
+#include "gemm/common/decode.h"
 #include "gemm/common/driver_api.h"
 #include "gemm/sm90/sm90_wgmma.cuh"
 
@@ -316,25 +317,72 @@ __global__ void __launch_bounds__(kThreads, 1) rs_kernel(const Params p, const _
   }
 }
 
-bool rs_enabled() {
+// NVFP4_SM90_RS: "1" takes every job the kernel can run, "0" none; unset, the jobs where it
+// is the faster road (rs_pays). Checked by settings.cpp.
+int rs_setting() {
   const char* v = std::getenv("NVFP4_SM90_RS");
-  return v != nullptr && std::strcmp(v, "1") == 0;
+  if (v == nullptr || *v == '\0') return -1;
+  return std::strcmp(v, "1") == 0 ? 1 : 0;
+}
+
+// Where the kernel is chosen without the setting. Against the two-step path on the same
+// operands (A decoded by a pass, then CUTLASS) it was faster at every N <= 768 measured
+// (H200, CUDA graphs, A as codes and B decoded: 1.11-1.30x at M = 16384, K = 768..4096, and
+// 8192 x 768 x 8192; both as codes: 1.0x at K = 768, 1.16-1.24x at K = 2304..8192) and slower
+// at N >= 2304 with a short K (bench/NOTES.md, 2026-11-27 and 2026-11-28); its grid is one
+// CTA per 128 x 256 tile with no split of K, so it also needs 90% of a wave of tiles (the
+// fewest measured: 128 tiles on 132 SMs, 2.0x faster).
+bool rs_pays(const GemmJob& job) {
+  if (job.n > 768) return false;
+  const int64_t ctas = ((job.m + kBM - 1) / kBM) * ((job.n + kBN - 1) / kBN);
+  return ctas * 10 >= static_cast<int64_t>(gpu::sm_count(gpu::current_device())) * 9;
+}
+
+// What the kernel can run: A as codes with swizzled scales; B decoded, or as codes (then
+// decoded into the workspace first, by the decode pass the two-step path runs).
+bool rs_can_run(const GemmJob& job) {
+  using gpu::aligned16;
+  const bool b_ok = job.b_dec != nullptr ? aligned16(job.b_dec)
+                                         : job.b != nullptr && job.sfb != nullptr && aligned16(job.b) &&
+                                               aligned16(job.sfb);
+  return job.format == Format::kNvfp4 && job.layout == NVFP4_SCALES_SWIZZLED && job.a != nullptr &&
+         job.a_dec == nullptr && b_ok && job.amax_a != nullptr && job.amax_b != nullptr && job.m >= 1 &&
+         job.n >= 1 && job.k >= 32 && job.k % 32 == 0 && job.m < (int64_t{1} << 31) &&
+         job.n < (int64_t{1} << 31) && job.k < (int64_t{1} << 31) && (job.n + kBN - 1) / kBN <= 65535 &&
+         aligned16(job.a) && aligned16(job.sfa);
 }
 
 }  // namespace
 
 bool sm90_rs_applicable(const GemmJob& job) {
-  using gpu::aligned16;
-  return rs_enabled() && job.format == Format::kNvfp4 && job.layout == NVFP4_SCALES_SWIZZLED && job.a != nullptr &&
-         job.a_dec == nullptr && job.b_dec != nullptr && job.m >= 1 && job.n >= 1 && job.k >= 32 &&
-         job.k % 32 == 0 && job.m < (int64_t{1} << 31) && job.n < (int64_t{1} << 31) &&
-         job.k < (int64_t{1} << 31) && (job.n + kBN - 1) / kBN <= 65535 && aligned16(job.a) && aligned16(job.sfa) &&
-         aligned16(job.b_dec);
+  const int setting = rs_setting();
+  if (setting == 0 || !rs_can_run(job)) return false;
+  return setting == 1 || rs_pays(job);
 }
 
-nvfp4_status_t sm90_rs_gemm(const GemmJob& job, nvfp4_stream_t stream) {
+size_t sm90_rs_workspace_size(const GemmJob& job) {
+  return job.b_dec != nullptr ? 0 : gpu::align_up(static_cast<size_t>(job.n) * static_cast<size_t>(job.k) * 2);
+}
+
+nvfp4_status_t sm90_rs_gemm(const GemmJob& job, void* workspace, size_t workspace_bytes, nvfp4_stream_t stream) {
   if (!sm90_rs_applicable(job))
     return fail(NVFP4_ERROR_NOT_SUPPORTED, "gemm: the register-decoding sm90 kernel does not take this job");
+  const size_t need = sm90_rs_workspace_size(job);
+  if (workspace_bytes < need || (need > 0 && workspace == nullptr))
+    return fail(NVFP4_ERROR_WORKSPACE, "gemm (sm90 register-decoding): workspace of " +
+                                           std::to_string(workspace_bytes) + " bytes, this problem needs " +
+                                           std::to_string(need) +
+                                           " (query nvfp4_gemm_workspace_size with the same arguments)");
+  if (need > 0 && reinterpret_cast<uintptr_t>(workspace) % gpu::kWorkspaceAlign != 0)
+    return fail(NVFP4_ERROR_INVALID_ARGUMENT, "workspace: must be 256-byte aligned");
+  // B as codes: decoded into the workspace first (the two-step path's decode pass, B only).
+  const void* b_dec = job.b_dec;
+  if (b_dec == nullptr) {
+    GemmPrep prep;
+    prep.b = {job.b, job.sfb, false, job.n, job.k, job.layout, workspace, job.k};
+    if (nvfp4_status_t s = gemm_prep(prep, stream); s != NVFP4_SUCCESS) return s;
+    b_dec = workspace;
+  }
   Params p{};
   p.a = job.a;
   p.sfa = job.sfa;
@@ -355,7 +403,7 @@ nvfp4_status_t sm90_rs_gemm(const GemmJob& job, nvfp4_stream_t stream) {
     const cuuint32_t box[2] = {kBK, kBN};
     const cuuint32_t estr[2] = {1, 1};
     const CUresult r = nvfp4internal_cuTensorMapEncodeTiled(
-        &bmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(job.b_dec), dims, strides, box, estr,
+        &bmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(b_dec), dims, strides, box, estr,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) return fail(NVFP4_ERROR_CUDA, "gemm: cuTensorMapEncodeTiled (B) failed (" + std::to_string(r) + ")");
