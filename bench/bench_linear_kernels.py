@@ -73,6 +73,15 @@ def short(name: str) -> str:
     return name.split("(")[0][:90]
 
 
+# The library's GEMM kernels by short name: CUTLASS's, and its own Hopper kernels (the
+# register-decoding, FP4-reading and small-M ones).
+_OWN_GEMMS = ("rs_kernel", "direct_kernel", "small_m::")
+
+
+def is_gemm(short_name: str) -> bool:
+    return short_name.startswith("cutlass GEMM") or any(g in short_name for g in _OWN_GEMMS)
+
+
 def _up(v: int, m: int) -> int:
     return (v + m - 1) // m * m
 
@@ -294,7 +303,7 @@ def main(argv=None) -> int:
             named[short(name)] = named.get(short(name), 0.0) + us
             print(f"   {us:9.1f} us  x{n:<4.1f} {short(name)}")
         print(f"   {total:9.1f} us  all kernels of one forward + backward")
-        gemm_us = sum(v for k, v in named.items() if k.startswith("cutlass GEMM"))
+        gemm_us = sum(v for k, v in named.items() if is_gemm(k))
         blas_us = sum(blas.values())
         grand["cuBLAS BF16, the same 3 GEMMs (reference, not in the total)"] += blas_us
         if blas_us > 0 and gemm_us > 0:

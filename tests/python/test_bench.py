@@ -286,6 +286,11 @@ def test_linear_kernels_byte_model():
              "gemm_prep_kernel": "decode (alpha; Wᵀ, Xᵀ)", "Memset ": None, "cutlass GEMM el13Gemm": None}
     for name, cls in names.items():
         assert blk.classify(name) == cls, name
+    # the GEMMs summed against cuBLAS: CUTLASS's kernels and the library's own Hopper ones
+    for name, gemm in (("cutlass GEMM el13Gemm", True), ("rs_kernel", True), ("direct_kernel", True),
+                       ("small_m::stream_kernel<4>", True), ("gemm_prep_kernel", False),
+                       ("tile_kernel<BF16, true, false, true, true, false, true>", False)):
+        assert blk.is_gemm(name) == gemm, name
     # W's two kernels add up; a class with no kernel is left out; TB/s and the copy fraction
     rows = blk.bandwidth_rows({"tile_kernel<F32, false": 3.0, "amax_flat_kernel<F32, false>": 1.0,
                                "gemm_prep_kernel": 2.0, "Memset ": 5.0}, want, 2.0)
