@@ -1,6 +1,7 @@
 // The Hopper GEMM that reads A as FP4: D[M,N] = beta*C + (alpha * (Â @ B̂ᵀ) + bias), with A
 // given by its E2M1 codes and 128x4-swizzled E4M3 scales and B by its decoded values (BF16,
-// [N, K], what nvfp4_quantize_decoded or the decode pass writes). A is decoded in the
+// [N, K], what nvfp4_quantize_decoded or the decode pass writes; B given as codes is decoded
+// into the workspace first by that pass). A is decoded in the
 // registers of the warps that multiply it, right before the tensor-core instruction
 // (register-sourced wgmma), so no BF16 copy of A exists anywhere; B goes to shared memory
 // as it is. alpha = S_dec(A) * S_dec(B) is applied to the FP32 accumulator.
@@ -327,9 +328,10 @@ int rs_setting() {
 
 // Where the kernel is chosen without the setting. Against the two-step path on the same
 // operands (A decoded by a pass, then CUTLASS) it was faster at every N <= 768 measured
-// (H200, CUDA graphs, A as codes and B decoded: 1.11-1.30x at M = 16384, K = 768..4096, and
-// 8192 x 768 x 8192; both as codes: 1.0x at K = 768, 1.16-1.24x at K = 2304..8192) and slower
-// at N >= 2304 with a short K (bench/NOTES.md, 2026-11-27 and 2026-11-28); its grid is one
+// (H200, CUDA graphs, A as codes and B decoded: 1.10-1.23x at N = 768, K = 768..8192, 2.0x at
+// N = 256; both as codes: 1.0x at K = 768, 1.11-1.25x at K = 2048..8192, 1.2-2.0x at N = 256
+// and 512) and slower at N >= 2304 with a short K (bench/NOTES.md, 2026-11-27 and
+// 2026-11-28); its grid is one
 // CTA per 128 x 256 tile with no split of K, so it also needs 90% of a wave of tiles (the
 // fewest measured: 128 tiles on 132 SMs, 2.0x faster).
 bool rs_pays(const GemmJob& job) {
