@@ -331,9 +331,8 @@ int rs_setting() {
 // (H200, CUDA graphs, A as codes and B decoded: 1.10-1.23x at N = 768, K = 768..8192, 2.0x at
 // N = 256; both as codes: 1.0x at K = 768, 1.11-1.25x at K = 2048..8192, 1.2-2.0x at N = 256
 // and 512) and slower at N >= 2304 with a short K (bench/NOTES.md, 2026-11-27 and
-// 2026-11-28); its grid is one
-// CTA per 128 x 256 tile with no split of K, so it also needs 90% of a wave of tiles (the
-// fewest measured: 128 tiles on 132 SMs, 2.0x faster).
+// 2026-11-28); its grid is one CTA per 128 x 256 tile with no split of K, so it also needs
+// 90% of a wave of tiles (the fewest measured: 128 tiles on 132 SMs, 2.0x faster).
 bool rs_pays(const GemmJob& job) {
   if (job.n > 768) return false;
   const int64_t ctas = ((job.m + kBM - 1) / kBM) * ((job.n + kBN - 1) / kBN);
