@@ -394,6 +394,7 @@ def test_every_quant_setting_refuses_an_unknown_value(monkeypatch):
     ("NVFP4_SM90_RASTER", "n"), ("NVFP4_SM90_STREAM_SPLIT", "8"), ("NVFP4_CUDNN_AUTOTUNE", "0"),
     ("NVFP4_SM90_TRACE", "1"), ("NVFP4_SM90_STREAM_TRACE", "0"), ("NVFP4_SM90_F32_LARGE", "0"),
     ("NVFP4_SM90_TILE", ""), ("NVFP4_SM90_TILE", "medium2x1"), ("NVFP4_SM90_PINGPONG", "0"),
+    ("NVFP4_SM90_RS", "0"), ("NVFP4_SM90_RS", "1"), ("NVFP4_SM90_RS", ""),
 ])
 def test_known_gemm_settings_are_accepted(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
