@@ -49,7 +49,7 @@ NVFP4_API nvfp4_status_t nvfp4_fp8_cast(const nvfp4_tensor_t* x, const nvfp4_fp8
                                         nvfp4_tensor_t* qt, nvfp4_tensor_t* scale_inv, nvfp4_tensor_t* amax,
                                         nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
-    check_quant_settings();
+    const SettingsScope settings(check_quant_settings());
     check_descriptor(x, "x");
     if (!cfg) invalid("cfg: null");
     if (!is_float_io(x->dtype))

@@ -43,7 +43,7 @@ extern "C" {
 NVFP4_API nvfp4_status_t nvfp4_gather_rows_quantize(const nvfp4_tensor_t* x, const nvfp4_tensor_t* amax,
                                                     nvfp4_tensor_t* out, nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
-    check_quant_settings();
+    const SettingsScope settings(check_quant_settings());
     check_descriptor(x, "x");
     check_descriptor(out, "out");
     if (!is_float_io(x->dtype))

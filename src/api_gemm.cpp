@@ -245,7 +245,7 @@ nvfp4_status_t workspace_size(const FormatSpec& f, const Args* args, size_t* byt
   return guarded([&]() -> nvfp4_status_t {
     if (!bytes) invalid("bytes: null");
     *bytes = 0;
-    check_gemm_settings();
+    const SettingsScope settings(check_gemm_settings());
     GemmJob job = make_gemm_job(f, args);
     return gemm_query(job, *args->d, args->backend, bytes);
   });
@@ -256,7 +256,7 @@ nvfp4_status_t run(const FormatSpec& f, const Args* args, void* workspace, size_
                    nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
     std::vector<ByteRange> buffers;
-    check_gemm_settings();
+    const SettingsScope settings(check_gemm_settings());
     GemmJob job = make_gemm_job(f, args, &buffers);
     return gemm_execute(job, *args->d, args->backend, buffers, workspace, workspace_bytes, stream);
   });
@@ -281,7 +281,7 @@ NVFP4_API nvfp4_status_t nvfp4_gemm_decoded_workspace_size(const nvfp4_gemm_args
   return guarded([&]() -> nvfp4_status_t {
     if (!bytes) invalid("bytes: null");
     *bytes = 0;
-    check_gemm_settings();
+    const SettingsScope settings(check_gemm_settings());
     GemmJob job = make_decoded_job(args, a_decoded, b_decoded);
     return gemm_query(job, *args->d, args->backend, bytes);
   });
@@ -292,7 +292,7 @@ NVFP4_API nvfp4_status_t nvfp4_gemm_decoded(const nvfp4_gemm_args_t* args, const
                                             size_t workspace_bytes, nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
     std::vector<ByteRange> buffers;
-    check_gemm_settings();
+    const SettingsScope settings(check_gemm_settings());
     GemmJob job = make_decoded_job(args, a_decoded, b_decoded, &buffers);
     return gemm_execute(job, *args->d, args->backend, buffers, workspace, workspace_bytes, stream);
   });
@@ -302,7 +302,7 @@ NVFP4_API nvfp4_status_t nvfp4_gemm_takes_decoded(const nvfp4_gemm_args_t* args,
   return guarded([&]() -> nvfp4_status_t {
     if (!takes) invalid("takes: null");
     *takes = 0;
-    check_gemm_settings();
+    const SettingsScope settings(check_gemm_settings());
     GemmJob job = make_gemm_job(kNvfp4Format, args);
     if (!on_cuda(*args->d)) return NVFP4_SUCCESS;
 #if defined(NVFP4_WITH_CUDA)

@@ -224,7 +224,7 @@ NVFP4_API nvfp4_status_t nvfp4_grouped_quantize(const nvfp4_tensor_t* input, con
                                                 nvfp4_grouped_quantized_t* rowwise,
                                                 nvfp4_grouped_quantized_t* columnwise, nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
-    check_quant_settings();
+    const SettingsScope settings(check_quant_settings());
     check_descriptor(input, "input");
     const nvfp4_quant_config_t cfg = grouped_config(cfg_in, false);
     if (!rowwise && !columnwise) invalid("rowwise/columnwise: at least one output must be requested");
@@ -280,7 +280,7 @@ NVFP4_API nvfp4_status_t nvfp4_batched_quantize(const nvfp4_tensor_t* input, con
                                                 nvfp4_grouped_quantized_t* rowwise,
                                                 nvfp4_grouped_quantized_t* columnwise, nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
-    check_quant_settings();
+    const SettingsScope settings(check_quant_settings());
     check_descriptor(input, "input");
     const nvfp4_quant_config_t cfg = grouped_config(cfg_in, true);
     if (!rowwise && !columnwise) invalid("rowwise/columnwise: at least one output must be requested");
@@ -467,7 +467,7 @@ NVFP4_API nvfp4_status_t nvfp4_grouped_gemm_workspace_size(const nvfp4_grouped_g
   return guarded([&]() -> nvfp4_status_t {
     if (!bytes) invalid("bytes: null");
     *bytes = 0;
-    check_gemm_settings();
+    const SettingsScope settings(check_gemm_settings());
     const GroupedGemmJob g = make_grouped_job(args, nullptr, true);
     const GemmJob job = wrap(g);
     if (on_cuda(*args->d)) {
@@ -483,7 +483,7 @@ NVFP4_API nvfp4_status_t nvfp4_grouped_gemm_workspace_size(const nvfp4_grouped_g
 NVFP4_API nvfp4_status_t nvfp4_grouped_gemm(const nvfp4_grouped_gemm_args_t* args, void* workspace,
                                             size_t workspace_bytes, nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
-    check_gemm_settings();
+    const SettingsScope settings(check_gemm_settings());
     std::vector<ByteRange> buffers;
     const GroupedGemmJob g = make_grouped_job(args, &buffers, false);
     const GemmJob job = wrap(g);

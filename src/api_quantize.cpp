@@ -298,7 +298,7 @@ nvfp4_status_t quantize(const nvfp4_tensor_t* input, const typename F::Config* c
                         nvfp4_stream_t stream, void* workspace = nullptr, size_t workspace_bytes = 0) {
   const FormatSpec& f = F::spec;
   return guarded([&]() -> nvfp4_status_t {
-    check_quant_settings();
+    const SettingsScope settings(check_quant_settings());
     check_descriptor(input, "input");
     const typename F::Config cfg = F::checked(cfg_in);
     if (!rowwise && !columnwise) invalid("rowwise/columnwise: at least one output must be requested");
@@ -356,7 +356,7 @@ nvfp4_status_t dequantize(const typename F::Quantized* q, nvfp4_scale_layout_t l
                           nvfp4_stream_t stream) {
   const FormatSpec& f = F::spec;
   return guarded([&]() -> nvfp4_status_t {
-    check_quant_settings();
+    const SettingsScope settings(check_quant_settings());
     if (!q) invalid("q: null");
     check_descriptor(out, "out");
     if (!is_float_io(out->dtype))
@@ -397,7 +397,7 @@ nvfp4_status_t quantize_decoded(const nvfp4_tensor_t* input, const nvfp4_quant_c
                                 void* workspace, size_t workspace_bytes) {
   const FormatSpec& f = kNvfp4Format;
   return guarded([&]() -> nvfp4_status_t {
-    check_quant_settings();
+    const SettingsScope settings(check_quant_settings());
     check_descriptor(input, "input");
     const nvfp4_quant_config_t cfg = Nvfp4::checked(cfg_in);
     if (!rowwise && !columnwise && !rdec && !cdec)

@@ -67,8 +67,19 @@ void removed(const char* name, const char* why) {
 
 }  // namespace
 
-void check_gemm_settings() {
-  if (!any_nvfp4_setting()) return;  // nothing set: every variable below is unset
+namespace {
+// 0: no scope open (setting() is getenv); 1: the open scope's check found no NVFP4_*
+// variable; 2: it found some.
+thread_local int scope_state = 0;
+}  // namespace
+
+SettingsScope::SettingsScope(bool any_set) : prev_(scope_state) { scope_state = any_set ? 2 : 1; }
+SettingsScope::~SettingsScope() { scope_state = prev_; }
+
+const char* setting(const char* name) { return scope_state == 1 ? nullptr : std::getenv(name); }
+
+bool check_gemm_settings() {
+  if (!any_nvfp4_setting()) return false;  // nothing set: every variable below is unset
   one_of("NVFP4_SM90_DIRECT", {"0", "1"}, "1: the FP4-reading Hopper GEMM");
   one_of("NVFP4_SM90_RS", {"0", "1"},
          "the Hopper GEMM that decodes FP4 A in registers: 1 for every job it can run, 0 for none (unset: where it "
@@ -92,10 +103,11 @@ void check_gemm_settings() {
   removed("NVFP4_SM90_STREAM_DEBUG", "NVFP4_SM90_TRACE=1 prints the small-M plan");
   one_of("NVFP4_CUDNN_EPILOGUE", {"separate"}, "the cuDNN runner's own epilogue kernel");
   integer("NVFP4_CUDNN_AUTOTUNE", 0, 64, "cuDNN plans timed on a graph's first call");
+  return true;
 }
 
-void check_quant_settings() {
-  if (!any_nvfp4_setting()) return;
+bool check_quant_settings() {
+  if (!any_nvfp4_setting()) return false;
   removed("NVFP4_QUANT_LEGACY",
           "the previous quantization kernels were deleted after 0.2; time them from a build of an earlier commit");
   integer("NVFP4_QUANT_GRID_CAP", 0, 1 << 20, "largest persistent grid of the quantization kernels, 0: none");
@@ -104,6 +116,7 @@ void check_quant_settings() {
           "(nvfp4_quantize_ws) needs no zeroing");
   one_of("NVFP4_QUANT_WORKSPACE", {"0", "1"},
          "0: a quantization given a workspace zeroes its amax outputs by memsets instead (before/after measurements)");
+  return true;
 }
 
 }  // namespace nvfp4::detail

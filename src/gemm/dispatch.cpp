@@ -19,6 +19,7 @@
 
 #if defined(NVFP4_WITH_CUDA)
 #include "cuda/device.h"
+#include "settings.h"
 #endif
 
 #ifndef NVFP4_CUDA_ARCHS_STRING
@@ -395,7 +396,7 @@ nvfp4_status_t not_supported(nvfp4_backend_t b, int cc, Format fmt) {
 // then says 0, and callers that ask it take the codes road.
 bool takes_decoded(const Runner& r) {
 #if defined(NVFP4_HAS_SM90_GEMM)
-  const char* off = std::getenv("NVFP4_SM90_DECODED");
+  const char* off = setting("NVFP4_SM90_DECODED");
   if (off != nullptr && std::strcmp(off, "0") == 0) return false;
   return r.format == Format::kNvfp4 && (r.run == &sm90_two_step_run || r.run == &sm90_rs_run);
 #else

@@ -23,6 +23,7 @@
 
 #include "quant/common.cuh"
 #include "quant/launch.cuh"
+#include "settings.h"
 
 namespace nvfp4::detail::quant {
 namespace {
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
 // NVFP4_QUANT_WORKSPACE=0: a job's workspace is not used (memsets and atomics), for
 // before/after measurements in one process. Read at each call.
 bool workspace_from_env() {
-  const char* v = std::getenv("NVFP4_QUANT_WORKSPACE");
+  const char* v = setting("NVFP4_QUANT_WORKSPACE");
   return !(v && v[0] == '0');
 }
 

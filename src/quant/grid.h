@@ -8,11 +8,12 @@
 #include <string>
 
 #include "cuda/device.h"
+#include "settings.h"
 
 namespace nvfp4::detail::quant {
 
 inline int64_t grid_cap_from_env() {
-  const char* v = std::getenv("NVFP4_QUANT_GRID_CAP");
+  const char* v = setting("NVFP4_QUANT_GRID_CAP");
   return v ? std::strtol(v, nullptr, 10) : 0;
 }
 

@@ -351,7 +351,7 @@ def _settings_read_by(folder):
     names = set()
     for f in src.rglob("*"):
         if f.suffix in (".cpp", ".cu", ".cuh", ".h"):
-            names |= set(re.findall(r'(?:getenv|env_int|knob_off)\("(NVFP4_[A-Z0-9_]+)"', f.read_text()))
+            names |= set(re.findall(r'(?:getenv|setting|env_int|knob_off)\("(NVFP4_[A-Z0-9_]+)"', f.read_text()))
     names = {n for n in names if not n.endswith(("_DEBUG", "_TRACE", "_CACHE_SIZE")) and n != "NVFP4_CUDNN_PATH"}
     assert names, "no environment variables found: the pattern is out of date"
     return sorted(names)

@@ -14,6 +14,7 @@ Inputs on the FP4 grid with power-of-two scales make every product and partial s
 in fp32, so there the fp32 output must equal the exact result bit for bit.
 """
 import math
+import os
 
 import pytest
 import torch
@@ -420,6 +421,40 @@ def test_sm90_trace_prints_the_plan_that_runs(capfd, monkeypatch, m, env, kernel
         assert f"nvfp4 sm90 small-M: M={m} N=4096 K=4096 -> {kernel} kernel" in err, err
         assert "two-step" not in err, err
     assert torch.equal(got, want)
+
+
+@needs_cutlass
+def test_settings_are_read_on_every_call(capfd, monkeypatch):
+    """Within one call the GEMM and quantization paths skip their settings lookups when no
+    NVFP4_* variable is set (src/settings.h, SettingsScope); a setting set or unset between
+    two calls still takes effect on the next one: nothing carries over from one call to the
+    next, with none set before and after. Observed through NVFP4_SM90_TRACE (M = 256: the
+    two-step path) on a GEMM and on the quantization of its operands right before it."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("Hopper-specific trace")
+    for key in [k for k in os.environ if k.startswith("NVFP4_")]:
+        monkeypatch.delenv(key)
+    x = torch.randn(256, 512, device="cuda")
+    w = torch.randn(384, 512, device="cuda")
+
+    def traced():
+        torch.cuda.synchronize()
+        capfd.readouterr()
+        out = nvfp4.gemm(nvfp4.quantize(x), nvfp4.quantize(w), backend="cutlass")
+        torch.cuda.synchronize()
+        return out, capfd.readouterr().err
+
+    want, err = traced()
+    assert "nvfp4 sm90" not in err, err
+    for _ in range(2):
+        monkeypatch.setenv("NVFP4_SM90_TRACE", "1")
+        got, err = traced()
+        assert "nvfp4 sm90 two-step: M=256 N=384 K=512" in err, err
+        assert torch.equal(got, want)
+        monkeypatch.delenv("NVFP4_SM90_TRACE")
+        got, err = traced()
+        assert "nvfp4 sm90" not in err, err
+        assert torch.equal(got, want)
 
 
 def _run_traced(monkeypatch, capfd, qa, qb, out_dtype, env):

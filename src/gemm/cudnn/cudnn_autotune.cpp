@@ -9,13 +9,14 @@
 #include <string>
 
 #include "gemm/cudnn/cudnn_graph.h"
+#include "settings.h"
 
 namespace nvfp4::detail::cudnn {
 
 // NVFP4_CUDNN_AUTOTUNE: plans timed on the first call of each graph (0: none, the
 // heuristic's first choice). Read on every call; it is part of the graph key.
 int autotune_candidates() {
-  const char* v = std::getenv("NVFP4_CUDNN_AUTOTUNE");
+  const char* v = setting("NVFP4_CUDNN_AUTOTUNE");
   if (v == nullptr || *v == 0) return 8;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);

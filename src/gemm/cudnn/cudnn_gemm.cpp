@@ -50,6 +50,7 @@
 #include "gemm/cudnn/cudnn_graph.h"
 #include "gemm/cudnn/cudnn_library.h"
 #include "gemm/cudnn/cudnn_scalars.h"
+#include "settings.h"
 
 namespace nvfp4::detail {
 namespace cudnn {
@@ -94,7 +95,7 @@ struct Prepared {
 };
 
 bool separate_epilogue_forced() {
-  const char* v = std::getenv("NVFP4_CUDNN_EPILOGUE");
+  const char* v = setting("NVFP4_CUDNN_EPILOGUE");
   return v != nullptr && std::strcmp(v, "separate") == 0;
 }
 

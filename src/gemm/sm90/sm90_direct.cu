@@ -41,6 +41,7 @@
 #include "gemm/sm90/sm90_direct.h"
 #include "gemm/sm90/sm90_fp4_decode.cuh"
 #include "gemm/sm90/sm90_wgmma.cuh"
+#include "settings.h"
 
 namespace nvfp4::detail {
 namespace {
@@ -251,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const Params p) {
 }
 
 bool direct_enabled() {
-  const char* v = std::getenv("NVFP4_SM90_DIRECT");
+  const char* v = setting("NVFP4_SM90_DIRECT");
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 

@@ -27,6 +27,7 @@
 #include "gemm/common/decode.h"
 #include "cuda/device.h"
 #include "gemm/sm90/sm90_cutlass.h"
+#include "settings.h"
 
 namespace nvfp4::detail {
 namespace {
@@ -51,9 +52,9 @@ size_t dtype_size(nvfp4_dtype_t dt) { return gpu::dtype_bytes(dt); }
 // (On the H200 at M=2048, N=4096/14336, K=4096, 128x256 with a 1x2 cluster, 256x128 with
 // 2x1, swizzles 2/4/8 and either raster order all timed within 3% of the default.)
 void scheduler_knobs(Sm90CutlassArgs& a) {
-  if (const char* v = std::getenv("NVFP4_SM90_SWIZZLE")) a.swizzle = std::atoi(v);
-  if (const char* v = std::getenv("NVFP4_SM90_RASTER")) a.raster = v[0] == 'm' ? 1 : v[0] == 'n' ? 2 : 0;
-  if (const char* v = std::getenv("NVFP4_SM90_SPLITS")) a.splits = std::atoi(v);
+  if (const char* v = setting("NVFP4_SM90_SWIZZLE")) a.swizzle = std::atoi(v);
+  if (const char* v = setting("NVFP4_SM90_RASTER")) a.raster = v[0] == 'm' ? 1 : v[0] == 'n' ? 2 : 0;
+  if (const char* v = setting("NVFP4_SM90_SPLITS")) a.splits = std::atoi(v);
 }
 
 // Stream-K pays where data-parallel 128x128 tiles leave much of the machine idle in their
@@ -69,13 +70,13 @@ bool wants_stream_k(const GemmJob& job, int sm_count) {
 // A before/after knob set to "0" (NVFP4_SM90_F32_LARGE, NVFP4_SM90_PINGPONG: its value was
 // checked by settings.cpp).
 bool knob_off(const char* name) {
-  const char* v = std::getenv(name);
+  const char* v = setting(name);
   return v != nullptr && std::strcmp(v, "0") == 0;
 }
 
 nvfp4_status_t pick_kernel(const GemmJob& job, nvfp4_dtype_t out, int sm_count, const Sm90CutlassKernel*& kernel,
                            const char*& why) {
-  const char* force = std::getenv("NVFP4_SM90_TILE");
+  const char* force = setting("NVFP4_SM90_TILE");
   if (force != nullptr && *force != '\0' && std::strcmp(force, "large") != 0 && std::strcmp(force, "medium") != 0 &&
       std::strcmp(force, "medium2x1") != 0 && std::strcmp(force, "streamk") != 0)
     return fail(NVFP4_ERROR_INVALID_ARGUMENT,
@@ -207,7 +208,7 @@ nvfp4_status_t make_plan(const GemmJob& job, Plan& pl) {
 
 // NVFP4_SM90_TRACE=1: each plan that runs, to stderr (as the small-M path prints its own).
 bool trace_enabled() {
-  const char* v = std::getenv("NVFP4_SM90_TRACE");
+  const char* v = setting("NVFP4_SM90_TRACE");
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 

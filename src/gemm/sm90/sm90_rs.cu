@@ -47,6 +47,7 @@
 #include "gemm/common/decode.h"
 #include "gemm/common/driver_api.h"
 #include "gemm/sm90/sm90_wgmma.cuh"
+#include "settings.h"
 
 namespace nvfp4::detail {
 namespace {
@@ -321,7 +322,7 @@ __global__ void __launch_bounds__(kThreads, 1) rs_kernel(const Params p, const _
 // NVFP4_SM90_RS: "1" takes every job the kernel can run, "0" none; unset, the jobs where it
 // is the faster road (rs_pays). Checked by settings.cpp.
 int rs_setting() {
-  const char* v = std::getenv("NVFP4_SM90_RS");
+  const char* v = setting("NVFP4_SM90_RS");
   if (v == nullptr || *v == '\0') return -1;
   return std::strcmp(v, "1") == 0 ? 1 : 0;
 }

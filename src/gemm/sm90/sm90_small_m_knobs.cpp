@@ -6,12 +6,13 @@
 #include <cstring>
 
 #include "gemm/sm90/sm90_small_m.h"
+#include "settings.h"
 
 namespace nvfp4::detail::small_m {
 namespace {
 
 int env_int(const char* name, int dflt) {
-  const char* v = std::getenv(name);
+  const char* v = setting(name);
   return v != nullptr && v[0] != '\0' ? std::atoi(v) : dflt;
 }
 
@@ -19,9 +20,9 @@ int env_int(const char* name, int dflt) {
 
 Knobs read_knobs() {
   Knobs k;
-  const char* off = std::getenv("NVFP4_SM90_SMALL_M");
+  const char* off = setting("NVFP4_SM90_SMALL_M");
   k.enabled = off == nullptr || std::strcmp(off, "0") != 0;
-  const char* kernel = std::getenv("NVFP4_SM90_SMALL_M_KERNEL");
+  const char* kernel = setting("NVFP4_SM90_SMALL_M_KERNEL");
   k.stream = kernel == nullptr || std::strcmp(kernel, "ring") != 0;
   k.stream_split = env_int("NVFP4_SM90_STREAM_SPLIT", 0);
   // Off unless asked: on the H200 it gained nothing at 16x4096x4096 and cost 17% at
