@@ -99,7 +99,7 @@ CLASSES = (
     ("quantize X (RTN, row decoded + col RHT codes)", lambda n: n.startswith("tile_kernel<BF16, false")),
     ("quantize dY (SR, row decoded + col RHT decoded)", lambda n: n.startswith("tile_kernel<BF16, true")),
     ("quantize W (fp32: amax + 2D tile)", lambda n: n.startswith(("tile_kernel<F32", "amax_flat_kernel<F32"))),
-    ("decode (alpha; Wᵀ, Xᵀ)", lambda n: n.startswith("gemm_prep_kernel")),
+    ("decode (Wᵀ, Xᵀ)", lambda n: n.startswith("gemm_prep_kernel")),
 )
 
 
@@ -123,7 +123,7 @@ def model_bytes(tokens: int, fin: int, fout: int) -> dict:
         "quantize X (RTN, row decoded + col RHT codes)": 2 * t * k + 2 * t * k + codes_bytes(k, tp),
         "quantize dY (SR, row decoded + col RHT decoded)": 2 * t * n + 2 * t * n + 2 * n * tp,
         "quantize W (fp32: amax + 2D tile)": 4 * n * k + 4 * n * k + 2 * n * k + codes_bytes(k, np_),
-        "decode (alpha; Wᵀ, Xᵀ)": codes_bytes(k, np_) + 2 * k * np_ + codes_bytes(k, tp) + 2 * k * tp,
+        "decode (Wᵀ, Xᵀ)": codes_bytes(k, np_) + 2 * k * np_ + codes_bytes(k, tp) + 2 * k * tp,
     }
 
 
@@ -139,7 +139,7 @@ def codes_road_bytes(tokens: int, fin: int, fout: int) -> dict:
         "quantize X (RTN, row decoded + col RHT codes)": 2 * t * k + codes_bytes(t, k) + codes_bytes(k, tp),
         "quantize dY (SR, row decoded + col RHT decoded)": 2 * t * n + codes_bytes(t, n) + codes_bytes(n, tp),
         "quantize W (fp32: amax + 2D tile)": 4 * n * k + 4 * n * k + codes_bytes(n, k) + codes_bytes(k, np_),
-        "decode (alpha; Wᵀ, Xᵀ)": 0,
+        "decode (Wᵀ, Xᵀ)": 0,
     }
 
 

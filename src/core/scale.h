@@ -18,6 +18,11 @@ NVFP4_HD float global_encode_scale(float amax) {
 
 NVFP4_HD float global_decode_scale(float amax) { return 1.0f / global_encode_scale(amax); }
 
+// The amax whose decode scale is exactly 1 (448 * 6 / 2688 = 1 and 1 / 1 = 1 in fp32): what
+// a GEMM epilogue that forms alpha from two amax reads for operands without a per-tensor
+// scale (MXFP4), so that alpha = 1 * 1.
+constexpr float kUnitScaleAmax = kE4M3Max * kE2M1Max;
+
 // The GEMM's alpha: S_dec(A) * S_dec(B) in fp32 for NVFP4 operands; 1 for operands without a
 // per-tensor scale (MXFP4), which pass null amax pointers. Every runner and the CPU reference
 // compute it here.

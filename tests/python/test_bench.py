@@ -273,7 +273,7 @@ def test_linear_kernels_byte_model():
         "quantize X (RTN, row decoded + col RHT codes)": 2 * t * k + 2 * t * k + xt_codes,
         "quantize dY (SR, row decoded + col RHT decoded)": 2 * t * n * 3,
         "quantize W (fp32: amax + 2D tile)": 4 * n * k * 2 + 2 * n * k + wt_codes,
-        "decode (alpha; Wᵀ, Xᵀ)": wt_codes + 2 * k * n + xt_codes + 2 * k * t,
+        "decode (Wᵀ, Xᵀ)": wt_codes + 2 * k * n + xt_codes + 2 * k * t,
     }
     assert blk.model_bytes(t, k, n) == want
     assert [c for c, _ in blk.CLASSES] == list(want)
@@ -283,7 +283,7 @@ def test_linear_kernels_byte_model():
              "tile_kernel<BF16, true, false, true, true, false, true>": "quantize dY (SR, row decoded + col RHT decoded)",
              "tile_kernel<F32, false, true, true, true, false, false>": "quantize W (fp32: amax + 2D tile)",
              "amax_flat_kernel<F32, false>": "quantize W (fp32: amax + 2D tile)",
-             "gemm_prep_kernel": "decode (alpha; Wᵀ, Xᵀ)", "Memset ": None, "cutlass GEMM el13Gemm": None}
+             "gemm_prep_kernel": "decode (Wᵀ, Xᵀ)", "Memset ": None, "cutlass GEMM el13Gemm": None}
     for name, cls in names.items():
         assert blk.classify(name) == cls, name
     # the GEMMs summed against cuBLAS: CUTLASS's kernels and the library's own Hopper ones
@@ -294,7 +294,7 @@ def test_linear_kernels_byte_model():
     # W's two kernels add up; a class with no kernel is left out; TB/s and the copy fraction
     rows = blk.bandwidth_rows({"tile_kernel<F32, false": 3.0, "amax_flat_kernel<F32, false>": 1.0,
                                "gemm_prep_kernel": 2.0, "Memset ": 5.0}, want, 2.0)
-    assert [r[0] for r in rows] == ["quantize W (fp32: amax + 2D tile)", "decode (alpha; Wᵀ, Xᵀ)"]
+    assert [r[0] for r in rows] == ["quantize W (fp32: amax + 2D tile)", "decode (Wᵀ, Xᵀ)"]
     w = want["quantize W (fp32: amax + 2D tile)"]
     assert rows[0][1] == 4.0 and rows[0][2] == w / 1e6
     assert abs(rows[0][3] - w / 4e-6 / 1e12) < 1e-12 and abs(rows[0][4] - rows[0][3] / 2.0) < 1e-12
@@ -311,7 +311,7 @@ def test_linear_kernels_step_floor(tmp_path):
             dict(kind="quantize dY (SR, row decoded + col RHT decoded)", us=50.0, mb=80.0, tbs=0.0, of_copy=0.0)]),
         dict(shape="32x64", tokens=16, copy_tbs=4.0, gemm_us=100.0, cublas_us={"a": 60.0, "b": 30.0}, bandwidth=[
             dict(kind="amax X, dY", us=10.0, mb=20.0, tbs=0.0, of_copy=0.0),        # floor 5 us
-            dict(kind="decode (alpha; Wᵀ, Xᵀ)", us=12.0, mb=40.0, tbs=0.0, of_copy=0.0)]),  # floor 10 us
+            dict(kind="decode (Wᵀ, Xᵀ)", us=12.0, mb=40.0, tbs=0.0, of_copy=0.0)]),  # floor 10 us
     ]
     f = blk.step_floor(results, 3, 10.0, 8.0)
     over = (10.0 + 10.0 + 5.0 + 2.0) * 3 / 1000  # per layer: (30-20) + (50-40) + (10-5) + (12-10) us

@@ -293,6 +293,49 @@ def test_gemm_decoded_equals_gemm_on_codes(m, n, k, out_dtype):
             assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (a_dec, b_dec, bb is None)
 
 
+def _library_kernels(fn):
+    """The library's kernels (nvfp4's own and CUTLASS's) that fn launches, by name."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+            and ("nvfp4" in e.name or "cutlass" in e.name)]
+
+
+@hopper_only
+@pytest.mark.parametrize("amax_a,amax_b", [(2.5, 0.75), (0.0, 3.0), (1e-30, 2.0), (3e38, 7.0), (float("inf"), 5.0),
+                                           (4.0, float("inf")), (float("nan"), 1.0), (1e-3, 0.0)])
+def test_gemm_both_decoded_alpha_from_the_amax(amax_a, amax_b):
+    """Both operands decoded and no bias: the GEMM is one kernel (no decode/prep launch
+    before it), whose epilogue forms alpha from the two amax as every runner does
+    (S_dec(amax_a) * S_dec(amax_b), nvfp4_ref's formula here). With FP32 output, D for any
+    amax equals fl(alpha * D1) bit for bit, D1 the same GEMM with both amax 2688 (alpha 1):
+    zero, tiny, huge, infinite and NaN amax included."""
+    m, n, k = 1000, 1040, 512  # N > 768: the two-step runner (CUTLASS on decoded operands)
+    g = torch.Generator().manual_seed(7)
+    ra, _ = quantize_decoded((torch.randn(m, k, generator=g) * 3).to(torch.bfloat16).cuda(), False, True)
+    rb, _ = quantize_decoded(torch.randn(n, k, generator=g).to(torch.bfloat16).cuda(), False, True, block=1)
+    ra.vamax.fill_(2688.0)
+    rb.vamax.fill_(2688.0)
+    d1 = _gemm(ra, rb, m, n, k, torch.float32, a_dec=True, b_dec=True)
+    assert not d1.isnan().any()
+    ra.vamax.fill_(amax_a)
+    rb.vamax.fill_(amax_b)
+    names = _library_kernels(lambda: _gemm(ra, rb, m, n, k, torch.float32, a_dec=True, b_dec=True))
+    assert len(names) == 1 and "GemmUniversal" in names[0], names
+    got = _gemm(ra, rb, m, n, k, torch.float32, a_dec=True, b_dec=True)
+    amax = torch.tensor([amax_a, amax_b], dtype=torch.float32)
+    s_dec = torch.tensor(1.0, dtype=torch.float32) / ref.global_encode_scale(amax)
+    alpha = (s_dec[0] * s_dec[1]).cuda()
+    want = alpha * d1 + 0.0  # the epilogue's alpha * acc + (null bias: 0), so -0 reads +0
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32)) or (
+        alpha.isnan() and got.isnan().all()), (alpha.item(), (got - want).abs().max().item())
+    # with a bias the prep launch converts it, and alpha is the same
+    bias = torch.randn(n, generator=g).cuda()
+    names = _library_kernels(lambda: _gemm(ra, rb, m, n, k, torch.float32, bias, a_dec=True, b_dec=True))
+    assert any("gemm_prep_kernel" in x for x in names), names
+
+
 @hopper_only
 def test_takes_decoded_follows_the_runner(monkeypatch):
     dev = torch.device("cuda")

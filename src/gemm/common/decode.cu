@@ -1,4 +1,4 @@
-// FP4 -> BF16 operand decode, the per-tensor alpha and the fp32 -> output finalization:
+// FP4 -> BF16 operand decode and the fp32 -> output finalization:
 // the small kernels around a BF16 tensor-core GEMM that emulates an NVFP4 GEMM exactly.
 //
 // Why BF16 is exact: an E2M1 value (at most 2 significant bits) times an E4M3 scale (at
@@ -55,8 +55,6 @@ __global__ void __launch_bounds__(kPrepThreads) gemm_prep_kernel(GemmPrep p, int
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
 
-  if (tid == 0 && p.alpha != nullptr)
-    p.alpha[0] = core::gemm_alpha(p.amax_a, p.amax_b);
   if (p.bias_f32 != nullptr) {
     for (int64_t i = tid; i < p.n_pad; i += nthreads)
       p.bias_f32[i] = (p.bias != nullptr && i < p.n) ? load_as_float(p.bias, p.bias_dtype, i) : 0.0f;

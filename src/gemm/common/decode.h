@@ -25,15 +25,10 @@ struct DecodeOperand {
 
 // Everything a two-step GEMM needs before its tensor-core kernel, in one launch:
 // both operands decoded (value * block scale, exact in BF16 except that MXFP4 magnitudes
-// >= 2^128 become inf), alpha from the two amax (1 when amax_a is null: MXFP4),
-// and the bias converted to fp32 and zero-padded to n_pad (CUTLASS reads it as a vector
-// of 16-byte chunks).
+// >= 2^128 become inf) and the bias converted to fp32 and zero-padded to n_pad (CUTLASS
+// reads it as a vector of 16-byte chunks). (alpha is the GEMM epilogue's: sm90_cutlass.h.)
 struct GemmPrep {
   DecodeOperand a, b;                 // b.rows == 0: decode a only
-  const float* amax_a = nullptr;      // alpha = S_dec(amax_a) * S_dec(amax_b) (1 if amax_a is null),
-                                      // written if alpha != null
-  const float* amax_b = nullptr;
-  float* alpha = nullptr;
   const void* bias = nullptr;         // [n] in bias_dtype, optional
   nvfp4_dtype_t bias_dtype = NVFP4_DTYPE_FLOAT32;
   float* bias_f32 = nullptr;          // [n_pad], written when bias_f32 != null (zeros if no bias)

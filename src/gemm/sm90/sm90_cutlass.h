@@ -3,10 +3,11 @@
 // (one CUTLASS kernel costs ~100 CPU-seconds and ~5 GB to compile), so they build in
 // parallel.
 //
-//   D[M,N] = alpha[0] * (A[M,K] @ B[N,K]^T) + beta * C[M,N] + bias[N]
+//   D[M,N] = alpha * (A[M,K] @ B[N,K]^T) + beta * C[M,N] + bias[N]
 //   A, B: BF16, K-major (row stride K); C, D: row-major with row stride N, C in D's dtype;
-//   alpha: fp32 on the device; bias: fp32 [>= N] or null. FP32 accumulation and epilogue,
-//   one rounding to D's dtype.
+//   alpha = core::gemm_alpha(amax_a, amax_b), formed by the epilogue from the two fp32 amax
+//   on the device (1 when amax_a is null); bias: fp32 [>= N] or null. FP32 accumulation and
+//   epilogue, one rounding to D's dtype.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +24,8 @@ struct Sm90CutlassArgs {
   const void* c = nullptr;      // [m, n] in d's dtype, or null
   float beta = 0.0f;
   void* d = nullptr;            // [m, n]
-  const float* alpha = nullptr; // device [1]
+  const float* amax_a = nullptr; // device [1], or null with amax_b (alpha = 1: MXFP4)
+  const float* amax_b = nullptr; // device [1]
   const float* bias = nullptr;  // device [n] (16-byte aligned, zero-padded to a multiple of 4), or null
   int device = 0;
   int sm_count = 0;

@@ -1,6 +1,6 @@
 // One CUTLASS 3.x sm90 BF16 GEMM configuration: TMA loads, wgmma (warp-specialized),
-// FP32 accumulation, and the epilogue beta * C + (alpha * acc + bias) with alpha read from
-// device memory. Included only by the sm90_cutlass_*.cu files, each instantiating one
+// FP32 accumulation, and the epilogue beta * C + (alpha * acc + bias) with alpha formed in the
+// epilogue from the two operands' amax in device memory. Included only by the sm90_cutlass_*.cu files, each instantiating one
 // configuration; CUTLASS types stay in those translation units.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
@@ -22,6 +23,7 @@
 
 #include "gemm/sm90/sm90_cutlass_launch.cuh"
 
+#include "core/scale.h"
 #include "gemm/sm90/sm90_cutlass.h"
 
 namespace nvfp4::detail::sm90 {
@@ -34,6 +36,15 @@ struct Cooperative {
 struct Pingpong {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+
+// The alpha leaf's reduction of its two scalars: core::gemm_alpha's S_dec(amax_a) *
+// S_dec(amax_b), computed by the same function, so the same bits as every other runner.
+template <class T>
+struct AlphaOfAmaxes {
+  CUTLASS_HOST_DEVICE T operator()(T amax_a, T amax_b) const {
+    return core::global_decode_scale(amax_a) * core::global_decode_scale(amax_b);
+  }
 };
 
 // Scheduler: void (CUTLASS's persistent data-parallel scheduler) or
@@ -67,8 +78,23 @@ struct Bf16Gemm {
   static_assert(TileK * sizeof(cutlass::bfloat16_t) % 128 == 0, "K tile must fill 128-byte swizzle rows");
   static_assert(TileM % 64 == 0 && TileN % 64 == 0, "wgmma tiles come in 64-row warpgroup slices");
 
-  using FusionOp = cutlass::epilogue::fusion::LinCombPerColBias<ElementD, ElementCompute, ElementBias, ElementC,
-                                                                ElementCompute>;
+  // CUTLASS's LinCombPerColBias tree (beta * C + (alpha * acc + bias), the same operations in
+  // the same order) with one leaf changed: alpha is reduced from two scalars, amax_a and
+  // amax_b, by AlphaOfAmaxes — so no kernel runs before the GEMM only to form it.
+  using FusionOp = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, ElementCompute,
+                                             cutlass::FloatRoundStyle::round_to_nearest>,  // beta * C + (...)
+      cutlass::epilogue::fusion::Sm90ScalarBroadcast<ElementCompute, cute::Stride<cute::_0, cute::_0, int64_t>>,  // beta
+      cutlass::epilogue::fusion::Sm90SrcFetch<ElementC>,                                                       // C
+      cutlass::epilogue::fusion::Sm90EVT<
+          cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementCompute, ElementCompute,
+                                                 cutlass::FloatRoundStyle::round_to_nearest>,  // alpha * acc + bias
+          cutlass::epilogue::fusion::Sm90ScalarBroadcast<ElementCompute, cute::Stride<cute::_0, cute::_0, int64_t>, 2,
+                                                         AlphaOfAmaxes>,  // alpha
+          cutlass::epilogue::fusion::Sm90AccFetch,                        // acc
+          cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute,
+                                                      cute::Stride<cute::_0, cute::_1, int64_t>,
+                                                      16 / sizeof(ElementBias)>>>;  // bias [N]
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -117,12 +143,20 @@ struct Bf16Gemm {
     args.mainloop.ptr_B = static_cast<const ElementB*>(p.b);
     args.mainloop.dB = db;
 
+    // The tree's arguments, leaf by leaf in the order of FusionOp.
     auto& fusion = args.epilogue.thread;
-    fusion.alpha = 1.0f;
-    fusion.alpha_ptr = p.alpha;
-    fusion.beta = p.c != nullptr ? p.beta : 0.0f;  // beta == 0: the epilogue never reads C
-    fusion.beta_ptr = nullptr;
-    fusion.bias_ptr = p.bias;
+    auto& beta = fusion.op_0;
+    beta.scalars[0] = p.c != nullptr ? p.beta : 0.0f;  // beta == 0: the epilogue never reads C
+    beta.scalar_ptrs[0] = nullptr;
+    auto& inner = fusion.op_2;
+    auto& alpha = inner.op_0;
+    // Null amax (MXFP4): kUnitScaleAmax, whose decode scale is exactly 1, so alpha = 1.
+    alpha.scalars[0] = alpha.scalars[1] = core::kUnitScaleAmax;
+    alpha.scalar_ptrs[0] = p.amax_a;
+    alpha.scalar_ptrs[1] = p.amax_a != nullptr ? p.amax_b : nullptr;
+    auto& bias = inner.op_2;
+    bias.ptr_row = p.bias;
+    bias.null_default = 0.0f;
     // Without C, point the source at D: a valid tensor for the TMA descriptor, never read.
     args.epilogue.ptr_C = static_cast<const ElementC*>(p.c != nullptr ? p.c : p.d);
     args.epilogue.dC = dc;

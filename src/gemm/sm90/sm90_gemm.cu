@@ -3,15 +3,17 @@
 // (sm90_small_m*, rows before this one in the runner table) do not take, and of
 // the MXFP4 GEMM (E8M0 scales over 32 values decoded the same way, alpha = 1):
 //
-//   one launch decodes A and B to BF16 in the workspace (and forms alpha and an fp32
-//   bias), then a CUTLASS TMA + wgmma GEMM computes D = beta*C + (alpha*acc + bias) in its
-//   epilogue (sm90_cutlass_*.cu). When D or C cannot be addressed by TMA (a row of D not a
+//   one launch decodes A and B to BF16 in the workspace (and forms an fp32 bias), then a
+//   CUTLASS TMA + wgmma GEMM computes D = beta*C + (alpha*acc + bias) in its epilogue
+//   (sm90_cutlass_*.cu), alpha formed there from the two amax. Operands the caller gives
+//   decoded (nvfp4_gemm_decoded) are not decoded again; with both given and no bias the
+//   first launch does not run at all. When D or C cannot be addressed by TMA (a row of D not a
 //   multiple of 16 bytes, an unaligned pointer) or C has another dtype than D, CUTLASS
 //   writes alpha*acc + bias in fp32 to the workspace and a small kernel applies beta*C and
 //   the output rounding (the same operations in the same order).
 //
 // Workspace, each part 256-byte aligned:
-//   alpha fp32[1] | bias fp32[n_pad] | A bf16[M, K] | B bf16[n_b, K] | T fp32[M, n_pad] | CUTLASS's
+//   bias fp32[n_pad] | A bf16[M, K] | B bf16[n_b, K] | T fp32[M, n_pad] | CUTLASS's
 // with n_pad = N rounded up to 8 and n_b = n_pad on the fallback path (so that CUTLASS can
 // run on the padded width; the extra rows of B are never initialized and only reach the
 // discarded columns of T), N otherwise.
@@ -149,7 +151,7 @@ struct Plan {
   const Sm90CutlassKernel* kernel = nullptr;
   const char* why = "";   // the rule that chose the kernel, for NVFP4_SM90_TRACE
   int64_t n_pad = 0, n_b = 0, n_gemm = 0;
-  size_t off_alpha = 0, off_bias = 0, off_a = 0, off_b = 0, off_t = 0, off_cutlass = 0, total = 0;
+  size_t off_bias = 0, off_a = 0, off_b = 0, off_t = 0, off_cutlass = 0, total = 0;
   Sm90CutlassArgs args;  // pointers filled in at run time
 };
 
@@ -177,8 +179,6 @@ nvfp4_status_t make_plan(const GemmJob& job, Plan& pl) {
     return s;
 
   size_t off = 0;
-  pl.off_alpha = off;
-  off += align_up(sizeof(float));
   pl.off_bias = off;
   if (job.bias != nullptr) off += align_up(static_cast<size_t>(pl.n_pad) * sizeof(float));
   // A decoded operand given by the caller (nvfp4_gemm_decoded) is read where it is, except
@@ -247,7 +247,6 @@ nvfp4_status_t sm90_gemm(const GemmJob& job, void* workspace, size_t workspace_b
   if (trace_enabled()) print_plan(job, pl);
 
   uint8_t* ws = static_cast<uint8_t*>(workspace);
-  float* alpha = reinterpret_cast<float*>(ws + pl.off_alpha);
   float* bias = job.bias != nullptr ? reinterpret_cast<float*>(ws + pl.off_bias) : nullptr;
   const void* a_bf16 = job.a_dec != nullptr ? job.a_dec : ws + pl.off_a;
   const void* b_bf16 = job.b_dec != nullptr && !pl.b_copy ? job.b_dec : ws + pl.off_b;
@@ -258,25 +257,27 @@ nvfp4_status_t sm90_gemm(const GemmJob& job, void* workspace, size_t workspace_b
   }
   float* t = pl.fallback ? reinterpret_cast<float*>(ws + pl.off_t) : nullptr;
 
-  GemmPrep prep;
   const bool mx = job.format == Format::kMxfp4;  // E8M0 scales over 32 values, alpha = 1
-  // An operand already decoded is not decoded again (rows 0: skipped by the decode kernel).
-  prep.a = {job.a, job.sfa, mx, job.a_dec != nullptr ? 0 : job.m, job.k, job.layout, ws + pl.off_a, job.k};
-  prep.b = {job.b, job.sfb, mx, job.b_dec != nullptr ? 0 : job.n, job.k, job.layout, ws + pl.off_b, job.k};
-  prep.amax_a = job.amax_a;
-  prep.amax_b = job.amax_b;
-  prep.alpha = alpha;
-  prep.bias = job.bias;
-  prep.bias_dtype = job.bias_dtype;
-  prep.bias_f32 = bias;
-  prep.n = job.n;
-  prep.n_pad = pl.n_pad;
-  if (nvfp4_status_t s = gemm_prep(prep, stream); s != NVFP4_SUCCESS) return s;
+  // An operand already decoded is not decoded again (rows 0: skipped by the decode kernel);
+  // with nothing to decode and no bias to convert, the prep launch is left out.
+  if (job.a_dec == nullptr || job.b_dec == nullptr || bias != nullptr) {
+    GemmPrep prep;
+    prep.a = {job.a, job.sfa, mx, job.a_dec != nullptr ? 0 : job.m, job.k, job.layout, ws + pl.off_a, job.k};
+    prep.b = {job.b, job.sfb, mx, job.b_dec != nullptr ? 0 : job.n, job.k, job.layout, ws + pl.off_b, job.k};
+    prep.bias = job.bias;
+    prep.bias_dtype = job.bias_dtype;
+    prep.bias_f32 = bias;
+    prep.n = job.n;
+    prep.n_pad = pl.n_pad;
+    if (nvfp4_status_t s = gemm_prep(prep, stream); s != NVFP4_SUCCESS) return s;
+  }
 
   Sm90CutlassArgs a = pl.args;
   a.a = a_bf16;
   a.b = b_bf16;
-  a.alpha = alpha;
+  // alpha is formed in the epilogue from the two amax (null for MXFP4: alpha = 1)
+  a.amax_a = mx ? nullptr : job.amax_a;
+  a.amax_b = mx ? nullptr : job.amax_b;
   a.bias = bias;
   if (pl.fallback) {
     a.c = nullptr;
