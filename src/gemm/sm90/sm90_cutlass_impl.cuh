@@ -1,7 +1,8 @@
 // One CUTLASS 3.x sm90 BF16 GEMM configuration: TMA loads, wgmma (warp-specialized),
 // FP32 accumulation, and the epilogue beta * C + (alpha * acc + bias) with alpha formed in the
-// epilogue from the two operands' amax in device memory. Included only by the sm90_cutlass_*.cu files, each instantiating one
-// configuration; CUTLASS types stay in those translation units.
+// epilogue from the two operands' amax in device memory. Included only by the
+// sm90_cutlass_*.cu files, each instantiating one configuration; CUTLASS types stay in those
+// translation units.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,6 +38,8 @@ struct Pingpong {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
 };
+
+namespace evt = cutlass::epilogue::fusion;
 
 // The alpha leaf's reduction of its two scalars: core::gemm_alpha's S_dec(amax_a) *
 // S_dec(amax_b), computed by the same function, so the same bits as every other runner.
@@ -81,20 +84,21 @@ struct Bf16Gemm {
   // CUTLASS's LinCombPerColBias tree (beta * C + (alpha * acc + bias), the same operations in
   // the same order) with one leaf changed: alpha is reduced from two scalars, amax_a and
   // amax_b, by AlphaOfAmaxes — so no kernel runs before the GEMM only to form it.
-  using FusionOp = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, ElementCompute,
-                                             cutlass::FloatRoundStyle::round_to_nearest>,  // beta * C + (...)
-      cutlass::epilogue::fusion::Sm90ScalarBroadcast<ElementCompute, cute::Stride<cute::_0, cute::_0, int64_t>>,  // beta
-      cutlass::epilogue::fusion::Sm90SrcFetch<ElementC>,                                                       // C
-      cutlass::epilogue::fusion::Sm90EVT<
-          cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementCompute, ElementCompute,
-                                                 cutlass::FloatRoundStyle::round_to_nearest>,  // alpha * acc + bias
-          cutlass::epilogue::fusion::Sm90ScalarBroadcast<ElementCompute, cute::Stride<cute::_0, cute::_0, int64_t>, 2,
-                                                         AlphaOfAmaxes>,  // alpha
-          cutlass::epilogue::fusion::Sm90AccFetch,                        // acc
-          cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute,
-                                                      cute::Stride<cute::_0, cute::_1, int64_t>,
-                                                      16 / sizeof(ElementBias)>>>;  // bias [N]
+  using Scalar = evt::Sm90ScalarBroadcast<ElementCompute, cute::Stride<cute::_0, cute::_0, int64_t>>;
+  using AlphaOfTwo = evt::Sm90ScalarBroadcast<ElementCompute, cute::Stride<cute::_0, cute::_0, int64_t>, 2,
+                                              AlphaOfAmaxes>;
+  using BiasRow = evt::Sm90RowBroadcast<0, TileShape, ElementBias, ElementCompute,
+                                        cute::Stride<cute::_0, cute::_1, int64_t>, 16 / sizeof(ElementBias)>;
+  template <class Out>
+  using MulAdd = evt::Sm90Compute<cutlass::homogeneous_multiply_add, Out, ElementCompute,
+                                  cutlass::FloatRoundStyle::round_to_nearest>;
+  using FusionOp = evt::Sm90EVT<MulAdd<ElementD>,                // beta * C + (...)
+                                Scalar,                          //   beta
+                                evt::Sm90SrcFetch<ElementC>,     //   C
+                                evt::Sm90EVT<MulAdd<ElementCompute>,  // alpha * acc + bias
+                                             AlphaOfTwo,          //   alpha (amax_a, amax_b)
+                                             evt::Sm90AccFetch,   //   acc
+                                             BiasRow>>;           //   bias [N]
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
