@@ -23,11 +23,17 @@ NVFP4_HD float global_decode_scale(float amax) { return 1.0f / global_encode_sca
 // scale (MXFP4), so that alpha = 1 * 1.
 constexpr float kUnitScaleAmax = kE4M3Max * kE2M1Max;
 
-// The GEMM's alpha: S_dec(A) * S_dec(B) in fp32 for NVFP4 operands; 1 for operands without a
-// per-tensor scale (MXFP4), which pass null amax pointers. Every runner and the CPU reference
-// compute it here.
+// The GEMM's alpha: S_dec(A) * S_dec(B) in fp32 for NVFP4 operands, from the two amax values
+// (a kernel that has loaded them, a CUTLASS epilogue leaf); every runner and the CPU reference
+// compute it here or through gemm_alpha below.
+NVFP4_HD float gemm_alpha_of(float amax_a, float amax_b) {
+  return global_decode_scale(amax_a) * global_decode_scale(amax_b);
+}
+
+// The same from device or host pointers; 1 for operands without a per-tensor scale (MXFP4),
+// which pass null amax pointers.
 NVFP4_HD float gemm_alpha(const float* amax_a, const float* amax_b) {
-  return amax_a == nullptr ? 1.0f : global_decode_scale(*amax_a) * global_decode_scale(*amax_b);
+  return amax_a == nullptr ? 1.0f : gemm_alpha_of(*amax_a, *amax_b);
 }
 
 NVFP4_HD uint8_t block_scale_e4m3(float block_amax, float s_enc) {

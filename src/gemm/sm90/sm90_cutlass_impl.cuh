@@ -41,13 +41,11 @@ struct Pingpong {
 
 namespace evt = cutlass::epilogue::fusion;
 
-// The alpha leaf's reduction of its two scalars: core::gemm_alpha's S_dec(amax_a) *
-// S_dec(amax_b), computed by the same function, so the same bits as every other runner.
+// The alpha leaf's reduction of its two scalars: core::gemm_alpha_of, the function every
+// runner uses, so the same bits.
 template <class T>
 struct AlphaOfAmaxes {
-  CUTLASS_HOST_DEVICE T operator()(T amax_a, T amax_b) const {
-    return core::global_decode_scale(amax_a) * core::global_decode_scale(amax_b);
-  }
+  CUTLASS_HOST_DEVICE T operator()(T amax_a, T amax_b) const { return core::gemm_alpha_of(amax_a, amax_b); }
 };
 
 // Scheduler: void (CUTLASS's persistent data-parallel scheduler) or

@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(kThreads) ring_kernel(const __grid_constant__ 
     __syncthreads();
   }
 
-  const float alpha = core::global_decode_scale(amax_a) * core::global_decode_scale(amax_b);
+  const float alpha = core::gemm_alpha_of(amax_a, amax_b);
   // This CTA finishes columns [split * cols, (split + 1) * cols) of the tile.
   const int cols = C::BN / nsplit;
   const int mrows = min(p.m, C::MP);

@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const __grid_consta
   }
   trace_at(p, 7);
 
-  const float alpha = core::global_decode_scale(amax_a) * core::global_decode_scale(amax_b);
+  const float alpha = core::gemm_alpha_of(amax_a, amax_b);
   const int c_lo = split * cols;
   const int ncol = min(C::BN, c_lo + cols) - c_lo;
   const int mrows = min(p.m, C::MP);
