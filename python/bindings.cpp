@@ -134,7 +134,7 @@ nvfp4_quantized_t raw_q(uintptr_t data, uintptr_t scales, uintptr_t amax, int64_
 // The config of the raw quantize entry points: the defaults, then the fields they pass (the C
 // API checks the enums as integers).
 nvfp4_quant_config_t raw_config(int block, int rounding, int layout, uint32_t rht, uint32_t sign_mask, uint64_t seed,
-                                uint64_t offset, uintptr_t offset_device) {
+                                uint64_t offset, uintptr_t offset_device, uintptr_t offset_counter = 0) {
   nvfp4_quant_config_t cfg;
   nvfp4_quant_config_default(&cfg);
   cfg.block = static_cast<nvfp4_block_t>(block);
@@ -145,6 +145,7 @@ nvfp4_quant_config_t raw_config(int block, int rounding, int layout, uint32_t rh
   cfg.seed = seed;
   cfg.offset = offset;
   cfg.offset_device = reinterpret_cast<const uint64_t*>(offset_device);
+  cfg.offset_counter = reinterpret_cast<uint64_t*>(offset_counter);
   return cfg;
 }
 
@@ -366,17 +367,19 @@ NB_MODULE(_C, m) {
   // ---- raw-pointer fast path: see raw2() above -------------------------------------
   // quantize_raw(x, dtype, rows, cols, (row data, scales, amax) or 0s, (col ...) or 0s,
   //              block, rounding, layout, rht, sign_mask, seed, offset, offset_device,
-  //              device_type, device_id, stream, workspace). Columnwise outputs are
-  //              [cols, roundup(rows,16)]. An orientation is requested iff its amax address is
-  //              not 0. workspace: 0, or quantize_workspace_bytes at that address (nvfp4_quantize_ws).
+  //              device_type, device_id, stream, workspace, offset_counter=0). Columnwise outputs
+  //              are [cols, roundup(rows,16)]. An orientation is requested iff its amax address
+  //              is not 0. workspace: 0, or quantize_workspace_bytes at that address
+  //              (nvfp4_quantize_ws). offset_counter: 0 or cfg.offset_counter's address.
   m.attr("quantize_workspace_bytes") = NVFP4_QUANTIZE_WORKSPACE_BYTES;
   m.def("quantize_raw",
         [](uintptr_t x, int dtype, int64_t rows, int64_t cols, uintptr_t rd, uintptr_t rs, uintptr_t ra, uintptr_t cd,
            uintptr_t cs, uintptr_t ca, int block, int rounding, int layout, uint32_t rht, uint32_t sign_mask,
            uint64_t seed, uint64_t offset, uintptr_t offset_device, int dev_type, int dev_id, uintptr_t stream,
-           uintptr_t ws) {
+           uintptr_t ws, uintptr_t offset_counter) {
           nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), rows, cols, dev_type, dev_id);
-          nvfp4_quant_config_t cfg = raw_config(block, rounding, layout, rht, sign_mask, seed, offset, offset_device);
+          nvfp4_quant_config_t cfg =
+              raw_config(block, rounding, layout, rht, sign_mask, seed, offset, offset_device, offset_counter);
           const int64_t rp = (rows + 15) / 16 * 16;
           nvfp4_quantized_t row = raw_q(rd, rs, ra, rows, cols, layout, dev_type, dev_id);
           nvfp4_quantized_t col = raw_q(cd, cs, ca, cols, rp, layout, dev_type, dev_id);
@@ -385,7 +388,12 @@ NB_MODULE(_C, m) {
           // data of an empty tensor may sit at address 0)
           check(nvfp4_quantize_ws(&in, &cfg, ra ? &row : nullptr, ca ? &col : nullptr, reinterpret_cast<void*>(ws),
                                   ws ? NVFP4_QUANTIZE_WORKSPACE_BYTES : 0, stream_of(stream)));
-        });
+        },
+        nb::arg("x"), nb::arg("dtype"), nb::arg("rows"), nb::arg("cols"), nb::arg("rd"), nb::arg("rs"), nb::arg("ra"),
+        nb::arg("cd"), nb::arg("cs"), nb::arg("ca"), nb::arg("block"), nb::arg("rounding"), nb::arg("layout"),
+        nb::arg("rht"), nb::arg("sign_mask"), nb::arg("seed"), nb::arg("offset"), nb::arg("offset_device"),
+        nb::arg("device_type"), nb::arg("device_id"), nb::arg("stream"), nb::arg("workspace"),
+        nb::arg("offset_counter") = 0);
 
   // fp8_cast_raw(x, dtype, rows, cols, format, margin, scale, q, qt, want_q, want_qt, scale_inv, amax,
   //              device_type, device_id, stream, amax_accumulate=False): nvfp4_fp8_cast on raw
@@ -449,15 +457,16 @@ NB_MODULE(_C, m) {
   // quantize_dec_raw(x, dtype, rows, cols, (row data, scales, amax), (row values, amax),
   //                  (col data, scales, amax), (col values, amax), block, rounding, layout, rht,
   //                  sign_mask, seed, offset, offset_device, device_type, device_id, stream,
-  //                  workspace): each of the four outputs is requested iff its amax address is
-  //   not 0; workspace as quantize_raw's.
+  //                  workspace, offset_counter=0): each of the four outputs is requested iff its
+  //   amax address is not 0; workspace and offset_counter as quantize_raw's.
   m.def("quantize_dec_raw",
         [](uintptr_t x, int dtype, int64_t rows, int64_t cols, uintptr_t rd, uintptr_t rs, uintptr_t ra, uintptr_t rv,
            uintptr_t rva, uintptr_t cd, uintptr_t cs, uintptr_t ca, uintptr_t cv, uintptr_t cva, int block,
            int rounding, int layout, uint32_t rht, uint32_t sign_mask, uint64_t seed, uint64_t offset,
-           uintptr_t offset_device, int dev_type, int dev_id, uintptr_t stream, uintptr_t ws) {
+           uintptr_t offset_device, int dev_type, int dev_id, uintptr_t stream, uintptr_t ws, uintptr_t offset_counter) {
           nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), rows, cols, dev_type, dev_id);
-          nvfp4_quant_config_t cfg = raw_config(block, rounding, layout, rht, sign_mask, seed, offset, offset_device);
+          nvfp4_quant_config_t cfg =
+              raw_config(block, rounding, layout, rht, sign_mask, seed, offset, offset_device, offset_counter);
           const int64_t rp = (rows + 15) / 16 * 16;
           nvfp4_quantized_t row = raw_q(rd, rs, ra, rows, cols, layout, dev_type, dev_id);
           nvfp4_quantized_t col = raw_q(cd, cs, ca, cols, rp, layout, dev_type, dev_id);
@@ -469,7 +478,12 @@ NB_MODULE(_C, m) {
           check(nvfp4_quantize_decoded_ws(&in, &cfg, ra ? &row : nullptr, ca ? &col : nullptr, rva ? &rdec : nullptr,
                                           cva ? &cdec : nullptr, reinterpret_cast<void*>(ws),
                                           ws ? NVFP4_QUANTIZE_WORKSPACE_BYTES : 0, stream_of(stream)));
-        });
+        },
+        nb::arg("x"), nb::arg("dtype"), nb::arg("rows"), nb::arg("cols"), nb::arg("rd"), nb::arg("rs"), nb::arg("ra"),
+        nb::arg("rv"), nb::arg("rva"), nb::arg("cd"), nb::arg("cs"), nb::arg("ca"), nb::arg("cv"), nb::arg("cva"),
+        nb::arg("block"), nb::arg("rounding"), nb::arg("layout"), nb::arg("rht"), nb::arg("sign_mask"),
+        nb::arg("seed"), nb::arg("offset"), nb::arg("offset_device"), nb::arg("device_type"), nb::arg("device_id"),
+        nb::arg("stream"), nb::arg("workspace"), nb::arg("offset_counter") = 0);
 
   // gemm_dec_raw(a (data, scales, amax), a decoded (values, amax), b (...), b decoded (...), m, n, k,
   //              layout, c, c_dtype, bias, bias_dtype, beta, d, d_dtype, backend, workspace,

@@ -37,6 +37,18 @@ nvfp4_quant_config_t grouped_config(const nvfp4_quant_config_t* cfg, bool allow_
   if (cfg->rht_sign_mask > 0xffffu) invalid("cfg.rht_sign_mask: has bits above bit 15 (one bit per lane of 16)");
   if (cfg->offset_device && reinterpret_cast<uintptr_t>(cfg->offset_device) % alignof(uint64_t) != 0)
     invalid("cfg.offset_device: must be 8-byte aligned");
+  // The fields nvfp4_quantize alone takes: refused here when set, never ignored.
+  if (enum_bits(cfg->scale_select) != NVFP4_SELECT_NONE)
+    invalid("cfg.scale_select: the grouped and batched forms quantize with the default block scales (NONE) only");
+  if (cfg->e4m3_bound != 448u)
+    invalid("cfg.e4m3_bound: the grouped and batched forms take 448 (the default) only, got " +
+            std::to_string(cfg->e4m3_bound));
+  if (enum_bits(cfg->amax_mode) != NVFP4_AMAX_TENSOR)
+    invalid("cfg.amax_mode: the grouped and batched forms compute each group's amax (TENSOR, the default) only");
+  if (cfg->amax_in) invalid("cfg.amax_in: set, but the grouped and batched forms take no given amax");
+  if (cfg->offset_counter)
+    invalid("cfg.offset_counter: not taken by the grouped and batched forms (give the counter as "
+            "cfg.offset_device and advance it after the call)");
   if (layout != NVFP4_SCALES_SWIZZLED)
     invalid("cfg.scale_layout: grouped and batched tensors store swizzled scales only (a block per group)");
   if (block == NVFP4_BLOCK_2D && !allow_2d)

@@ -95,6 +95,13 @@ struct Nvfp4 {
       invalid("cfg.rht_sign_mask: 0x" + hex(cfg->rht_sign_mask) + " has bits above bit 15 (one bit per lane of 16)");
     if (cfg->offset_device && reinterpret_cast<uintptr_t>(cfg->offset_device) % alignof(uint64_t) != 0)
       invalid("cfg.offset_device: must be 8-byte aligned");
+    if (cfg->offset_counter) {
+      if (reinterpret_cast<uintptr_t>(cfg->offset_counter) % alignof(uint64_t) != 0)
+        invalid("cfg.offset_counter: must be 8-byte aligned");
+      if (cfg->offset_device)
+        invalid("cfg.offset_counter: set together with cfg.offset_device (the counter is read as the offset's "
+                "device part; give one of the two)");
+    }
     // The recipe options of 0.3, and the combinations they are defined for.
     const nvfp4_scale_select_t select =
         checked_enum(cfg->scale_select, NVFP4_SELECT_4OVER6_MSE + 1, "cfg.scale_select", "NONE, 4OVER6_MAE or 4OVER6_MSE");
@@ -140,6 +147,13 @@ struct Nvfp4 {
     }
     return in;
   }
+  // The config's memory the call writes: the counter it advances (checked like an output).
+  static void config_outputs(const Config& cfg, std::vector<ByteRange>& outs) {
+    if (cfg.offset_counter) {
+      const uintptr_t p = reinterpret_cast<uintptr_t>(cfg.offset_counter);
+      outs.push_back(ByteRange{"cfg.offset_counter", p, p + sizeof(uint64_t)});
+    }
+  }
   // Amax entries of a direction of `rows` rows: one per row with NVFP4_AMAX_ROWS.
   static int64_t amax_numel(const Config& cfg, int64_t rows) { return cfg.amax_mode == NVFP4_AMAX_ROWS ? rows : 1; }
   // EDEN needs the Hadamard transform on every output it quantizes (its unbiasedness is
@@ -149,9 +163,15 @@ struct Nvfp4 {
         ((rowwise && !(cfg.rht & NVFP4_RHT_ROWWISE)) || (columnwise && !(cfg.rht & NVFP4_RHT_COLUMNWISE))))
       invalid("cfg.rht: EDEN rounding needs the Hadamard transform on every output requested");
   }
+  // The kernels read the counter to advance through offset_device, as they read any.
   static Job job(const Config& cfg) {
     Job j;
     j.cfg = cfg;
+    if (cfg.offset_counter) {
+      j.cfg.offset_device = cfg.offset_counter;
+      j.cfg.offset_counter = nullptr;
+      j.advance = cfg.offset_counter;
+    }
     return j;
   }
   static bool swizzled(const Config& cfg) { return cfg.scale_layout == NVFP4_SCALES_SWIZZLED; }
@@ -181,6 +201,20 @@ struct Nvfp4 {
   }
   static void workspace(Job& job, void* ws) { job.amax_ws = static_cast<uint32_t*>(ws); }
   static nvfp4_status_t cpu(const Job& j) { return cpu_quantize(j); }
+  // cfg.offset_counter where the work that read it is queued (CUDA) or done (CPU): one more.
+  // (cuda_quantize advances it itself.)
+  static nvfp4_status_t advance(const Job& job, const nvfp4_tensor_t& input, nvfp4_stream_t stream) {
+    if (!job.advance) return NVFP4_SUCCESS;
+    if (on_cuda(input)) {
+#if defined(NVFP4_WITH_CUDA)
+      DeviceGuard g(input);
+      return cuda_advance_counter(job.advance, stream);
+#endif
+    }
+    (void)stream;
+    ++*job.advance;
+    return NVFP4_SUCCESS;
+  }
   static Dequant dequant_job(const Quantized& q, int64_t rows, int64_t cols, nvfp4_scale_layout_t layout,
                              const nvfp4_tensor_t& out) {
     Dequant d = dequant_common<Dequant>(q, rows, cols, out);
@@ -210,6 +244,7 @@ struct Mxfp4 {
       invalid("cfg.offset_device: must be 8-byte aligned");
   }
   static std::vector<ByteRange> config_inputs(const Config& cfg) { return ::config_inputs(cfg); }
+  static void config_outputs(const Config&, std::vector<ByteRange>&) {}
   static int64_t amax_numel(const Config&, int64_t) { return 1; }
   static void check_directions(const Config&, bool, bool) {}
   static Job job(const Config& cfg) {
@@ -234,6 +269,7 @@ struct Mxfp4 {
   static nvfp4_status_t empty(const Job&, const nvfp4_tensor_t&, nvfp4_stream_t) { return NVFP4_SUCCESS; }
   static void workspace(Job&, void*) {}  // MXFP4 has no amax pass (no entry point takes one)
   static nvfp4_status_t cpu(const Job& j) { return cpu_mx_quantize(j); }
+  static nvfp4_status_t advance(const Job&, const nvfp4_tensor_t&, nvfp4_stream_t) { return NVFP4_SUCCESS; }
   static Dequant dequant_job(const Quantized& q, int64_t rows, int64_t cols, nvfp4_scale_layout_t layout,
                              const nvfp4_tensor_t& out) {
     Dequant d = dequant_common<Dequant>(q, rows, cols, out);
@@ -337,17 +373,21 @@ nvfp4_status_t quantize(const nvfp4_tensor_t* input, const typename F::Config* c
       outs.push_back(*w);
       F::workspace(job, workspace);
     }
+    F::config_outputs(cfg, outs);
     check_outputs_disjoint(outs, byte_range(*input, "input"), F::config_inputs(cfg));
     require_cuda_build(*input, "input");
-    if (job.rows == 0 || job.cols == 0) return F::empty(job, *input, stream);
+    if (job.rows == 0 || job.cols == 0) {
+      if (nvfp4_status_t st = F::empty(job, *input, stream); st != NVFP4_SUCCESS) return st;
+      return F::advance(job, *input, stream);
+    }
     if (on_cuda(*input)) {
 #if defined(NVFP4_WITH_CUDA)
       DeviceGuard g(*input);
-      return F::cuda(job, stream);
+      return F::cuda(job, stream);  // advances the counter itself
 #endif
     }
-    (void)stream;
-    return F::cpu(job);
+    if (nvfp4_status_t st = F::cpu(job); st != NVFP4_SUCCESS) return st;
+    return F::advance(job, *input, stream);
   });
 }
 
@@ -462,12 +502,16 @@ nvfp4_status_t quantize_decoded(const nvfp4_tensor_t* input, const nvfp4_quant_c
       outs.push_back(*w);
       Nvfp4::workspace(job, workspace);
     }
+    Nvfp4::config_outputs(cfg, outs);
     check_outputs_disjoint(outs, byte_range(*input, "input"), Nvfp4::config_inputs(cfg));
     require_cuda_build(*input, "input");
+    const bool empty = job.rows == 0 || job.cols == 0;
     if (on_cuda(*input)) {
 #if defined(NVFP4_WITH_CUDA)
       DeviceGuard g(*input);
-      nvfp4_status_t st = job.rows == 0 || job.cols == 0 ? Nvfp4::empty(job, *input, stream) : cuda_quantize(job, stream);
+      // (cuda_quantize advances the counter itself)
+      nvfp4_status_t st = empty ? Nvfp4::empty(job, *input, stream) : cuda_quantize(job, stream);
+      if (st == NVFP4_SUCCESS && empty) st = Nvfp4::advance(job, *input, stream);
       if (st != NVFP4_SUCCESS) return st;
       for (int k = 0; k < 2; ++k) {
         if (!second_amax[k]) continue;
@@ -479,7 +523,7 @@ nvfp4_status_t quantize_decoded(const nvfp4_tensor_t* input, const nvfp4_quant_c
 #endif
     }
     (void)stream;
-    if (job.rows == 0 || job.cols == 0) {
+    if (empty) {
       Nvfp4::empty(job, *input, stream);
     } else {
       // The reference: the codes (into scratch where only the decoded values were asked for),
@@ -504,7 +548,7 @@ nvfp4_status_t quantize_decoded(const nvfp4_tensor_t* input, const nvfp4_quant_c
     }
     for (int k = 0; k < 2; ++k)
       if (second_amax[k]) *second_amax[k] = *(k ? job.col : job.row).amax;
-    return NVFP4_SUCCESS;
+    return Nvfp4::advance(job, *input, stream);
   });
 }
 
@@ -542,6 +586,7 @@ NVFP4_API void nvfp4_quant_config_default(nvfp4_quant_config_t* cfg) {
   cfg->e4m3_bound = 448;
   cfg->amax_mode = NVFP4_AMAX_TENSOR;
   cfg->amax_in = nullptr;
+  cfg->offset_counter = nullptr;
 }
 
 NVFP4_API uint32_t nvfp4_default_rht_sign_mask(void) { return nvfp4::core::kDefaultRhtSignMask; }

@@ -45,6 +45,9 @@ struct QuantJob {
   // optional (CUDA): NVFP4_QUANTIZE_WORKSPACE_BYTES of scratch for the amax pass's partials
   // (one per CTA and direction), in place of zeroing the amax outputs first
   uint32_t* amax_ws = nullptr;
+  // optional: the counter this call advances by one once its work has read it
+  // (cfg.offset_counter; the API points cfg.offset_device at it for the reads)
+  uint64_t* advance = nullptr;
 };
 
 // Element index that drives the stochastic-rounding bits of element (r, c) of a
@@ -119,6 +122,9 @@ nvfp4_status_t cpu_gemm(const GemmJob& job);
 // ---- CUDA backends (quant/, gemm/); only linked when the build has CUDA ----
 #if defined(NVFP4_WITH_CUDA)
 nvfp4_status_t cuda_quantize(const QuantJob& job, nvfp4_stream_t stream);
+// Adds one to a device counter, in stream order (one thread; QuantJob::advance where the
+// amax pass could not do it).
+nvfp4_status_t cuda_advance_counter(uint64_t* counter, nvfp4_stream_t stream);
 nvfp4_status_t cuda_dequantize(const DequantJob& job, nvfp4_stream_t stream);
 nvfp4_status_t cuda_swizzle(const SwizzleJob& job, nvfp4_stream_t stream);
 #endif

@@ -23,8 +23,9 @@
  *        strides (strides of size-1 dimensions are ignored);
  *      . alignment: CUDA pointers (tensors and the GEMM workspace) 16 bytes; CPU pointers
  *        the size of one element (4 bytes for float32, 2 for float16/bfloat16, 8 for
- *        float64, none for uint8/E4M3); cfg.offset_device 8 bytes; the float32 scalars of
- *        nvfp4_fp8_cast (cfg.scale, scale_inv, amax) 4 bytes on either device;
+ *        float64, none for uint8/E4M3); cfg.offset_device and cfg.offset_counter 8 bytes;
+ *        the float32 scalars of nvfp4_fp8_cast (cfg.scale, scale_inv, amax) 4 bytes on
+ *        either device;
  *      . outputs share no byte with the inputs or with each other (nvfp4_gemm's c may be
  *        d itself), and the GEMM workspace overlaps none of the operands.
  *    What cannot be checked is the caller's promise: that each pointer addresses memory
@@ -154,10 +155,22 @@ typedef struct {
    * runs; e.g. a percentile of |x|: values above it saturate to +-amax). */
   nvfp4_amax_mode_t amax_mode;
   const float* amax_in;
+  /* Optional (NULL: unused): a counter read like offset_device (its value added to `offset`
+   * when the work runs; the input's memory space, 8-byte aligned) that the call then advances
+   * by one (mod 2^64), in stream order after every read of it by this call's work, on the CPU
+   * before the call returns; once per call, an empty input included. A training step's
+   * gradient quantization draws new bits on each call, and on each replay of a CUDA graph that
+   * captured it, without a separate increment. With the workspace form (nvfp4_quantize_ws,
+   * nvfp4_quantize_decoded_ws) and the tensor's own amax, the amax pass advances it and keeps
+   * the value read in the workspace for the quantize pass: no launch of its own. Not together
+   * with offset_device. nvfp4_quantize(_ws) and nvfp4_quantize_decoded(_ws) only: the grouped
+   * and batched forms refuse it. */
+  uint64_t* offset_counter;
 } nvfp4_quant_config_t;
 
 /* Fills *cfg with: 1D, round-to-nearest, swizzled scales, no RHT, default signs, seed 0,
- * offset 0, no offset_device; no scale selection, bound 448, the tensor's own amax. */
+ * offset 0, no offset_device; no scale selection, bound 448, the tensor's own amax; no
+ * offset_counter. */
 NVFP4_API void nvfp4_quant_config_default(nvfp4_quant_config_t* cfg);
 NVFP4_API uint32_t nvfp4_default_rht_sign_mask(void);
 
@@ -566,14 +579,16 @@ typedef struct {
 /* Quantizes input [T, K] (float32/float16/bfloat16, contiguous, K % 16 == 0, leading dims
  * flattened into T) group by group; groups->tokens must equal T. rowwise and columnwise may each
  * be NULL, not both. cfg: 1D blocks, swizzled scales; rounding and the Hadamard transform as in
- * nvfp4_quantize. On CUDA: no host synchronization, offs read on the device only. */
+ * nvfp4_quantize; the recipe options of 0.3 (scale_select, e4m3_bound, amax_mode, amax_in) at
+ * their defaults and no offset_counter, or the call is refused naming the field. On CUDA: no
+ * host synchronization, offs read on the device only. */
 NVFP4_API nvfp4_status_t nvfp4_grouped_quantize(const nvfp4_tensor_t* input, const nvfp4_groups_t* groups,
                                                 const nvfp4_quant_config_t* cfg,
                                                 nvfp4_grouped_quantized_t* rowwise,
                                                 nvfp4_grouped_quantized_t* columnwise, nvfp4_stream_t stream);
 
 /* Quantizes input [E, N, K] (3 dims, K % 16 == 0) as E tensors (layout above); swizzled scales;
- * 1D or 2D blocks. */
+ * 1D or 2D blocks; cfg as for nvfp4_grouped_quantize otherwise. */
 NVFP4_API nvfp4_status_t nvfp4_batched_quantize(const nvfp4_tensor_t* input, const nvfp4_quant_config_t* cfg,
                                                 nvfp4_grouped_quantized_t* rowwise,
                                                 nvfp4_grouped_quantized_t* columnwise, nvfp4_stream_t stream);

@@ -462,6 +462,8 @@ class QuantConfig {
   QuantConfig& rht_sign_mask(std::uint32_t mask) noexcept { c_.rht_sign_mask = mask; return *this; }
   /// A counter (in the input's memory space) added to the offset when the work runs.
   QuantConfig& offset_device(const std::uint64_t* counter) noexcept { c_.offset_device = counter; return *this; }
+  /// A counter read like offset_device that the call then advances by one (in stream order).
+  QuantConfig& offset_counter(std::uint64_t* counter) noexcept { c_.offset_counter = counter; return *this; }
   /// The recipe options of 0.3 (docs/design.md §1.6): 4over6 block scale selection, the E4M3
   /// bound (256 only with 4over6), one amax per row, a given amax, MS-EDEN rounding.
   QuantConfig& scale_select(nvfp4_scale_select_t s) noexcept { c_.scale_select = s; return *this; }

@@ -38,10 +38,23 @@ struct AmaxArgs {
   uint32_t* part_plain1;
   uint32_t* part_rht;
   uint32_t sign_mask;
+  uint64_t* counter;        // optional (QuantJob::advance): its value goes to counter_value,
+  uint64_t* counter_value;  // then it is advanced by one
 };
+
+// The job's counter, taken by one thread of the pass: the quantize pass, queued after this
+// one, reads the value from the workspace instead of the counter itself.
+__device__ __forceinline__ void take_counter(const AmaxArgs& a) {
+  if (a.counter != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    const uint64_t v = *a.counter;
+    *a.counter_value = v;
+    *a.counter = v + 1u;
+  }
+}
 
 template <class T, bool kRowRht>
 __global__ void __launch_bounds__(kThreads) amax_flat_kernel(const AmaxArgs a) {
+  take_counter(a);
   const int64_t n = a.rows * a.cols / kBlock;
   const char* x = static_cast<const char*>(a.x);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
@@ -83,6 +96,7 @@ __device__ __forceinline__ uint32_t half_word(const uint2& q, int i) { return i 
 
 template <class T>
 __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a) {
+  take_counter(a);
   constexpr int E = kColUnitBytes / T::kBytes;  // columns per strip
   const int64_t nq = a.cols / E;                // strips per row group
   const int64_t ng = (a.rows + 15) / 16;        // row groups
@@ -206,7 +220,14 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream, bool zero, AmaxPart
   };
   auto capped = [&](unsigned grid) { return use_parts ? std::min<unsigned>(grid, kAmaxParts) : grid; };
 
-  AmaxArgs a{job.x, job.rows, job.cols, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, job.cfg.rht_sign_mask};
+  AmaxArgs a{job.x, job.rows, job.cols, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+             job.cfg.rht_sign_mask, nullptr, nullptr};
+  if (use_parts && job.advance != nullptr) {
+    // the first of the (one or two) launches below takes the counter
+    a.counter = job.advance;
+    a.counter_value = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(job.amax_ws) + kCounterSlotOffset);
+    parts->counter_value = a.counter_value;
+  }
   auto set_plain = [&]() {
     a.plain0 = plain[0].amax;
     a.plain1 = plain[1].amax;
@@ -231,6 +252,7 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream, bool zero, AmaxPart
       s = launch(amax_flat_kernel<T, false>, grid, a, zero && !use_parts, stream, "nvfp4 amax kernel");
     }
     if (s != NVFP4_SUCCESS) return s;
+    a.counter = a.counter_value = nullptr;  // taken by this launch
     for (int i = 0; i < np; ++i) record(plain[i], grid);
     np = 0;  // taken care of
     plain[0] = plain[1] = Dest{};

@@ -17,15 +17,26 @@ struct AmaxParts {
   int nrow = 0;
   const uint32_t* col = nullptr;
   int ncol = 0;
+  // Where the amax pass left the value it read from the job's counter (QuantJob::advance)
+  // before advancing it: the offset the quantize pass reads in its place (null: the amax pass
+  // did not take the counter).
+  const uint64_t* counter_value = nullptr;
 };
-// Partials per direction that the workspace holds: the amax kernels' grids are capped to it.
-constexpr int kAmaxParts = NVFP4_QUANTIZE_WORKSPACE_BYTES / (2 * static_cast<int>(sizeof(uint32_t)));
+// The workspace: the row partials, the column partials, then 16 bytes whose first 8 hold the
+// counter's value for the quantize pass. The amax kernels' grids are capped to kAmaxParts.
+constexpr int kCounterSlotBytes = 16;
+constexpr int kAmaxParts =
+    (NVFP4_QUANTIZE_WORKSPACE_BYTES - kCounterSlotBytes) / (2 * static_cast<int>(sizeof(uint32_t)));
+constexpr int kCounterSlotOffset = NVFP4_QUANTIZE_WORKSPACE_BYTES - kCounterSlotBytes;
+static_assert(kCounterSlotOffset % 16 == 0 && 2 * kAmaxParts * 4 <= kCounterSlotOffset, "workspace layout");
 
 // amax.cu: max |x| (and of the Hadamard transform where an output asks for it). With parts
 // given and a workspace in the job (job.amax_ws; NVFP4_QUANT_WORKSPACE=0 turns it off, for
-// before/after measurements), into the workspace as partials, described in *parts. Else
-// into job.row.amax / job.col.amax with atomics: zero: they hold anything and are zeroed
-// here by memsets first; else the caller has zeroed them on the stream.
+// before/after measurements), into the workspace as partials, described in *parts; then, if
+// the job has a counter to advance, one thread of the pass also copies its value into the
+// workspace and adds one to it (parts->counter_value). Else into job.row.amax / job.col.amax
+// with atomics: zero: they hold anything and are zeroed here by memsets first; else the
+// caller has zeroed them on the stream.
 nvfp4_status_t launch_amax(const QuantJob& job, cudaStream_t stream, bool zero, AmaxParts* parts);
 
 // amax.cu: zeroes the amax output of each wanted direction (one float each) by memsets.

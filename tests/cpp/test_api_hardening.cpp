@@ -185,6 +185,53 @@ int test_hardening() {
     EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, nullptr, nullptr), "rowwise.scales: overlaps cfg.offset_device");
   }
 
+  // ---- cfg.offset_counter: read like offset_device, then advanced by one per call.
+  {
+    nvfp4_quant_config_t c = cfg;
+    c.rounding = NVFP4_ROUND_STOCHASTIC;
+    c.seed = 1234;
+    c.offset = 1000;
+    HostQ want(nvfp4::rowwise_layout(R, C)), got(nvfp4::rowwise_layout(R, C));
+    EXPECT_STATUS(nvfp4_quantize(&in, &c, want.view.get(), nullptr, nullptr), NVFP4_SUCCESS);
+    uint64_t counter = 600;
+    c.offset = 400;
+    c.offset_counter = &counter;
+    EXPECT_STATUS(nvfp4_quantize(&in, &c, got.view.get(), nullptr, nullptr), NVFP4_SUCCESS);
+    CHECK(got.data == want.data && got.scales == want.scales);
+    CHECK(counter == 601);
+    // the next call reads 601: offset 1001
+    c.offset = 1001;
+    c.offset_counter = nullptr;
+    EXPECT_STATUS(nvfp4_quantize(&in, &c, want.view.get(), nullptr, nullptr), NVFP4_SUCCESS);
+    c.offset = 400;
+    c.offset_counter = &counter;
+    EXPECT_STATUS(nvfp4_quantize(&in, &c, got.view.get(), nullptr, nullptr), NVFP4_SUCCESS);
+    CHECK(got.data == want.data && counter == 602);
+    // wraps modulo 2^64
+    counter = UINT64_MAX;
+    EXPECT_STATUS(nvfp4_quantize(&in, &c, got.view.get(), nullptr, nullptr), NVFP4_SUCCESS);
+    CHECK(counter == 0);
+    // an empty input: nothing quantized, the counter still advances (once per call)
+    const nvfp4_tensor_t empty_in = desc(x.data(), NVFP4_DTYPE_FLOAT32, {0, C});
+    HostQ e(nvfp4::rowwise_layout(0, C));
+    EXPECT_STATUS(nvfp4_quantize(&empty_in, &c, e.view.get(), nullptr, nullptr), NVFP4_SUCCESS);
+    CHECK(counter == 1);
+    // refused: with offset_device, misaligned, inside an output or the input; a refused call
+    // leaves the counter alone
+    const uint64_t other = 0;
+    c.offset_device = &other;
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, nullptr, nullptr), "cfg.offset_counter: set together with cfg.offset_device");
+    c.offset_device = nullptr;
+    uint64_t pair[2] = {0, 0};
+    c.offset_counter = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(pair) + 4);
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, nullptr, nullptr), "cfg.offset_counter: must be 8-byte aligned");
+    c.offset_counter = reinterpret_cast<uint64_t*>(row.scales.data());
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, nullptr, nullptr), "cfg.offset_counter: overlaps rowwise.scales");
+    c.offset_counter = reinterpret_cast<uint64_t*>(x.data());
+    EXPECT_BAD(nvfp4_quantize(&in, &c, &rq, nullptr, nullptr), "cfg.offset_counter: overlaps input");
+    CHECK(counter == 1 && pair[0] == 0 && pair[1] == 0);
+  }
+
   // ---- overlapping buffers: refused, naming the output.
   {
     nvfp4_quantized_t q = rq;

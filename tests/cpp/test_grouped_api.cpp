@@ -249,6 +249,31 @@ int run_args() {
   c2 = cfg;
   c2.scale_layout = NVFP4_SCALES_LINEAR;
   EXPECT_BAD(nvfp4_grouped_quantize(in.get(), &grp, &c2, rv.get(), nullptr, nullptr), "cfg.scale_layout");
+  // the fields only nvfp4_quantize takes: refused by name, in both forms, never ignored
+  {
+    const float given = 1.0f;
+    uint64_t counter = 0;
+    std::vector<float> w16(static_cast<size_t>(E * 16 * K));
+    const g::Layout wl = g::batched_layout(E, 16, K);
+    Buf wrow(wl);
+    g::View wview = wrow.view(wl);
+    const nvfp4::TensorView win = nvfp4::TensorView::of(w16.data(), {E, 16, K});
+    CHECK(nvfp4_batched_quantize(win.get(), &cfg, wview.get(), nullptr, nullptr) == NVFP4_SUCCESS);
+    for (int k = 0; k < 5; ++k) {
+      c2 = cfg;
+      const char* field = nullptr;
+      switch (k) {
+        case 0: c2.scale_select = NVFP4_SELECT_4OVER6_MAE; field = "cfg.scale_select"; break;
+        case 1: c2.e4m3_bound = 256; field = "cfg.e4m3_bound"; break;
+        case 2: c2.amax_mode = NVFP4_AMAX_ROWS; field = "cfg.amax_mode"; break;
+        case 3: c2.amax_in = &given; field = "cfg.amax_in"; break;
+        default: c2.offset_counter = &counter; field = "cfg.offset_counter"; break;
+      }
+      EXPECT_BAD(nvfp4_grouped_quantize(in.get(), &grp, &c2, rv.get(), nullptr, nullptr), field);
+      EXPECT_BAD(nvfp4_batched_quantize(win.get(), &c2, wview.get(), nullptr, nullptr), field);
+    }
+    CHECK(counter == 0);
+  }
   // a scale buffer sized for fewer groups
   const g::Layout small = g::rowwise_layout(T, K, 1);
   Buf srow(small);

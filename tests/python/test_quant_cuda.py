@@ -358,7 +358,9 @@ class _Config(ctypes.Structure):
                 ("offset", ctypes.c_uint64), ("offset_device", ctypes.c_void_p),
                 # 0.3: the recipe options (defaults: no scale selection, bound 448, one amax per tensor)
                 ("scale_select", ctypes.c_int), ("e4m3_bound", ctypes.c_uint32), ("amax_mode", ctypes.c_int),
-                ("amax_in", ctypes.c_void_p)]
+                ("amax_in", ctypes.c_void_p),
+                # the counter the call advances
+                ("offset_counter", ctypes.c_void_p)]
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)

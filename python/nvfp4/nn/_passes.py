@@ -97,6 +97,7 @@ def _packed(name: str, t, nbytes: int, device, device_of: str) -> None:
 
 _FLOATS = frozenset(check.FLOATS)
 _I64, _U8, _F32, _E4M3 = torch.int64, torch.uint8, torch.float32, torch.float8_e4m3fn
+_increment_version = torch.autograd.graph.increment_version
 _ONE = (1,)
 
 
@@ -143,32 +144,36 @@ _NONE2 = (0, 0)
 
 
 def _quantize_1d(xp, xcode, rows, cols, row_q, row_v, col_q, col_v, want_row, want_col, round_row, round_col,
-                 col_rht, sign_mask, seed, cnt, dt, di, st, qws):
+                 col_rht, sign_mask, seed, cnt, dt, di, st, qws, advance=False):
     """x [rows, cols] (1D blocks) rowwise into codes row_q and/or decoded values row_v, and
     columnwise into col_q / col_v (col_rht: the columnwise Hadamard transform), each with its
     rounding: one pass when both orientations are wanted with the same rounding, else one
     each. An absent output's addresses are zeros. The codes road's entry point where no
-    decoded values are asked for, the decoded road's otherwise."""
+    decoded values are asked for, the decoded road's otherwise. cnt: the counter's address,
+    read when the work runs; advance: the (last) call also adds one to it, once the work has
+    read it (the library's offset_counter: no launch of its own where the amax pass runs)."""
     if want_row and want_col and round_row != round_col:
         _quantize_call(xp, xcode, rows, cols, row_q, row_v, _NONE3, _NONE2, round_row, 0, sign_mask, seed, cnt,
                        dt, di, st, qws)
         _quantize_call(xp, xcode, rows, cols, _NONE3, _NONE2, col_q, col_v, round_col, col_rht, sign_mask, seed, cnt,
-                       dt, di, st, qws)
+                       dt, di, st, qws, advance=advance)
     elif want_row or want_col:
         _quantize_call(xp, xcode, rows, cols, row_q, row_v, col_q, col_v, round_row if want_row else round_col,
-                       col_rht if want_col else 0, sign_mask, seed, cnt, dt, di, st, qws)
+                       col_rht if want_col else 0, sign_mask, seed, cnt, dt, di, st, qws, advance=advance)
 
 
 def _quantize_call(xp, xcode, rows, cols, row_q, row_v, col_q, col_v, rounding, rht, sign_mask, seed, cnt, dt, di,
-                   st, qws, block=0):
+                   st, qws, block=0, advance=False):
     # qws: the quantization workspace (_QWS bytes in the pass's scratch): the amax pass leaves
-    # partials there instead of the amax outputs being zeroed by two memsets first
+    # partials there instead of the amax outputs being zeroed by two memsets first.
+    # advance: cnt is given as the counter the call advances, not as the read-only offset.
+    od, oc = (0, cnt) if advance else (cnt, 0)
     if row_v[1] or col_v[1]:
         _ops.quantize_dec_raw(xp, xcode, rows, cols, *row_q, *row_v, *col_q, *col_v, block, rounding,
-                              _LAYOUT_SWIZZLED, rht, sign_mask, seed, 0, cnt, dt, di, st, qws)
+                              _LAYOUT_SWIZZLED, rht, sign_mask, seed, 0, od, dt, di, st, qws, oc)
     else:
         _ops.quantize_raw(xp, xcode, rows, cols, *row_q, *col_q, block, rounding, _LAYOUT_SWIZZLED, rht, sign_mask,
-                          seed, 0, cnt, dt, di, st, qws)
+                          seed, 0, od, dt, di, st, qws, oc)
 
 
 def _gemm_call(a_q, a_v, b_q, b_v, m, n, k, bias, bias_code, d, d_code, backend, ws, ws_bytes, dt, di, st):
@@ -476,9 +481,11 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
             col_q = (base + o[0], base + o[1], base + o[2])
     g = base + p[5]
     dyp, dycode = dy.data_ptr(), DTYPE_CODE[dy_dt]
+    # the (last) quantization of dY advances the counter once its work has read it: the next
+    # backward of this layer draws new bits
     _quantize_1d(dyp, dycode, m, n, row_q, row_v, col_q, col_v, need_dx, need_dw, cfg[C.DY_ROUND], cfg[C.DYT_ROUND],
                  2 if cfg[C.DYT_RHT] else 0, cfg[C.SIGN_MASK], cfg[C.SEED_DY], counter.data_ptr(), dt, di, st,
-                 base + p[14])
+                 base + p[14], advance=True)
     if need_dx:  # dgrad: dX = alpha * dŶ (Ŵᵀ)ᵀ, W^T quantized along N
         a, o = wt.data_ptr(), p[9]
         _gemm_call(row_q, row_v, (a, a + o[1], a + o[2]), _NONE2, m, k, n, 0, 0, dx.data_ptr(), dycode, backend, g,
@@ -487,9 +494,10 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
         a, o = xt.data_ptr(), p[8]
         _gemm_call(col_q, col_v, (a, a + o[1], a + o[2]), _NONE2, n, k, _up(m, 16), 0, 0, dw.data_ptr(),
                    DTYPE_CODE[dw_dtype], backend, g, p[7], dt, di, st)
-    # The next backward of this layer draws new bits. In stream order after the quantize
-    # kernels above, which read the counter when they run.
-    counter.add_(1)
+    if need_dx or need_dw:
+        _increment_version(counter)  # written by the library: as an in-place op would have
+    else:
+        counter.add_(1)  # nothing quantized: the step still advances it
     return dx, dw
 
 
