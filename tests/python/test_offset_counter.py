@@ -92,7 +92,7 @@ def same(got, want, what):
         if g is None:
             continue
         for i, (a, b) in enumerate(zip(g, w)):
-            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"{what}: {kind} output {i} differs"
+            assert torch.equal(a.cpu().view(torch.uint8), b.cpu().view(torch.uint8)), f"{what}: {kind} output {i} differs"
 
 
 def x_for(device, rows=300, cols=208, seed=3):
