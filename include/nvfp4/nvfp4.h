@@ -161,10 +161,11 @@ typedef struct {
    * before the call returns; once per call, an empty input included. A training step's
    * gradient quantization draws new bits on each call, and on each replay of a CUDA graph that
    * captured it, without a separate increment. With the workspace form (nvfp4_quantize_ws,
-   * nvfp4_quantize_decoded_ws) and the tensor's own amax, the amax pass advances it and keeps
-   * the value read in the workspace for the quantize pass: no launch of its own. Not together
-   * with offset_device. nvfp4_quantize(_ws) and nvfp4_quantize_decoded(_ws) only: the grouped
-   * and batched forms refuse it. */
+   * nvfp4_quantize_decoded_ws) and the default recipe options (no scale selection, bound 448,
+   * the tensor's own amax, no EDEN), the amax pass advances it and keeps the value read in the
+   * workspace for the quantize pass: no launch of its own; otherwise one small kernel after
+   * the quantize pass does. Not together with offset_device. nvfp4_quantize(_ws) and
+   * nvfp4_quantize_decoded(_ws) only: the grouped and batched forms refuse it. */
   uint64_t* offset_counter;
 } nvfp4_quant_config_t;
 
