@@ -207,6 +207,36 @@ int test_hardening() {
     c.offset_counter = &counter;
     EXPECT_STATUS(nvfp4_quantize(&in, &c, got.view.get(), nullptr, nullptr), NVFP4_SUCCESS);
     CHECK(got.data == want.data && counter == 602);
+    // the recipe options' routes (a given amax, 4over6, EDEN) read it and advance it the same way
+    {
+      const float given = 2.5f;
+      for (int k = 0; k < 3; ++k) {
+        nvfp4_quant_config_t o = cfg;
+        o.seed = 77;
+        o.offset = 5;
+        if (k == 0) {
+          o.rounding = NVFP4_ROUND_STOCHASTIC;
+          o.amax_mode = NVFP4_AMAX_GIVEN;
+          o.amax_in = &given;
+        } else if (k == 1) {
+          o.scale_select = NVFP4_SELECT_4OVER6_MAE;
+        } else {
+          o.rounding = NVFP4_ROUND_EDEN;
+          o.rht = NVFP4_RHT_ROWWISE;
+        }
+        HostQ by_device(nvfp4::rowwise_layout(R, C)), by_counter(nvfp4::rowwise_layout(R, C));
+        const uint64_t fixed = 300;
+        o.offset_device = &fixed;
+        EXPECT_STATUS(nvfp4_quantize(&in, &o, by_device.view.get(), nullptr, nullptr), NVFP4_SUCCESS);
+        uint64_t adv = 300;
+        o.offset_device = nullptr;
+        o.offset_counter = &adv;
+        EXPECT_STATUS(nvfp4_quantize(&in, &o, by_counter.view.get(), nullptr, nullptr), NVFP4_SUCCESS);
+        CHECK(by_counter.data == by_device.data && by_counter.scales == by_device.scales &&
+              by_counter.amax == by_device.amax);
+        CHECK(adv == 301);
+      }
+    }
     // wraps modulo 2^64
     counter = UINT64_MAX;
     EXPECT_STATUS(nvfp4_quantize(&in, &c, got.view.get(), nullptr, nullptr), NVFP4_SUCCESS);
