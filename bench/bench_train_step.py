@@ -11,6 +11,9 @@ the same run:
              baseline recipes (E4M3 forward, E5M2 gradients, torch._scaled_mm); with
              "+opaque" / "+traced" (fp8+opaque), compiled steps keep the kernel path's ops
              opaque / trace the casts as torch ops (FP8Recipe.inductor_casts);
+- nvfp4+decoded (on request): nvfp4 with the backward's Xᵀ and Wᵀ saved as decoded BF16
+             values (nvfp4.nn.set_saved_operands(model, "decoded"): no decode passes, more
+             activation memory, the same bits);
 - any other name of nvfp4.nn.RECIPES (on request, e.g. mx_baseline, tetrajet): every
              block's Linear converted with that recipe.
 A step is forward + backward + fused AdamW. Times are medians over --steps steps after
@@ -435,8 +438,10 @@ def ab_rounds(step, timed, env: str, rounds: int, steps: int) -> dict:
 def build_variant(name, margs, dev, a, ap):
     """examples/train.py's model with the variant's Linear layers."""
     model = T.build_model(margs, dev)
-    if name == "nvfp4":
+    if name in ("nvfp4", "nvfp4+decoded"):
         nn4.convert(model, a.recipe_obj, include="blocks.*")
+        if name == "nvfp4+decoded":
+            nn4.set_saved_operands(model, "decoded")
     elif name == "fakequant":
         fakequant_convert(model, a.recipe_obj)
     elif _fp8_variant(name) is not None:
@@ -473,6 +478,9 @@ def activation_memory(args, dev):
     torch.manual_seed(0)
     base = nn.Linear(k, n, bias=False, device=dev)
     layers = {"bf16": base, "nvfp4": nn4.Linear.from_linear(copy.deepcopy(base), args.recipe_obj)}
+    if "nvfp4+decoded" in args.variants.split(","):
+        layers["nvfp4+decoded"] = nn4.Linear.from_linear(copy.deepcopy(base), args.recipe_obj)
+        layers["nvfp4+decoded"].set_saved_operands("decoded")
     fq = copy.deepcopy(base)
     fq.__class__ = FakeQuantLinear
     fq.recipe = args.recipe_obj
@@ -496,7 +504,7 @@ def activation_memory(args, dev):
             sync(dev)
             res[name]["allocated_delta_bytes"] = torch.cuda.memory_allocated(dev) - before - y.numel() * y.element_size()
             del y
-    for name in ("nvfp4", "fakequant"):
+    for name in [n for n in res if n != "bf16"]:
         res[name]["ratio_to_bf16"] = res[name]["saved_bytes_per_token"] / res["bf16"]["saved_bytes_per_token"]
         if "allocated_delta_bytes" in res[name]:
             res[name]["allocated_ratio_to_bf16"] = res[name]["allocated_delta_bytes"] / \
@@ -687,7 +695,8 @@ def main(argv=None):
     for mode in modes:
         b, q = rows.get(f"bf16/{mode}", {}), rows.get(f"nvfp4/{mode}", {})
         others = [v for v in a.variants.split(",")
-                  if _fp8_variant(v) is not None or (v in nn4.RECIPES and v not in ("nvfp4", "bf16"))]
+                  if _fp8_variant(v) is not None or v == "nvfp4+decoded"
+                  or (v in nn4.RECIPES and v not in ("nvfp4", "bf16"))]
         for f8 in others:
             r8 = rows.get(f"{f8}/{mode}", {})
             if "step_ms" in b and "step_ms" in r8:

@@ -236,11 +236,12 @@ NB_MODULE(_C, m) {
         nb::arg("workspace").noconvert().none() = nb::none());
 
   // quantize with the recipe options of 0.3 (nvfp4_quant_config_t's scale_select, e4m3_bound,
-  // amax_mode, amax_in); rounding 2 is MS-EDEN.
+  // amax_mode, amax_in); rounding 2 is MS-EDEN. offset_counter: 0 or cfg.offset_counter's address.
   m.def("quantize_options",
         [](const Array& x, OptArray rd, OptArray rs, OptArray ra, OptArray cd, OptArray cs, OptArray ca, int block,
            int rounding, int layout, uint32_t rht, uint32_t sign_mask, uint64_t seed, uint64_t offset,
-           int scale_select, uint32_t e4m3_bound, int amax_mode, OptArray amax_in, uintptr_t stream) {
+           int scale_select, uint32_t e4m3_bound, int amax_mode, OptArray amax_in, uintptr_t stream,
+           uintptr_t offset_counter) {
           nvfp4_tensor_t in = desc(x, "x");
           nvfp4_quant_config_t cfg;
           nvfp4_quant_config_default(&cfg);
@@ -255,6 +256,7 @@ NB_MODULE(_C, m) {
                                                              "0 = none, 1 = 4over6 MAE, 2 = 4over6 MSE");
           cfg.e4m3_bound = e4m3_bound;
           cfg.amax_mode = enum_arg<nvfp4_amax_mode_t>(amax_mode, 3, "amax_mode", "0 = tensor, 1 = rows, 2 = given");
+          cfg.offset_counter = reinterpret_cast<uint64_t*>(offset_counter);
           std::optional<nvfp4_tensor_t> given;
           if (amax_in) {
             given = desc(*amax_in, "amax_in");
@@ -275,7 +277,7 @@ NB_MODULE(_C, m) {
         nb::arg("col_scales").noconvert().none(), nb::arg("col_amax").noconvert().none(), nb::arg("block"),
         nb::arg("rounding"), nb::arg("scale_layout"), nb::arg("rht"), nb::arg("rht_sign_mask"), nb::arg("seed"),
         nb::arg("offset"), nb::arg("scale_select"), nb::arg("e4m3_bound"), nb::arg("amax_mode"),
-        nb::arg("amax_in").noconvert().none(), nb::arg("stream"));
+        nb::arg("amax_in").noconvert().none(), nb::arg("stream"), nb::arg("offset_counter") = 0);
 
   m.def("dequantize",
         [](const Array& data, const Array& scales, const Array& amax, int layout, const Array& out,

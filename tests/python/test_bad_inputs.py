@@ -213,7 +213,7 @@ def test_linear_op_checks_the_weight_against_x():
     with raises(ValueError, "counter", "on meta"):
         ops.linear_fwd(torch.randn(4, 32), torch.randn(16, 32), None, layer.sr_step.to("meta"), layer._plan.cfg,
                        False, False)
-    with raises(ValueError, "cfg", "expected 12 ints"):
+    with raises(ValueError, "cfg", "expected 13 ints"):
         ops.linear_fwd(torch.randn(4, 32), torch.randn(16, 32), None, layer.sr_step, [0] * 3, False, False)
     with raises(ValueError, "w_cache", "expected a packed uint8 buffer of at least"):
         ops.linear_fwd(torch.randn(4, 32), torch.randn(16, 32), None, layer.sr_step, layer._plan.cfg, False, False,

@@ -241,3 +241,74 @@ def test_cuda_graph_replays_draw_new_bits(workspace):
         torch.cuda.synchronize()
         same(outs, run(x, "row+col rht(col)", offset=1 + 21 + i, decoded=True), f"replay {i}")
         assert int(counter.item()) == 22 + i
+
+
+# ----------------------------------------------------------------------------- the recipe options' routes
+# (scale_select, amax_mode, rounding, rht, given amax, rowwise, columnwise): a given amax (the
+# ordinary kernels, no amax pass), 4over6, one amax per row, MS-EDEN with the rowwise
+# transform and a given amax with the columnwise one — each takes the one-thread kernel on a
+# GPU, the counter read by the options' kernels or the ordinary ones with the given value
+OPTIONS = {
+    "given amax, SR": (0, 2, 1, 0, 3.5, True, False),
+    "given amax, SR, row+col rht(col)": (0, 2, 1, 2, 40.0, True, True),
+    "4over6 MAE (RTN: the counter only advances)": (1, 0, 0, 0, None, True, False),
+    "rows amax, SR": (0, 1, 1, 0, None, True, False),
+    "EDEN, rht(row)": (0, 0, 2, 1, None, True, False),
+}
+
+
+def run_options(x, name, offset=0, counter=None):
+    select, amax_mode, rounding, rht, given, want_row, want_col = OPTIONS[name]
+    rows, cols = x.shape
+    dev = x.device
+
+    def alloc(r, c, n):
+        sc = c // 16
+        return [torch.full((r, c // 2), POISON, dtype=torch.uint8, device=dev),
+                torch.full(((r + 127) // 128 * 128, (sc + 3) // 4 * 4), POISON, dtype=torch.uint8, device=dev),
+                torch.full((n,), float("nan"), dtype=torch.float32, device=dev)]
+
+    rp = (rows + 15) // 16 * 16
+    row = alloc(rows, cols, rows if amax_mode == 1 else 1) if want_row else None
+    col = alloc(cols, rp, cols if amax_mode == 1 else 1) if want_col else None
+    a = None if given is None else torch.tensor([given], dtype=torch.float32, device=dev)
+    stream = torch.cuda.current_stream().cuda_stream if x.is_cuda else 0
+    _C.quantize_options(x, *(row or (None,) * 3), *(col or (None,) * 3), 0, rounding, 1, rht, MASK, 77,
+                        offset % U64, select, 448, amax_mode, a, stream,
+                        offset_counter=0 if counter is None else counter.data_ptr())
+    return row, col
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+@pytest.mark.parametrize("device", DEVICES)
+def test_counter_through_the_options(device, name):
+    """The options' routes read the counter as the offset (the bits of the same call with the
+    value added by hand, and on the GPU the CPU reference's) and advance it once."""
+    x = x_for(device)
+    for value, offset in ((0, 0), (41, 5), (U64 - 1, 3)):
+        counter = _counter(value, device)
+        got = run_options(x, name, offset=offset, counter=counter)
+        want = run_options(x, name, offset=offset + value)
+        same(got, want, f"{name}, counter {value}")
+        assert int(counter.item()) % U64 == (value + 1) % U64
+        if device == "cuda":
+            ref = run_options(x.cpu(), name, offset=offset + value)
+            same(got, ref, f"{name}, counter {value}, against the CPU reference")
+
+
+@cuda
+def test_counter_inside_the_workspace_refused():
+    """A counter inside the quantization workspace is refused by name, nothing written."""
+    x = x_for("cuda", 64, 64)
+    ws = torch.zeros(_C.quantize_workspace_bytes, dtype=torch.uint8, device="cuda")
+
+    class InWorkspace:
+        def data_ptr(self):
+            return ws.data_ptr() + 64
+
+    outs = (_out(64, 64, "cuda", False), None)
+    with pytest.raises(ValueError, match="offset_counter.*workspace|workspace.*offset_counter"):
+        run(x, counter=InWorkspace(), workspace=ws, outs=outs)
+    torch.cuda.synchronize()
+    assert not ws.any()
+    assert bool((outs[0][0] == POISON).all())

@@ -14,14 +14,15 @@ from .linear import Linear
 from .grouped import GroupedExperts, GroupedLinear
 from .frozen import FP4MergeWarning, FP4Weight, FrozenLinear, recipe_from_dict, requantize_writes
 from .convert import (DEFAULT_EXCLUDE, ConversionPlan, Conv1DLinear, Cooldown, convert, converted_layers,
-                      find_blocks, freeze_fp4, frozen_layers, plan_conversion, set_precision, set_sr_step,
-                      set_weight_reuse, unconvert, ROUTER_NAMES)
+                      find_blocks, freeze_fp4, frozen_layers, plan_conversion, set_precision, set_saved_operands,
+                      set_sr_step, set_weight_reuse, unconvert, ROUTER_NAMES)
 from .lora import LoRALinear, add_lora, lora_parameters, lora_state_dict, merge_and_unload
 from .checkpoint import load, save
 
 __all__ = ["Linear", "GroupedLinear", "GroupedExperts", "ROUTER_NAMES", "Recipe", "QuantConfig", "RECIPES", "get_recipe", "layer_seed", "convert", "unconvert",
            "plan_conversion", "ConversionPlan", "find_blocks", "converted_layers", "frozen_layers",
-           "set_precision", "set_sr_step", "set_weight_reuse", "Cooldown", "DEFAULT_EXCLUDE", "Conv1DLinear",
+           "set_precision", "set_saved_operands", "set_sr_step", "set_weight_reuse", "Cooldown", "DEFAULT_EXCLUDE",
+           "Conv1DLinear",
            "FrozenLinear", "FP4Weight", "freeze_fp4", "save", "load", "recipe_from_dict", "LoRALinear", "add_lora",
            "merge_and_unload", "lora_parameters", "lora_state_dict", "ops", "requantize_writes", "FP4MergeWarning",
            "four_over_six", "rotation_signs"]

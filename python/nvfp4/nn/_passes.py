@@ -54,7 +54,8 @@ class LinearConfig:
     DYT_RHT = 8        # wgrad dY^T: Hadamard transform
     SEED_X = 9         # Philox key of the forward operands
     SEED_DY = 10       # Philox key of the backward operands
-    SIZE = 12
+    SAVE_DECODED = 12  # save X^T and W^T decoded where the backward GEMM reads decoded operands (0/1)
+    SIZE = 13
 
 
 # W cache modes of linear_fwd.
@@ -96,7 +97,7 @@ def _packed(name: str, t, nbytes: int, device, device_of: str) -> None:
 
 
 _FLOATS = frozenset(check.FLOATS)
-_I64, _U8, _F32, _E4M3 = torch.int64, torch.uint8, torch.float32, torch.float8_e4m3fn
+_I64, _U8, _F32, _E4M3, _BF16 = torch.int64, torch.uint8, torch.float32, torch.float8_e4m3fn, torch.bfloat16
 _increment_version = torch.autograd.graph.increment_version
 _ONE = (1,)
 
@@ -203,9 +204,32 @@ def _device3(t, d):
 _CPU3 = (0, 0, 0)
 
 
-def _fwd_plan(m, k, n, x_dtype, bias_dt, fprop, backend, save_xt, save_wt, w_mode, device, dev):
+def saved_decoded(m, k, n, x_dtype, w_dtype, backend, save_xt, save_wt, w_mode, save_decoded, device, dev):
+    """(X^T decoded, W^T decoded): which saved operands linear_fwd writes as their decoded
+    values (LinearConfig.SAVE_DECODED) — each where the backward GEMM that reads it (wgrad
+    for X^T, dgrad for W^T) runs on a runner that takes decoded operands; W^T only when it is
+    quantized here (W_FRESH: a weight cache holds codes). A function of the shapes, dtypes,
+    backend, device and GEMM environment, as the plans are: the fake implementation asks it
+    too, and the backward reads the answer off the saved tensors' dtypes."""
+    if not save_decoded or m == 0:
+        return False, False
+    mp = _up(m, 16)
+    xt = bool(save_xt and _ops.gemm_takes_decoded(n, k, mp, backend, w_dtype, None, device, dev))
+    wt = bool(save_wt and w_mode == W_FRESH and _ops.gemm_takes_decoded(m, k, n, backend, x_dtype, None, device, dev))
+    return xt, wt
+
+
+def _dec_bytes(rows, cols):
+    return _dec_layout(0, rows, cols)[1]
+
+
+def _fwd_plan(m, k, n, x_dtype, w_dtype, bias_dt, fprop, backend, save_xt, save_wt, w_mode, save_decoded, device,
+              dev):
     # decoded: X rowwise (and W rowwise when quantized here) go to the GEMM as decoded values
     dec = bool(fprop and m > 0 and _ops.gemm_takes_decoded(m, n, k, backend, x_dtype, bias_dt, device, dev))
+    # the saved X^T / W^T as decoded values (LinearConfig.SAVE_DECODED), where their GEMMs take them
+    xt_dec, wt_dec = saved_decoded(m, k, n, x_dtype, w_dtype, backend, save_xt, save_wt, w_mode, save_decoded,
+                                   device, dev)
     wdec = dec and w_mode == W_FRESH
     if dec:
         xdec, xrow_bytes = _dec_layout(0, m, k)
@@ -216,38 +240,59 @@ def _fwd_plan(m, k, n, x_dtype, bias_dt, fprop, backend, save_xt, save_wt, w_mod
         xrow_bytes = packed_nbytes(m, k) if fprop else 0
         wrow_bytes = packed_nbytes(n, k) if (fprop and w_mode == W_FRESH) else 0
         gemm_ws = gemm_workspace_bytes(m, n, k, backend, x_dtype, bias_dt, False, device, dev) if fprop else 0
-    xt = _offsets(0, k, _up(m, 16)) if save_xt else None
+    mp, np_ = _up(m, 16), _up(n, 16)
+    # the saved X^T / W^T: (codes addresses, decoded addresses) offsets, one of the two None
+    xt = xt_v = None
+    if save_xt:
+        if xt_dec:
+            xt_v = _dec_layout(0, k, mp)[0]
+        else:
+            xt = _offsets(0, k, mp)
+    wcol_v = None
     if w_mode == W_FRESH:
         wrow = _offsets(xrow_bytes, n, k) if (fprop and not wdec) else None  # in the scratch buffer, after X
-        wcol = _offsets(0, k, _up(n, 16)) if save_wt else None  # at the start of the saved W^T
+        wcol = _offsets(0, k, np_) if (save_wt and not wt_dec) else None  # at the start of the saved W^T
+        if wt_dec:
+            wcol_v = _dec_layout(0, k, np_)[0]
     else:  # the weight cache: W rowwise, then W^T
         wrow = _offsets(0, n, k)
-        wcol = _offsets(_w_cache_layout(n, k)[0], k, _up(n, 16))
+        wcol = _offsets(_w_cache_layout(n, k)[0], k, np_)
     qws = _up(xrow_bytes + wrow_bytes + gemm_ws, 256)  # the quantization workspace, last
     return ((m, n) if fprop else (0,),                                       # 0: y shape
-            packed_nbytes(k, _up(m, 16)) if save_xt else 0,                 # 1: saved X^T bytes
-            packed_nbytes(k, _up(n, 16)) if (save_wt and w_mode == W_FRESH) else 0,  # 2: saved W^T bytes
+            _saved_numel(k, mp, save_xt, xt_dec),                           # 1: saved X^T elements
+            _saved_numel(k, np_, save_wt and w_mode == W_FRESH, wt_dec),    # 2: saved W^T elements
             qws + _QWS,                                                     # 3: scratch bytes
             _offsets(0, m, k) if fprop else None, wrow, xt, wcol,           # 4-7: offsets
             xrow_bytes + wrow_bytes, gemm_ws,                               # 8, 9: GEMM workspace offset, bytes
             w_cache_nbytes(n, k),                                           # 10: a weight cache's bytes
             dec, xdec, wdec_off,                                            # 11-13: decoded X (and W) in the scratch
-            qws)                                                            # 14: quantization workspace offset
+            qws,                                                            # 14: quantization workspace offset
+            xt_v, wcol_v,                                                   # 15, 16: decoded X^T / W^T offsets
+            _BF16 if xt_dec else _U8, _BF16 if wt_dec else _U8)             # 17, 18: their dtypes
 
 
-def _bwd_plan(m, n, k, dy_dtype, dw_dtype, need_dx, need_dw, backend, device, dev):
+def _saved_numel(rows, cols, saved, dec):
+    """Elements of a saved operand [rows, cols]: packed codes (uint8 bytes) or decoded values
+    (bfloat16: the values, then the amax in a 256-byte slot); 0 when not saved."""
+    if not saved:
+        return 0
+    return _dec_bytes(rows, cols) // 2 if dec else packed_nbytes(rows, cols)
+
+
+def _bwd_plan(m, n, k, dy_dtype, dw_dtype, need_dx, need_dw, backend, xt_dec, wt_dec, device, dev):
+    # xt_dec / wt_dec: the saved X^T / W^T come as decoded values (bfloat16 buffers), B of their GEMMs
     mp = _up(m, 16)
     # decoded: dY rowwise (dgrad's A) and dY^T (wgrad's A), each where its GEMM's runner takes it
     dx_dec = bool(need_dx and m > 0 and _ops.gemm_takes_decoded(m, k, n, backend, dy_dtype, None, device, dev))
     dw_dec = bool(need_dw and m > 0 and _ops.gemm_takes_decoded(n, k, mp, backend, dw_dtype, None, device, dev))
     if need_dx:
-        ws_dx = (_ops.gemm_dec_workspace_bytes(m, k, n, backend, dy_dtype, None, True, False, device, dev) if dx_dec
-                 else gemm_workspace_bytes(m, k, n, backend, dy_dtype, None, False, device, dev))
+        ws_dx = (_ops.gemm_dec_workspace_bytes(m, k, n, backend, dy_dtype, None, dx_dec, wt_dec, device, dev)
+                 if (dx_dec or wt_dec) else gemm_workspace_bytes(m, k, n, backend, dy_dtype, None, False, device, dev))
     else:
         ws_dx = 0
     if need_dw:
-        ws_dw = (_ops.gemm_dec_workspace_bytes(n, k, mp, backend, dw_dtype, None, True, False, device, dev) if dw_dec
-                 else gemm_workspace_bytes(n, k, mp, backend, dw_dtype, None, False, device, dev))
+        ws_dw = (_ops.gemm_dec_workspace_bytes(n, k, mp, backend, dw_dtype, None, dw_dec, xt_dec, device, dev)
+                 if (dw_dec or xt_dec) else gemm_workspace_bytes(n, k, mp, backend, dw_dtype, None, False, device, dev))
     else:
         ws_dw = 0
     if dx_dec:
@@ -266,11 +311,12 @@ def _bwd_plan(m, n, k, dy_dtype, dw_dtype, need_dx, need_dw, backend, device, de
             row,                                                            # 3: dY rowwise in the scratch
             col,                                                            # 4: dY^T in the scratch
             row_bytes + col_bytes, ws_dx, ws_dw,                            # 5-7: GEMM workspace offset, bytes
-            _offsets(0, k, mp), _offsets(0, k, _up(n, 16)),                 # 8, 9: saved X^T, W^T offsets
-            packed_nbytes(k, mp) if need_dw else 0,                         # 10: X^T bytes needed
-            packed_nbytes(k, _up(n, 16)) if need_dx else 0,                 # 11: W^T bytes needed
+            _offsets(0, k, mp), _offsets(0, k, _up(n, 16)),                 # 8, 9: saved X^T, W^T offsets (codes)
+            _saved_numel(k, mp, need_dw, xt_dec),                           # 10: X^T elements needed
+            _saved_numel(k, _up(n, 16), need_dx, wt_dec),                   # 11: W^T elements needed
             dx_dec, dw_dec,                                                 # 12, 13: dY / dY^T decoded
-            qws)                                                            # 14: quantization workspace offset
+            qws,                                                            # 14: quantization workspace offset
+            _dec_layout(0, k, mp)[0], _dec_layout(0, k, _up(n, 16))[0])     # 15, 16: decoded X^T, W^T offsets
 
 
 # ------------------------------------------------------------------------------ linear_fwd
@@ -328,17 +374,20 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
     dt, di, st = _device3(x, dev)
     x_dt = x.dtype
     bias_dt = None if bias is None else bias.dtype
-    key = ("linear_fwd", m, k, n, x_dt, bias_dt, dt, di, fprop, backend, save_xt, save_wt, w_mode, gemm_env_key())
-    p = _ops._WS.get(key) or _new_plan(key, _fwd_plan, m, k, n, x_dt, bias_dt, fprop, backend, save_xt, save_wt,
-                                       w_mode, dev, (dt, di, st))
+    save_dec = cfg[C.SAVE_DECODED]
+    key = ("linear_fwd", m, k, n, x_dt, w.dtype, bias_dt, dt, di, fprop, backend, save_xt, save_wt, w_mode, save_dec,
+           gemm_env_key())
+    p = _ops._WS.get(key) or _new_plan(key, _fwd_plan, m, k, n, x_dt, w.dtype, bias_dt, fprop, backend, save_xt,
+                                       save_wt, w_mode, save_dec, dev, (dt, di, st))
     if w_mode != W_FRESH and w_cache.numel() < p[10]:
         _packed("w_cache", w_cache, p[10], dev, "x")  # raises, naming the buffer
     x = x.contiguous()
     # y [..., n] like x (the plan's shape is the 2D one)
     y = torch.empty(*p[0], dtype=x_dt, device=dev) if (x.dim() == 2 or not fprop) else \
         torch.empty(*x.shape[:-1], n, dtype=x_dt, device=dev)
-    xt = torch.empty(p[1], dtype=_U8, device=dev)
-    wt = torch.empty(p[2], dtype=_U8, device=dev)
+    # the saved X^T and W^T: packed codes (uint8), or decoded values (bfloat16) where the plan says
+    xt = torch.empty(p[1], dtype=p[17], device=dev)
+    wt = torch.empty(p[2], dtype=p[18], device=dev)
     # one scratch buffer: X rowwise | W rowwise (when not cached) | GEMM workspace
     ws = torch.empty(p[3], dtype=_U8, device=dev)
     base = ws.data_ptr()
@@ -357,18 +406,22 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
     else:
         o = p[4]
         xrow_q, xrow_v = ((base, base + o[1], base + o[2]) if fprop else _NONE3), _NONE2
+    xt_q, xt_v = _NONE3, _NONE2
     if save_xt:
-        a, o = xt.data_ptr(), p[6]
-        xt_addr = (a, a + o[1], a + o[2])
-    else:
-        xt_addr = _NONE3
-    _quantize_1d(xp, xcode, m, k, xrow_q, xrow_v, xt_addr, _NONE2, fprop, save_xt, cfg[C.X_ROUND], cfg[C.XT_ROUND],
+        a = xt.data_ptr()
+        if p[15] is not None:
+            xt_v = (a, a + p[15][1])
+        else:
+            o = p[6]
+            xt_q = (a, a + o[1], a + o[2])
+    _quantize_1d(xp, xcode, m, k, xrow_q, xrow_v, xt_q, xt_v, fprop, save_xt, cfg[C.X_ROUND], cfg[C.XT_ROUND],
                  2 if cfg[C.XT_RHT] else 0, sign_mask, seed, cnt, dt, di, st, base + p[14])
 
     # W: both orientations in one pass (round to nearest, no transform), into the scratch
     # buffer (rowwise: codes, or decoded values on the decoded road) and the saved W^T, or
     # into the layer's cache (codes).
-    wrow_v = _NONE2
+    wrow_v = wcol_v = _NONE2
+    wcol = _NONE3
     if w_mode == W_FRESH:
         if dec:
             o = p[13]
@@ -377,16 +430,18 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
             o = p[5]
             wrow_q = (base + o[0], base + o[1], base + o[2]) if fprop else _NONE3
         if save_wt:
-            a, o = wt.data_ptr(), p[7]
-            wcol = (a, a + o[1], a + o[2])
-        else:
-            wcol = _NONE3
+            a = wt.data_ptr()
+            if p[16] is not None:
+                wcol_v = (a, a + p[16][1])
+            else:
+                o = p[7]
+                wcol = (a, a + o[1], a + o[2])
     else:
         a = w_cache.data_ptr()
         wrow_q, wcol = _at(a, p[5]), _at(a, p[7])
-    if w_mode != W_REUSE and (wrow_q[0] or wrow_v[1] or wcol[0]):
+    if w_mode != W_REUSE and (wrow_q[0] or wrow_v[1] or wcol[0] or wcol_v[1]):
         w = w.contiguous()
-        _quantize_call(w.data_ptr(), DTYPE_CODE[w.dtype], n, k, wrow_q, wrow_v, wcol, _NONE2, 0, 0, sign_mask, 0, 0,
+        _quantize_call(w.data_ptr(), DTYPE_CODE[w.dtype], n, k, wrow_q, wrow_v, wcol, wcol_v, 0, 0, sign_mask, 0, 0,
                        dt, di, st, base + p[14], block=cfg[C.W_BLOCK])
     if fprop:  # Y = alpha * X̂ Ŵᵀ (+ bias)
         _gemm_call(xrow_q, xrow_v, wrow_q, wrow_v, m, n, k, 0 if bias is None else bias.data_ptr(),
@@ -394,22 +449,24 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
     return y, xt, wt
 
 
-def _fwd_sizes(x, m, k, n, cfg, save_xt, save_wt, w_mode):
-    """The shapes of linear_fwd's outputs: y, saved X^T bytes, saved W^T bytes."""
-    y_shape = (*x.shape[:-1], n) if cfg[LinearConfig.FPROP] else (0,)
-    xt_bytes = packed_nbytes(k, _up(m, 16)) if save_xt else 0
-    # W^T for dgrad travels with the autograd context unless a weight cache holds it
-    wt_bytes = packed_nbytes(k, _up(n, 16)) if (save_wt and w_mode == W_FRESH) else 0
-    return y_shape, xt_bytes, wt_bytes
-
-
 def _linear_fwd_fake(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache):
     m, k, n = _fwd_check(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache)
     if w_mode != W_FRESH:
         _packed("w_cache", w_cache, w_cache_nbytes(n, k), x.device, "x")
-    y_shape, xt_bytes, wt_bytes = _fwd_sizes(x, m, k, n, cfg, save_xt, save_wt, w_mode)
-    return (x.new_empty(y_shape), x.new_empty((xt_bytes,), dtype=torch.uint8),
-            x.new_empty((wt_bytes,), dtype=torch.uint8))
+    y_shape = (*x.shape[:-1], n) if cfg[LinearConfig.FPROP] else (0,)
+    xt_dec = wt_dec = False
+    if cfg[LinearConfig.SAVE_DECODED] and x.device.type == "cuda":
+        # which saved operands are decoded depends on the GEMM runner chosen for the shape
+        # (the same question the implementation's plan asks): asked with concrete sizes
+        mi, ki, ni = int(m), int(k), int(n)
+        dev = x.device
+        xt_dec, wt_dec = saved_decoded(mi, ki, ni, x.dtype, w.dtype, cfg[LinearConfig.BACKEND], save_xt, save_wt,
+                                       w_mode, True, dev, (1, dev.index if dev.index is not None else 0, 0))
+    # W^T for dgrad travels with the autograd context unless a weight cache holds it
+    return (x.new_empty(y_shape),
+            x.new_empty((_saved_numel(k, _up(m, 16), save_xt, xt_dec),), dtype=_BF16 if xt_dec else _U8),
+            x.new_empty((_saved_numel(k, _up(n, 16), save_wt and w_mode == W_FRESH, wt_dec),),
+                        dtype=_BF16 if wt_dec else _U8))
 
 
 # ------------------------------------------------------------------------------ linear_bwd
@@ -425,12 +482,28 @@ def _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
     _ops.check_counter("counter", counter, dev, "dy")
     _cfg(cfg)
     if need_dw:
-        _packed("xt", xt, packed_nbytes(k, _up(m, 16)), dev, "dy")
+        _saved("xt", xt, k, _up(m, 16), dev)
         if dw_dtype not in DTYPE_CODE:
             raise TypeError(f"dw_dtype: must be float32, float16 or bfloat16, got {dw_dtype}")
     if need_dx:
-        _packed("wt", wt, packed_nbytes(k, _up(n, 16)), dev, "dy")
+        _saved("wt", wt, k, _up(n, 16), dev)
     return m, n
+
+
+def _saved(name: str, t, rows: int, cols: int, device) -> None:
+    """A saved operand [rows, cols] as linear_fwd writes it: packed codes (uint8) or decoded
+    values (bfloat16, LinearConfig.SAVE_DECODED), 1D, with at least the elements it needs."""
+    if getattr(t, "dtype", None) is _BF16:
+        check.tensor(name, t, (torch.bfloat16,), None, device, "dy")
+        need = _dec_bytes(rows, cols) // 2
+        if t.dim() != 1 or t.numel() < need:
+            raise ValueError(f"{name}: expected decoded values [{rows}, {cols}] with their amax, a 1D bfloat16 buffer "
+                             f"of at least {need} elements, got {check.describe(t)}")
+        return
+    if isinstance(t, torch.Tensor) and t.dtype is not _U8:
+        raise ValueError(f"{name}: expected uint8 (packed FP4 codes) or bfloat16 (decoded values), got "
+                         f"{check.describe(t)}")
+    _packed(name, t, packed_nbytes(rows, cols), device, "dy")
 
 
 def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
@@ -449,13 +522,21 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
     m, n = (ds[0] if len(ds) == 2 else math.prod(ds[:-1])), ds[-1]
     backend = cfg[C.BACKEND]
     dt, di, st = _device3(dy, dev)
-    key = ("linear_bwd", m, n, k, dy_dt, dw_dtype, dt, di, need_dx, need_dw, backend, gemm_env_key())
-    p = _ops._WS.get(key) or _new_plan(key, _bwd_plan, m, n, k, dy_dt, dw_dtype, need_dx, need_dw, backend, dev,
-                                       (dt, di, st))
-    if not ((not need_dw or (xt.dtype is _U8 and xt.dim() == 1 and xt.numel() >= p[10] and xt.device == dev
-                             and xt.is_contiguous()))
-            and (not need_dx or (wt.dtype is _U8 and wt.dim() == 1 and wt.numel() >= p[11] and wt.device == dev
-                                 and wt.is_contiguous()))):
+    # the saved operands' form: decoded values (bfloat16) or packed codes (uint8, or anything
+    # else, which the checks below refuse by name)
+    xt_dec = bool(need_dw) and getattr(xt, "dtype", None) is _BF16
+    wt_dec = bool(need_dx) and getattr(wt, "dtype", None) is _BF16
+    if xt_dec or wt_dec:
+        # the decoded buffers' sizes first: the plan below asks the library about decoded
+        # operands (which it refuses where no runner reads them, e.g. on the CPU)
+        _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
+    key = ("linear_bwd", m, n, k, dy_dt, dw_dtype, dt, di, need_dx, need_dw, backend, xt_dec, wt_dec, gemm_env_key())
+    p = _ops._WS.get(key) or _new_plan(key, _bwd_plan, m, n, k, dy_dt, dw_dtype, need_dx, need_dw, backend, xt_dec,
+                                       wt_dec, dev, (dt, di, st))
+    if not ((not need_dw or ((xt_dec or xt.dtype is _U8) and xt.dim() == 1 and xt.numel() >= p[10]
+                             and xt.device == dev and xt.is_contiguous()))
+            and (not need_dx or ((wt_dec or wt.dtype is _U8) and wt.dim() == 1 and wt.numel() >= p[11]
+                                 and wt.device == dev and wt.is_contiguous()))):
         _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
     dy = dy.contiguous()
     dx = torch.empty(*p[0], dtype=dy_dt, device=dev) if (len(ds) == 2 or not need_dx) else \
@@ -487,13 +568,22 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
                  2 if cfg[C.DYT_RHT] else 0, cfg[C.SIGN_MASK], cfg[C.SEED_DY], counter.data_ptr(), dt, di, st,
                  base + p[14], advance=True)
     if need_dx:  # dgrad: dX = alpha * dŶ (Ŵᵀ)ᵀ, W^T quantized along N
-        a, o = wt.data_ptr(), p[9]
-        _gemm_call(row_q, row_v, (a, a + o[1], a + o[2]), _NONE2, m, k, n, 0, 0, dx.data_ptr(), dycode, backend, g,
-                   p[6], dt, di, st)
+        a = wt.data_ptr()
+        if wt_dec:
+            b_q, b_v = _NONE3, (a, a + p[16][1])
+        else:
+            o = p[9]
+            b_q, b_v = (a, a + o[1], a + o[2]), _NONE2
+        _gemm_call(row_q, row_v, b_q, b_v, m, k, n, 0, 0, dx.data_ptr(), dycode, backend, g, p[6], dt, di, st)
     if need_dw:  # wgrad: dW = alpha * (dŶᵀ)(X̂ᵀ)ᵀ, both along the token axis
-        a, o = xt.data_ptr(), p[8]
-        _gemm_call(col_q, col_v, (a, a + o[1], a + o[2]), _NONE2, n, k, _up(m, 16), 0, 0, dw.data_ptr(),
-                   DTYPE_CODE[dw_dtype], backend, g, p[7], dt, di, st)
+        a = xt.data_ptr()
+        if xt_dec:
+            b_q, b_v = _NONE3, (a, a + p[15][1])
+        else:
+            o = p[8]
+            b_q, b_v = (a, a + o[1], a + o[2]), _NONE2
+        _gemm_call(col_q, col_v, b_q, b_v, n, k, _up(m, 16), 0, 0, dw.data_ptr(), DTYPE_CODE[dw_dtype], backend, g,
+                   p[7], dt, di, st)
     if need_dx or need_dw:
         _increment_version(counter)  # written by the library: as an in-place op would have
     else:

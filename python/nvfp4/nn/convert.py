@@ -31,8 +31,8 @@ from .fp8 import FP8Linear
 from .recipe import Recipe, get_recipe
 
 __all__ = ["convert", "unconvert", "freeze_fp4", "plan_conversion", "ConversionPlan", "find_blocks",
-           "converted_layers", "frozen_layers", "set_precision", "set_sr_step", "set_weight_reuse", "Cooldown",
-           "Conv1DLinear", "DEFAULT_EXCLUDE", "is_conv1d", "GROUPED", "ROUTER_NAMES"]
+           "converted_layers", "frozen_layers", "set_precision", "set_saved_operands", "set_sr_step",
+           "set_weight_reuse", "Cooldown", "Conv1DLinear", "DEFAULT_EXCLUDE", "is_conv1d", "GROUPED", "ROUTER_NAMES"]
 
 #: Names left alone unless `exclude` is given explicitly: output and classification heads,
 #: whose outputs feed the loss directly (the recipe keeps them in high precision).
@@ -594,6 +594,18 @@ def set_weight_reuse(model: nn.Module, mode) -> int:
     for m in model.modules():
         if isinstance(m, Linear):
             m.set_weight_reuse(mode)
+            n += 1
+    return n
+
+
+def set_saved_operands(model: nn.Module, mode: str) -> int:
+    """Set Linear.set_saved_operands(mode) on every nvfp4 Linear of `model` ("fp4", the
+    default, or "decoded": the backward's Xᵀ and Wᵀ kept as decoded BF16 values, more
+    activation memory and no decode passes, the same bits); returns how many layers."""
+    n = 0
+    for m in model.modules():
+        if isinstance(m, Linear):
+            m.set_saved_operands(mode)
             n += 1
     return n
 

@@ -396,7 +396,8 @@ class FrozenLinear(RecipeLayer, nn.Linear):
         module._parameters.pop("weight", None)
         for name in ("sr_step", "_w_cache"):
             module._buffers.pop(name, None)
-        for a in ("precision", "_layer_index", "_recipe", "_plan", "weight_reuse", "_w_cache_stored"):
+        for a in ("precision", "_layer_index", "_recipe", "_plan", "weight_reuse", "_w_cache_stored",
+                  "saved_operands"):
             module.__dict__.pop(a, None)
         module.__class__ = cls
         module.in_features, module.out_features = k, n

@@ -35,7 +35,7 @@ from ..backends import BACKENDS
 from .emulated import check_shapes, emulated_linear
 from .recipe import RECIPES, Recipe, get_recipe, layer_seed
 
-__all__ = ["Linear", "TOKEN_ALIGN", "WEIGHT_REUSE_MODES"]
+__all__ = ["Linear", "TOKEN_ALIGN", "WEIGHT_REUSE_MODES", "SAVED_OPERANDS"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -68,6 +68,7 @@ TOKEN_ALIGN = _passes.TOKEN_ALIGN  # the token-axis padding before a columnwise 
 #: Values of Linear.weight_reuse: None (quantize W on every forward), "store" (quantize and
 #: keep it), "reuse" (use the kept quantization: later micro-batches of one optimizer step).
 WEIGHT_REUSE_MODES = (None, "store", "reuse")
+SAVED_OPERANDS = ("fp4", "decoded")
 _W_MODE = {None: _passes.W_FRESH, "store": _passes.W_STORE, "reuse": _passes.W_REUSE}
 
 
@@ -90,7 +91,7 @@ class _Plan:
             object.__setattr__(self, name, v)
 
 
-def _make_cfg(r: Recipe, sign_mask: int, seed_x: int, seed_dy: int) -> Tuple[int, ...]:
+def _make_cfg(r: Recipe, sign_mask: int, seed_x: int, seed_dy: int, save_decoded: bool = False) -> Tuple[int, ...]:
     C = _passes.LinearConfig
     # "eden" (MS-EDEN) never reaches the fused ops (Recipe.fused is False); the plan of such a
     # recipe is built but unused
@@ -108,6 +109,7 @@ def _make_cfg(r: Recipe, sign_mask: int, seed_x: int, seed_dy: int) -> Tuple[int
     cfg[C.SEED_X] = seed_x
     cfg[C.SEED_DY] = seed_dy
     cfg[C.FPROP] = int(r.fprop)
+    cfg[C.SAVE_DECODED] = int(save_decoded)
     return tuple(cfg)
 
 
@@ -227,7 +229,8 @@ class RecipeLayer:
 
     def _make_plan(self, r: Recipe) -> _Plan:
         i = self._layer_index
-        return _Plan(r, _make_cfg(r, signs_to_mask(r.rht_signs), layer_seed(r.seed, i, 0), layer_seed(r.seed, i, 1)))
+        return _Plan(r, _make_cfg(r, signs_to_mask(r.rht_signs), layer_seed(r.seed, i, 0), layer_seed(r.seed, i, 1),
+                                  self.__dict__.get("saved_operands") == "decoded"))
 
 
 class Linear(RecipeLayer, nn.Linear):
@@ -270,6 +273,7 @@ class Linear(RecipeLayer, nn.Linear):
         self.precision = "nvfp4"
         self.weight_reuse = None
         self._w_cache_stored = False
+        self.saved_operands = "fp4"
         self.layer_index = layer_index
         self.recipe = recipe
 
@@ -295,7 +299,7 @@ class Linear(RecipeLayer, nn.Linear):
         for name in ("sr_step", "_w_cache"):
             self._buffers.pop(name, None)
         for a in ("precision", "_layer_index", "_recipe", "_plan", "weight_reuse", "_w_cache_stored",
-                  "_nvfp4_full_recipe"):
+                  "_nvfp4_full_recipe", "saved_operands"):
             self.__dict__.pop(a, None)
         self.__class__ = nn.Linear
         return self
@@ -337,8 +341,26 @@ class Linear(RecipeLayer, nn.Linear):
             raise RuntimeError("mode: 'reuse' needs a forward with 'store' first (nothing is kept yet)")
         self.weight_reuse = mode
 
+    def set_saved_operands(self, mode: str) -> None:
+        """What the forward keeps for the backward's FP4 GEMMs: "fp4" (the default: Xᵀ and Wᵀ
+        as FP4 codes with their scales, ~0.56 bytes an element, decoded again by a pass before
+        each backward GEMM) or "decoded" (their decoded values, 2 bytes an element as BF16
+        training keeps X, and no decode pass). The same values reach the same GEMMs either way,
+        so the results are the same bits; "decoded" trades activation memory for that pass. It
+        applies where the backward GEMM's runner reads decoded operands (the Hopper emulation;
+        nvfp4.gemm_takes_decoded); elsewhere (the CPU reference, Blackwell's FP4 GEMMs) and for
+        a weight held in a weight cache (set_weight_reuse, the FP4 gather of
+        nvfp4.distributed), the codes are kept. The saved tensors' dtype says which form was
+        kept (uint8 codes, bfloat16 values)."""
+        if mode not in SAVED_OPERANDS:
+            raise ValueError(f"mode: must be one of {SAVED_OPERANDS}, got {mode!r}")
+        self.saved_operands = mode
+        self._plan = self._make_plan(self._recipe)
+
     def extra_repr(self) -> str:
         s = super().extra_repr() + f", recipe={self._recipe.name}"
+        if self.saved_operands != "fp4":
+            s += f", saved_operands={self.saved_operands}"
         if self.precision != "nvfp4":
             s += f", precision={self.precision}"
         return s
