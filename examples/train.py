@@ -219,6 +219,8 @@ def convert_model(model, args, recipe):
     keep = [i for i in range(n) if i < args.skip_quant_first_layers or i >= n - args.skip_quant_last_layers]
     exclude = list(nn4.DEFAULT_EXCLUDE) + list(nn4.ROUTER_NAMES) + [f"blocks.{i}.*" for i in keep]
     nn4.convert(model, recipe, include="blocks.*", exclude=exclude)
+    if getattr(args, "saved_operands", "fp4") != "fp4":
+        nn4.set_saved_operands(model, args.saved_operands)
     return [n for n, m in model.named_modules() if isinstance(m, (nn4.Linear, FP8Linear, nn4.GroupedExperts))]
 
 
@@ -389,6 +391,9 @@ def parse_args(argv=None):
                     help="first N transformer blocks kept in BF16 (default 1, 0 with --smoke)")
     ap.add_argument("--skip-quant-last-layers", type=int, default=None,
                     help="last N transformer blocks kept in BF16 (default 1, 0 with --smoke)")
+    ap.add_argument("--saved-operands", default="fp4", choices=["fp4", "decoded"],
+                    help="what the NVFP4 layers keep for their backward GEMMs: FP4 codes (default) or decoded "
+                         "BF16 values (more activation memory, no decode passes on Hopper, the same bits)")
     ap.add_argument("--master-dtype", default="fp32", choices=["fp32", "bf16"], help="parameter dtype")
     ap.add_argument("--amp", default="auto", choices=["auto", "bf16", "off"],
                     help="autocast: auto = bf16 on CUDA, off on CPU")
@@ -469,6 +474,9 @@ def parse_args(argv=None):
         ap.error("--fp4-all-gather: needs --fsdp")
     if a.fsdp and a.compile:
         ap.error("--compile: not combined with --fsdp in this example")
+    if a.saved_operands != "fp4" and (a.recipe in FP8_RECIPES or not nn4.get_recipe(a.recipe).fused
+                                      or not nn4.get_recipe(a.recipe).quantized):
+        ap.error(f"--saved-operands: applies to the fused NVFP4 recipes' layers, not to --recipe {a.recipe}")
     if a.fp4_all_gather and a.cooldown_frac:
         ap.error("--cooldown-frac: a BF16 cooldown needs the dense weights, which --fp4-all-gather does not gather")
     if a.name is None:
@@ -483,6 +491,8 @@ def parse_args(argv=None):
             a.name += f"-fsdp{os.environ.get('WORLD_SIZE', '1')}" + ("-fp4ag" if a.fp4_all_gather else "")
         if a.moe:
             a.name += f"-moe{a.moe}x{a.moe_top_k}"
+        if a.saved_operands != "fp4":
+            a.name += f"-saved_{a.saved_operands}"
     return a
 
 

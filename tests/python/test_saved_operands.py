@@ -77,6 +77,12 @@ def test_setting_and_refusals():
     # the recipe's own switches are kept when the setting changes, and survive a recipe change
     layer.recipe = "no_sr"
     assert layer._plan.cfg[ops.LinearConfig.SAVE_DECODED] == 1
+    for name in ("bf16", "mx_baseline"):
+        other = nn4.Linear(64, 32, recipe=name)
+        with pytest.raises(ValueError, match="mode: 'decoded' applies to the fused NVFP4 recipes"):
+            other.set_saved_operands("decoded")
+        other.set_saved_operands("fp4")
+        assert other.saved_operands == "fp4"
     for bad in ("bf16", None, True, "Decoded"):
         with pytest.raises(ValueError, match="mode"):
             layer.set_saved_operands(bad)
@@ -87,6 +93,15 @@ def test_setting_and_refusals():
     nn4.convert(model, exclude=[])
     assert nn4.set_saved_operands(model, "decoded") == 2
     assert all(m.saved_operands == "decoded" for m in model.modules() if isinstance(m, nn4.Linear))
+    # a model with a layer whose recipe refuses the mode: named, and nothing changed
+    nn4.set_saved_operands(model, "fp4")
+    model[2].recipe = "mx_baseline"
+    with pytest.raises(ValueError, match="layer '2'"):
+        nn4.set_saved_operands(model, "decoded")
+    assert model[0].saved_operands == "fp4" and model[0]._plan.cfg[ops.LinearConfig.SAVE_DECODED] == 0
+    with pytest.raises(ValueError, match="mode: must be one of"):
+        nn4.set_saved_operands(model, "codes")
+    model[2].recipe = "nvfp4"
     plain = model[0].to_linear()
     assert type(plain) is nn.Linear and "saved_operands" not in plain.__dict__
 
@@ -268,3 +283,25 @@ def test_compiled_equals_eager_cuda():
         for key in outs[0]:
             if not key.endswith("bias"):
                 assert_equal(outs[1][key], outs[0][key], f"step {step}, {key}")
+
+
+def test_example_trainer_flag(capsys):
+    """examples/train.py --saved-operands: applied to the converted layers, refused by name
+    for recipes the fused passes do not run."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+    try:
+        import train as T
+    finally:
+        sys.path.pop(0)
+    args = T.parse_args(["--smoke", "--saved-operands", "decoded"])
+    assert args.name.endswith("-saved_decoded")
+    model = T.build_model(args, torch.device("cpu"))
+    names = T.convert_model(model, args, T.make_recipe(args))
+    layers = [m for m in model.modules() if isinstance(m, nn4.Linear)]
+    assert names and layers and all(m.saved_operands == "decoded" for m in layers)
+    for recipe in ("bf16", "fp8", "mx_baseline"):
+        with pytest.raises(SystemExit):
+            T.parse_args(["--smoke", "--saved-operands", "decoded", "--recipe", recipe])
+        assert "--saved-operands: applies to the fused NVFP4 recipes" in capsys.readouterr().err

@@ -601,13 +601,24 @@ def set_weight_reuse(model: nn.Module, mode) -> int:
 def set_saved_operands(model: nn.Module, mode: str) -> int:
     """Set Linear.set_saved_operands(mode) on every nvfp4 Linear of `model` ("fp4", the
     default, or "decoded": the backward's Xᵀ and Wᵀ kept as decoded BF16 values, more
-    activation memory and no decode passes, the same bits); returns how many layers."""
-    n = 0
-    for m in model.modules():
-        if isinstance(m, Linear):
-            m.set_saved_operands(mode)
-            n += 1
-    return n
+    activation memory and no decode passes, the same bits); returns how many layers. Every
+    layer is checked before any changes: a layer whose recipe refuses the mode is named and
+    the model left as it was."""
+    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, Linear)]
+    previous = [m.saved_operands for _, m in layers]
+    done = 0
+    try:
+        for name, m in layers:
+            try:
+                m.set_saved_operands(mode)
+            except ValueError as e:
+                raise ValueError(f"{e} (layer {name!r})") from None
+            done += 1
+    except ValueError:
+        for (_, m), old in zip(layers[:done], previous):
+            m.set_saved_operands(old)
+        raise
+    return len(layers)
 
 
 class Cooldown:

@@ -351,9 +351,15 @@ class Linear(RecipeLayer, nn.Linear):
         nvfp4.gemm_takes_decoded); elsewhere (the CPU reference, Blackwell's FP4 GEMMs) and for
         a weight held in a weight cache (set_weight_reuse, the FP4 gather of
         nvfp4.distributed), the codes are kept. The saved tensors' dtype says which form was
-        kept (uint8 codes, bfloat16 values)."""
+        kept (uint8 codes, bfloat16 values). "decoded" is refused for a recipe the fused
+        passes do not run (bf16, MXFP4, double quantization); a later switch to such a
+        recipe (set_precision) leaves it without effect until a fused recipe is back."""
         if mode not in SAVED_OPERANDS:
             raise ValueError(f"mode: must be one of {SAVED_OPERANDS}, got {mode!r}")
+        r = self._recipe
+        if mode != "fp4" and not (r.quantized and r.fused):
+            raise ValueError(f"mode: {mode!r} applies to the fused NVFP4 recipes' passes; recipe {r.name!r} runs "
+                             "unquantized or through the per-operand path, which keeps what it keeps")
         self.saved_operands = mode
         self._plan = self._make_plan(self._recipe)
 
