@@ -3,7 +3,9 @@ layer's raw entry points (nvfp4._ops: the one module that calls the library).
 
 - ``linear_fwd`` / ``linear_bwd``: one call per pass of an nvfp4 Linear (see nvfp4.nn.linear):
   the forward quantizes X (and its columnwise copy for wgrad) and W and runs the forward
-  GEMM; the backward quantizes dY both ways and runs dgrad and wgrad. Stochastic rounding
+  GEMM; the backward quantizes dY both ways and runs dgrad and wgrad. The saved Xᵀ and Wᵀ
+  are FP4 codes, or their decoded values where LinearConfig.SAVE_DECODED asks for them and
+  the backward GEMM reads decoded operands (the tensor's dtype says which). Stochastic rounding
   reads the layer's step counter on the device, and the backward advances it there, so a
   captured CUDA graph replays with fresh random bits and a recomputed forward
   (activation checkpointing) sees the same counter as the original one.
@@ -507,8 +509,9 @@ def _saved(name: str, t, rows: int, cols: int, device) -> None:
 
 
 def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
-    """dy [..., n] (m rows in all); xt: packed X^T [k, roundup(m,16)] (need_dw); wt: packed W^T
-    [k, roundup(n,16)] (need_dx). dx [..., k] like dy. Advances counter by one after the
+    """dy [..., n] (m rows in all); xt: X^T [k, roundup(m,16)] (need_dw); wt: W^T [k, roundup(n,16)]
+    (need_dx); each packed codes (uint8) or decoded values (bfloat16), as linear_fwd saved
+    them. dx [..., k] like dy. Advances counter by one after the
     quantization of dY has read it."""
     C = LinearConfig
     ds = dy.shape
