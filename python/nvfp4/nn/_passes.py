@@ -273,6 +273,16 @@ def _fwd_plan(m, k, n, x_dtype, w_dtype, bias_dt, fprop, backend, save_xt, save_
             _BF16 if xt_dec else _U8, _BF16 if wt_dec else _U8)             # 17, 18: their dtypes
 
 
+def _saved_addresses(t, dec_off, codes_off):
+    """(codes addresses, decoded addresses) of a saved X^T / W^T buffer: its decoded values
+    (values, amax) where dec_off (their offsets) is given, else its packed codes (data,
+    scales, amax) at codes_off; zeros for the form it does not hold."""
+    a = t.data_ptr()
+    if dec_off is not None:
+        return _NONE3, (a + dec_off[0], a + dec_off[1])
+    return (a + codes_off[0], a + codes_off[1], a + codes_off[2]), _NONE2
+
+
 def _saved_numel(rows, cols, saved, dec):
     """Elements of a saved operand [rows, cols]: packed codes (uint8 bytes) or decoded values
     (bfloat16: the values, then the amax in a 256-byte slot); 0 when not saved."""
@@ -408,14 +418,7 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
     else:
         o = p[4]
         xrow_q, xrow_v = ((base, base + o[1], base + o[2]) if fprop else _NONE3), _NONE2
-    xt_q, xt_v = _NONE3, _NONE2
-    if save_xt:
-        a = xt.data_ptr()
-        if p[15] is not None:
-            xt_v = (a, a + p[15][1])
-        else:
-            o = p[6]
-            xt_q = (a, a + o[1], a + o[2])
+    xt_q, xt_v = _saved_addresses(xt, p[15], p[6]) if save_xt else (_NONE3, _NONE2)
     _quantize_1d(xp, xcode, m, k, xrow_q, xrow_v, xt_q, xt_v, fprop, save_xt, cfg[C.X_ROUND], cfg[C.XT_ROUND],
                  2 if cfg[C.XT_RHT] else 0, sign_mask, seed, cnt, dt, di, st, base + p[14])
 
@@ -432,12 +435,7 @@ def _linear_fwd_impl(x, w, bias, counter, cfg, save_xt, save_wt, w_mode, w_cache
             o = p[5]
             wrow_q = (base + o[0], base + o[1], base + o[2]) if fprop else _NONE3
         if save_wt:
-            a = wt.data_ptr()
-            if p[16] is not None:
-                wcol_v = (a, a + p[16][1])
-            else:
-                o = p[7]
-                wcol = (a, a + o[1], a + o[2])
+            wcol, wcol_v = _saved_addresses(wt, p[16], p[7])
     else:
         a = w_cache.data_ptr()
         wrow_q, wcol = _at(a, p[5]), _at(a, p[7])
@@ -571,20 +569,10 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
                  2 if cfg[C.DYT_RHT] else 0, cfg[C.SIGN_MASK], cfg[C.SEED_DY], counter.data_ptr(), dt, di, st,
                  base + p[14], advance=True)
     if need_dx:  # dgrad: dX = alpha * dŶ (Ŵᵀ)ᵀ, W^T quantized along N
-        a = wt.data_ptr()
-        if wt_dec:
-            b_q, b_v = _NONE3, (a, a + p[16][1])
-        else:
-            o = p[9]
-            b_q, b_v = (a, a + o[1], a + o[2]), _NONE2
+        b_q, b_v = _saved_addresses(wt, p[16] if wt_dec else None, p[9])
         _gemm_call(row_q, row_v, b_q, b_v, m, k, n, 0, 0, dx.data_ptr(), dycode, backend, g, p[6], dt, di, st)
     if need_dw:  # wgrad: dW = alpha * (dŶᵀ)(X̂ᵀ)ᵀ, both along the token axis
-        a = xt.data_ptr()
-        if xt_dec:
-            b_q, b_v = _NONE3, (a, a + p[15][1])
-        else:
-            o = p[8]
-            b_q, b_v = (a, a + o[1], a + o[2]), _NONE2
+        b_q, b_v = _saved_addresses(xt, p[15] if xt_dec else None, p[8])
         _gemm_call(col_q, col_v, b_q, b_v, n, k, _up(m, 16), 0, 0, dw.data_ptr(), DTYPE_CODE[dw_dtype], backend, g,
                    p[7], dt, di, st)
     if need_dx or need_dw:
