@@ -527,13 +527,15 @@ def _linear_bwd_impl(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype):
     # else, which the checks below refuse by name)
     xt_dec = bool(need_dw) and getattr(xt, "dtype", None) is _BF16
     wt_dec = bool(need_dx) and getattr(wt, "dtype", None) is _BF16
-    if xt_dec or wt_dec:
-        # the decoded buffers' sizes first: the plan below asks the library about decoded
-        # operands (which it refuses where no runner reads them, e.g. on the CPU)
-        _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
     key = ("linear_bwd", m, n, k, dy_dt, dw_dtype, dt, di, need_dx, need_dw, backend, xt_dec, wt_dec, gemm_env_key())
-    p = _ops._WS.get(key) or _new_plan(key, _bwd_plan, m, n, k, dy_dt, dw_dtype, need_dx, need_dw, backend, xt_dec,
-                                       wt_dec, dev, (dt, di, st))
+    p = _ops._WS.get(key)
+    if p is None:
+        if xt_dec or wt_dec:
+            # the decoded buffers' sizes before the plan is made: it asks the library about
+            # decoded operands, which it refuses where no runner reads them (e.g. the CPU)
+            _bwd_check(dy, xt, wt, counter, cfg, k, need_dx, need_dw, dw_dtype)
+        p = _new_plan(key, _bwd_plan, m, n, k, dy_dt, dw_dtype, need_dx, need_dw, backend, xt_dec, wt_dec, dev,
+                      (dt, di, st))
     if not ((not need_dw or ((xt_dec or xt.dtype is _U8) and xt.dim() == 1 and xt.numel() >= p[10]
                              and xt.device == dev and xt.is_contiguous()))
             and (not need_dx or ((wt_dec or wt.dtype is _U8) and wt.dim() == 1 and wt.numel() >= p[11]
