@@ -8,7 +8,7 @@ import torch
 from . import _ops
 from ._format import GEMM_OUT_DTYPES, SCALE_LAYOUTS, check_gemm_extras
 from ._mx import MXFP4Tensor, gemm_mxfp4
-from ._tensor import NVFP4Tensor, check_gemm_operands
+from ._tensor import NVFP4Tensor, _OneBufferDirection, check_gemm_operands
 from .backends import BACKENDS, check_backend
 
 __all__ = ["gemm"]
@@ -69,6 +69,13 @@ def gemm(a: NVFP4Tensor, b: NVFP4Tensor, *, backend: str = "auto", out_dtype: to
     return d
 
 
+def _needs_grad(d) -> bool:
+    # an orientation still in nvfp4.quantize's one buffer has no views anyone could mark
+    if d.__class__ is _OneBufferDirection and d._lazy:
+        return False
+    return d.amax.requires_grad or d.scales.requires_grad
+
+
 _BACKEND_OK: set = set()  # (backend, device) pairs check_backend accepted: support, once there, stays
 
 
@@ -100,8 +107,7 @@ def _eager(a: NVFP4Tensor, b: NVFP4Tensor, backend: str, out_dtype: torch.dtype,
         if bias.__class__ is not torch.Tensor:
             return None
         bias = check_gemm_extras(device, m, n, None, bias, 0.0, ())
-    if _ops.grad_enabled() and (ra.amax.requires_grad or rb.amax.requires_grad or ra.scales.requires_grad
-                                or rb.scales.requires_grad or (bias is not None and bias.requires_grad)):
+    if _ops.grad_enabled() and (_needs_grad(ra) or _needs_grad(rb) or (bias is not None and bias.requires_grad)):
         return None
     d = _ops.gemm_addresses(sa[:3], sb[:3], m, n, sa[7] * 2, device, BACKENDS[backend], out_dtype, bias)
     shape = a.shape

@@ -36,6 +36,7 @@ starting on a 256-byte boundary (`packed_layout`). One allocation instead of thr
 """
 from __future__ import annotations
 
+import functools
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -486,18 +487,58 @@ def quantize(x: torch.Tensor, block: int = 0, rounding: int = 0, rht: int = 0, s
                                     columnwise)
 
 
+@functools.lru_cache(maxsize=256)
+def _one_buffer_plan(rows: int, cols: int, rowwise: bool, columnwise: bool, cuda: bool) -> tuple:
+    """(total bytes, rowwise section, columnwise section, workspace offset) of a quantize
+    call's outputs in one allocation: each orientation asked for as a packed section
+    (`packed_layout`; a section is (offset, rows, cols, scales offset, amax offset), or None),
+    the rowwise first, then on CUDA the amax pass's workspace. Every section starts on a
+    256-byte boundary. Sizes only: cached by its arguments, which are all it depends on."""
+    off = 0
+    sections = []
+    for want, r, c in ((rowwise, rows, cols), (columnwise, cols, _up(rows, 16))):
+        if not want:
+            sections.append(None)
+            continue
+        so, ao, total = packed_layout(r, c)
+        sections.append((off, r, c, off + so, off + ao))
+        off += total
+    ws = off if cuda else -1
+    return off + (QUANTIZE_WORKSPACE_BYTES if cuda else 0), sections[0], sections[1], ws
+
+
+def _quantize_one_buffer(x, block, rounding, rht, sign_mask, seed, offset, rowwise, columnwise) -> tuple:
+    """nvfp4.quantize's eager road: one allocation for every output of the call and, on CUDA,
+    the amax pass's workspace (`_one_buffer_plan`), instead of three tensors an orientation
+    and a workspace. Returns (buf, rowwise section, columnwise section)."""
+    seed, offset = seed & _U64, offset & _U64
+    rows, cols = x.shape
+    dt, di, st = _device(x)
+    total, rs, cs, wo = _one_buffer_plan(rows, cols, rowwise, columnwise, dt == 1)
+    buf = torch.empty(total, dtype=torch.uint8, device=x.device)
+    base = buf.data_ptr()
+    quantize_raw(x.data_ptr(), DTYPE_CODE[x.dtype], rows, cols,
+                 *((base + rs[0], base + rs[3], base + rs[4]) if rs is not None else (0, 0, 0)),
+                 *((base + cs[0], base + cs[3], base + cs[4]) if cs is not None else (0, 0, 0)),
+                 block, rounding, _LAYOUT_SWIZZLED, rht, sign_mask, seed, offset, 0, dt, di, st,
+                 base + wo if wo >= 0 else 0)
+    return buf, rs, cs
+
+
 def quantize_checked(x: torch.Tensor, block: int, rounding: int, rht: int, sign_mask: int, seed: int, offset: int,
                      rowwise: bool, columnwise: bool) -> tuple:
-    """nvfp4.quantize's road to the op: (row, col, eager), row and col each a (data, scales,
-    amax) triple or None. x is a contiguous 2D float tensor on cpu or cuda and the options
-    are valid ints/bools (the caller checked them, seed and offset as int64). Eager calls
-    (`eager()`, x a plain tensor that needs no grad) run the implementation directly and
-    allocate only the orientations asked for (eager=True: the buffers are this call's own
-    fresh allocations); the rest go through the op."""
+    """nvfp4.quantize's road to the op: (row, col, buf). x is a contiguous 2D float tensor on
+    cpu or cuda and the options are valid ints/bools (the caller checked them, seed and
+    offset as int64). Eager calls (`eager()`, x a plain tensor that needs no grad) run the
+    implementation directly into one allocation (`_quantize_one_buffer`): buf is that
+    uint8 buffer and row/col its sections (offset, rows, cols, scales offset, amax offset)
+    or None. The rest go through the op: buf is None and row/col are (data, scales, amax)
+    triples or None."""
     if x.__class__ is torch.Tensor and not (x.requires_grad and grad_enabled()) and eager():
-        return (*_quantize_run(x, block, rounding, rht, sign_mask, seed, offset, None, rowwise, columnwise), True)
+        buf, row, col = _quantize_one_buffer(x, block, rounding, rht, sign_mask, seed, offset, rowwise, columnwise)
+        return row, col, buf
     q = torch.ops.nvfp4.quantize(x, block, rounding, rht, sign_mask, seed, offset, None, rowwise, columnwise)
-    return (tuple(q[:3]) if rowwise else None), (tuple(q[3:]) if columnwise else None), False
+    return (tuple(q[:3]) if rowwise else None), (tuple(q[3:]) if columnwise else None), None
 
 
 # ------------------------------------------------------------------------------ gemm

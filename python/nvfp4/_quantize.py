@@ -11,7 +11,7 @@ import torch
 from . import _ops
 from ._format import (BLOCKS, RHT_COLUMNWISE, RHT_ROWWISE, ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice,
                       check_int, signs_to_mask, swizzled_shape)
-from ._tensor import NVFP4Tensor, _Direction
+from ._tensor import NVFP4Tensor, _Direction, _one_buffer_direction
 
 __all__ = ["quantize", "swizzle_scales", "unswizzle_scales", "as_torch"]
 
@@ -152,13 +152,19 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
         seed = int(torch.randint(0, 2**62, (1,)).item()) if rounding == "sr" else 0
     x2 = x if len(x.shape) == 2 else x.reshape(rows, cols)
     row = col = None
-    eager = False
     if scale_layout == "swizzled":
         # The layout the GEMMs read goes through the torch op (nvfp4._ops), so that
         # torch.compile can trace a call of this function; eager calls run its
-        # implementation without the dispatcher's round trip (nvfp4._ops.eager).
-        row, col, eager = _ops.quantize_checked(x2, BLOCKS[block], ROUNDINGS[rounding], rht_mask, sign_mask,
-                                                _signed64(seed), _signed64(offset), rowwise, columnwise)
+        # implementation without the dispatcher's round trip (nvfp4._ops.eager), into one
+        # allocation for every output (their views made when first read).
+        row, col, buf = _ops.quantize_checked(x2, BLOCKS[block], ROUNDINGS[rounding], rht_mask, sign_mask,
+                                              _signed64(seed), _signed64(offset), rowwise, columnwise)
+        if buf is not None:
+            return NVFP4Tensor(tuple(x.shape), x.dtype, block, rounding, scale_layout,
+                               None if row is None else _one_buffer_direction(buf, row, bool(rht_mask & RHT_ROWWISE)),
+                               None if col is None else _one_buffer_direction(buf, col,
+                                                                              bool(rht_mask & RHT_COLUMNWISE)),
+                               sign_mask, _checked=True)
     else:
         if rowwise:
             row = _alloc_direction(rows, cols, scale_layout, x.device)
@@ -173,11 +179,8 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
         scales = t[1] if t[1].dtype is _E4M3 else t[1].view(_E4M3)  # the op's are E4M3 already
         return _Direction(t[0], scales, t[2], bool(rht_mask & bit))
 
-    q = NVFP4Tensor(tuple(x.shape), x.dtype, block, rounding, scale_layout,
-                    direction(row, RHT_ROWWISE), direction(col, RHT_COLUMNWISE), sign_mask, _checked=True)
-    if eager and rowwise:
-        q._record(rows, cols // 2, x.device)  # this call's own buffers: a GEMM needs no first check
-    return q
+    return NVFP4Tensor(tuple(x.shape), x.dtype, block, rounding, scale_layout,
+                       direction(row, RHT_ROWWISE), direction(col, RHT_COLUMNWISE), sign_mask, _checked=True)
 
 
 def _bytes(t, name: str) -> torch.Tensor:

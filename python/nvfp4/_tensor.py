@@ -10,7 +10,7 @@ import torch
 from . import _checks as check
 from . import _ops
 from ._format import (BLOCKS, GEMM_OUT_DTYPES, ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype,
-                      check_real, global_decode_scale, inverse_rht_blocks)
+                      check_real, global_decode_scale, inverse_rht_blocks, swizzled_shape)
 from .backends import BACKENDS, check_backend
 
 __all__ = ["NVFP4Tensor", "dequantize"]
@@ -28,6 +28,72 @@ class _Direction:
     scales: torch.Tensor  # float8_e4m3fn, linear [rows, cols/16] or swizzled [roundup(rows,128), roundup(cols/16,4)]
     amax: torch.Tensor    # float32 [1], on the same device
     rht: bool             # values are in the Hadamard domain
+
+
+_VIEWS = {"data": 0, "scales": 1, "amax": 2}
+_jit_state, _jit_set_state = torch._C._get_tracing_state, torch._C._set_tracing_state
+
+
+class _OneBufferDirection(_Direction):
+    """An orientation that nvfp4.quantize wrote into a section of one allocation (its eager
+    road: one buffer for every output of the call, nvfp4._ops._quantize_one_buffer). The
+    three views are made when one of them is first read (`data`, `scales`, `amax`), so a
+    quantize followed by a GEMM makes none. Until then the buffer is reachable only through
+    this object's private fields, so nothing can have changed it: an eager GEMM takes its
+    addresses as they were written (`_rec`) with no proof. Once the views exist, the
+    orientation is an ordinary one (the proof of NVFP4Tensor._gemm_operand applies), and
+    pickling or copying gives a plain _Direction with compact copies of the three."""
+
+    _lazy = False  # the instance's own value while the views do not exist (dataclasses.replace builds a plain one)
+
+    def __getattr__(self, name):
+        # reached only for names the instance does not hold: the three views before they exist
+        i = _VIEWS.get(name)
+        if i is not None and "_buf" in self.__dict__:
+            if _compiling():
+                return self._views()[i]  # traced as views of the buffer; nothing kept
+            # made outside a jit trace, as buffers that existed before it are: constants
+            tracing = _jit_state()
+            if tracing is not None:
+                _jit_set_state(None)
+            try:
+                views = self._views()
+            finally:
+                if tracing is not None:
+                    _jit_set_state(tracing)
+            s = object.__setattr__
+            s(self, "data", views[0])
+            s(self, "scales", views[1])
+            s(self, "amax", views[2])
+            s(self, "_lazy", False)
+            return views[i]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _views(self) -> tuple:
+        buf, (off, rows, cols, so, ao) = self._buf, self._section
+        sr, sc = swizzled_shape(rows, cols // 16)
+        return (buf[off: off + rows * cols // 2].view(rows, cols // 2),
+                buf[so: so + sr * sc].view(sr, sc).view(torch.float8_e4m3fn),
+                buf[ao: ao + 4].view(torch.float32))
+
+    def __reduce__(self):
+        views = self._views() if self._lazy else (self.data, self.scales, self.amax)
+        return (_Direction, (*(v.clone() for v in views), self.rht))
+
+
+def _one_buffer_direction(buf: torch.Tensor, section: tuple, rht: bool) -> _OneBufferDirection:
+    """The orientation in `section` (offset, rows, cols, scales offset, amax offset) of buf."""
+    d = object.__new__(_OneBufferDirection)
+    s = object.__setattr__
+    s(d, "rht", rht)
+    s(d, "_buf", buf)
+    s(d, "_section", section)
+    s(d, "_lazy", True)
+    off, rows, cols, so, ao = section
+    base = buf.data_ptr()
+    # what NVFP4Tensor._gemm_operand returns for it: addresses, rows, K/2, device
+    s(d, "_rec", (base + off, base + so, base + ao, None, None, None, rows, cols // 2, buf.device, None, None))
+    return d
 
 
 def check_gemm_operands(a, b, cls, backend, out_dtype, beta, also: str = "") -> tuple:
@@ -84,6 +150,8 @@ class _TwoOrientations:
     @property
     def device(self) -> torch.device:
         d = self.rowwise or self.columnwise
+        if d.__class__ is _OneBufferDirection and d._lazy:
+            return d._buf.device
         return d.data.device
 
     def _view_2d(self) -> tuple:
@@ -245,9 +313,11 @@ class NVFP4Tensor(_TwoOrientations):
         """The record above, proven for this call, or None when the rowwise buffers are not
         plain, checked, swizzled cpu/cuda tensors (the caller then takes the op's road, whose
         checks name what is wrong)."""
+        d = self.rowwise
+        if d.__class__ is _OneBufferDirection and d._lazy:
+            return d._rec if self.scale_layout == "swizzled" else None
         seen = self._seen
         if seen is not None:
-            d = self.rowwise
             data, scales, amax = d.data, d.scales, d.amax
             if (data.data_ptr() == seen[0] and scales.data_ptr() == seen[1] and amax.data_ptr() == seen[2]
                     and data._version == seen[3] and scales._version == seen[4] and amax._version == seen[5]

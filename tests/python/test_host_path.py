@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import nvfp4
 from nvfp4 import _ops
+from nvfp4._tensor import _Direction, _OneBufferDirection
 
 from conftest import assert_bytes_equal, assert_equal
 
@@ -173,16 +174,26 @@ def test_compiled_gemm_of_built_tensors_equals_eager():
 
 
 # ------------------------------------------------------------------------------ the proven record
+def _plain(q):
+    """q with its orientations as separate tensors (copies): what a caller builds."""
+    def d(o):
+        return None if o is None else _Direction(o.data.clone(), o.scales.clone(), o.amax.clone(), o.rht)
+    return dataclasses.replace(q, rowwise=d(q.rowwise), columnwise=d(q.columnwise))
+
+
 def _fresh(record=None):
-    """Two operands: recorded by nvfp4.quantize (record="quantize"), by a first GEMM
-    ("gemm") or not at all (None; copies carry fields only)."""
+    """Two operands: as nvfp4.quantize returns them (record="quantize": one allocation, the
+    views not made yet), recorded by a first GEMM ("gemm") or not at all (None; copies into
+    separate tensors)."""
     torch.manual_seed(4)
     a = nvfp4.quantize(torch.randn(8, 32), columnwise=True)
     b = nvfp4.quantize(torch.randn(16, 32))
-    assert a._seen is not None and b._seen is not None  # quantize's own buffers, on the eager road
+    for q in (a, b):  # quantize's own buffer, on the eager road: its addresses without a check
+        assert type(q.rowwise) is _OneBufferDirection and q.rowwise._lazy and q._seen is None
+        assert q._gemm_operand() is q.rowwise._rec and q.rowwise._lazy
     if record == "quantize":
         return a, b
-    a, b = copy.copy(a), copy.copy(b)
+    a, b = _plain(a), _plain(b)
     assert a._seen is None and b._seen is None
     if record == "gemm":
         nvfp4.gemm(a, b)
@@ -295,14 +306,16 @@ def test_record_holds_the_memory_it_describes():
     assert held[0].data_ptr() == a._seen[0]  # the old codes' memory is still allocated
 
 
-def test_records_only_on_the_eager_road():
+def test_one_buffer_only_on_the_eager_road():
     x = torch.randn(8, 32)
     with Watch():
         q = nvfp4.quantize(x)
-    assert q._seen is None  # what a mode returns is not this call's own allocation
-    assert nvfp4.quantize(x)._seen is not None
-    assert nvfp4.quantize(x, rowwise=False, columnwise=True)._seen is None  # nothing rowwise to record
-    assert nvfp4.quantize(x, scale_layout="linear")._seen is None
+    assert type(q.rowwise) is _Direction  # what a mode returns: the op's outputs, checked at the first GEMM
+    q = nvfp4.quantize(x, rowwise=False, columnwise=True)
+    assert type(q.columnwise) is _OneBufferDirection and q.columnwise._lazy
+    assert q.T._gemm_operand() is q.columnwise._rec  # the transpose's rowwise slot
+    q = nvfp4.quantize(x, scale_layout="linear")
+    assert type(q.rowwise) is _Direction and q._gemm_operand() is None  # not a layout the GEMMs read
 
 
 def test_inference_tensors_are_checked_on_every_call():
@@ -397,3 +410,122 @@ def test_eager_road_in_a_cuda_graph():
     g.replay()
     torch.cuda.synchronize()
     assert_equal(y, want, "replayed")
+
+
+# ------------------------------------------------------------------------------ one allocation per quantize call
+ONE_BUFFER_CASES = [  # (shape, options)
+    ((8, 32), dict(columnwise=True)),
+    ((37, 48), dict(columnwise=True, rounding="sr", seed=7, rht="columnwise")),
+    ((3, 5, 64), dict(rht=True)),
+    ((48, 32), dict(block="2d", columnwise=True)),
+    ((1, 16), dict(rowwise=False, columnwise=True)),
+    ((0, 32), dict(columnwise=True)),
+]
+
+
+def _orientations(q):
+    return [(name, d) for name, d in (("rowwise", q.rowwise), ("columnwise", q.columnwise)) if d is not None]
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("shape,opts", ONE_BUFFER_CASES)
+def test_one_buffer_holds_the_op_roads_bits(dev, shape, opts):
+    """nvfp4.quantize's eager road writes every output into one allocation: the same bits,
+    shapes, dtypes and strides as the op's separate tensors, each view inside the buffer,
+    no two sharing a byte; the views are made when first read and then kept."""
+    torch.manual_seed(11)
+    x = torch.randn(*shape, device=dev) * 5
+    with Watch() as w:
+        want = nvfp4.quantize(x, **opts)
+    assert w.ops == ["nvfp4::quantize"]
+    got = nvfp4.quantize(x, **opts)
+    bufs = {id(d._buf) for _, d in _orientations(got)}
+    assert len(bufs) == 1
+    spans = []
+    for (name, d), (_, e) in zip(_orientations(got), _orientations(want)):
+        assert type(d) is _OneBufferDirection and d._lazy and type(e) is _Direction
+        assert d.rht == e.rht
+        views = d.data, d.scales, d.amax
+        assert not d._lazy and (d.data, d.scales, d.amax) == tuple(views)  # made once, kept
+        base, size = d._buf.data_ptr(), d._buf.numel()
+        for v, t in zip(views, (e.data, e.scales, e.amax)):
+            assert v.dtype == t.dtype and v.shape == t.shape and v.stride() == t.stride(), name
+            assert v.is_contiguous() and v.untyped_storage().data_ptr() == base
+            if v.numel():
+                lo = v.data_ptr() - base
+                assert 0 <= lo and lo + v.numel() * v.element_size() <= size and v.data_ptr() % 16 == 0
+                spans.append((lo, lo + v.numel() * v.element_size()))
+            assert_bytes_equal(v, t, f"{name} {v.dtype}")
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+    if got.rowwise is not None:
+        assert_equal(got.dequantize(), want.dequantize(), "dequantized")
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_one_buffer_gemm_makes_no_views_and_equals_plain_operands(dev):
+    torch.manual_seed(12)
+    x, w = torch.randn(40, 64, device=dev), torch.randn(24, 64, device=dev)
+    px = _plain(nvfp4.quantize(x, columnwise=True))
+    want = nvfp4.gemm(px, _plain(nvfp4.quantize(w, block="2d")), out_dtype=torch.float32)
+    want_t = nvfp4.gemm(px.T, px.T, out_dtype=torch.float32)
+    qx, qw = nvfp4.quantize(x, columnwise=True), nvfp4.quantize(w, block="2d", columnwise=True)
+    assert_equal(nvfp4.gemm(qx, qw, out_dtype=torch.float32), want, "one buffer")
+    assert_equal(nvfp4.gemm(qx.T, qx.T, out_dtype=torch.float32), want_t, "one buffer, transposed")
+    assert qx.rowwise._lazy and qx.columnwise._lazy and qw.rowwise._lazy  # no view was made
+    assert qx.device == x.device and qx.rowwise._lazy
+    # the views, once made, are what the GEMM reads: a write through one is seen
+    qx.rowwise.amax.mul_(2.0)
+    assert not qx.rowwise._lazy
+    assert_equal(nvfp4.gemm(qx, qw, out_dtype=torch.float32), want * 2, "amax doubled through its view")
+    qx.rowwise.data.zero_()
+    assert_equal(nvfp4.gemm(qx, qw, out_dtype=torch.float32), torch.zeros_like(want), "codes zeroed")
+
+
+def test_one_buffer_views_swapped_or_resized_are_checked_again():
+    """Once read, the views are ordinary buffers: changed or swapped, the GEMM answers as it
+    does for separate tensors changed the same way."""
+    for change in (lambda q: setattr(q.rowwise.data, "data", torch.zeros(8, 8, dtype=torch.uint8)),
+                   lambda q: q.rowwise.scales.resize_(64, 4),
+                   lambda q: q.rowwise.amax.set_(torch.ones(3))):
+        a, b = _fresh("quantize")
+        a0, b0 = _fresh()
+        change(a)
+        change(a0)
+        got, want = (_outcome(lambda q=q, bq=bq: nvfp4.gemm(q, bq)) for q, bq in ((a, b), (a0, b0)))
+        assert isinstance(want, ValueError) and type(got) is type(want) and str(got) == str(want)
+
+
+def test_one_buffer_view_marked_for_grad_takes_the_op_road(op_calls):
+    a, b = _fresh("quantize")
+    nvfp4.gemm(a, b)
+    assert op_calls["gemm"] == 0
+    a.rowwise.amax.requires_grad_(True)
+    nvfp4.gemm(a, b)
+    assert op_calls["gemm"] == 1
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "copy", "torch.save"])
+@pytest.mark.parametrize("views_read", [False, True])
+def test_one_buffer_copies_are_compact_and_plain(how, views_read):
+    """Copies and checkpoints of a one-buffer tensor hold separate, compact tensors (not the
+    buffer, its alignment gaps and workspace), whether or not its views were read."""
+    torch.manual_seed(13)
+    x = torch.randn(8, 32)
+    want = [t for _, d in _orientations(_plain(nvfp4.quantize(x, columnwise=True))) for t in (d.data, d.scales, d.amax)]
+    q = nvfp4.quantize(x, columnwise=True)
+    if views_read:
+        q.rowwise.data, q.columnwise.amax
+    c = {"deepcopy": copy.deepcopy, "copy": copy.copy, "torch.save": _saved}[how](q)
+    assert q.rowwise._lazy is not views_read
+    got = [t for _, d in _orientations(c) for t in (d.data, d.scales, d.amax)]
+    assert len(got) == len(want) == 6
+    for g, w in zip(got, want):
+        assert_bytes_equal(g, w, how)
+    if how == "copy":  # a shallow copy shares the orientation objects
+        assert c.rowwise is q.rowwise and c.columnwise is q.columnwise
+        return
+    for _, d in _orientations(c):
+        assert type(d) is _Direction
+        for t in (d.data, d.scales, d.amax):
+            assert t.untyped_storage().nbytes() == t.numel() * t.element_size()
