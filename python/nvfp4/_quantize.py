@@ -130,6 +130,9 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
     rht_signs: 16 ints, each +1 or -1 (default: TransformerEngine's wgrad signs).
     Runs on x's device; on CUDA, on the current stream with no host synchronization.
     Every argument is checked (type first, then value); errors name the parameter.
+    From eager code the swizzled outputs share one allocation (with, on CUDA, 8 KiB of
+    workspace); `.data`, `.scales` and `.amax` are views into it, made when first read.
+    Copies, pickles and torch.save hold separate compact tensors.
     """
     # Types and values of the options first: they cost nothing and do not depend on x.
     check_choice("block", block, BLOCKS)
