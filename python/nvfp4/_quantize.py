@@ -131,8 +131,9 @@ def quantize(x, block: str = "1d", rounding: str = "rtn", rht: Union[bool, str] 
     Runs on x's device; on CUDA, on the current stream with no host synchronization.
     Every argument is checked (type first, then value); errors name the parameter.
     From eager code the swizzled outputs share one allocation (with, on CUDA, 8 KiB of
-    workspace); `.data`, `.scales` and `.amax` are views into it, made when first read.
-    Copies, pickles and torch.save hold separate compact tensors.
+    workspace); `.data`, `.scales` and `.amax` are views into it, made when first read
+    (torch.save of one view alone writes the whole buffer: save the NVFP4Tensor, or a
+    .clone()). Copies, pickles and torch.save of the NVFP4Tensor hold compact tensors.
     """
     # Types and values of the options first: they cost nothing and do not depend on x.
     check_choice("block", block, BLOCKS)
