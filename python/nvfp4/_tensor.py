@@ -10,7 +10,7 @@ import torch
 from . import _checks as check
 from . import _ops
 from ._format import (BLOCKS, GEMM_OUT_DTYPES, ROUNDINGS, SCALE_LAYOUTS, check_bool, check_choice, check_dtype,
-                      check_real, global_decode_scale, inverse_rht_blocks, swizzled_shape)
+                      check_real, global_decode_scale, inverse_rht_blocks)
 from .backends import BACKENDS, check_backend
 
 __all__ = ["NVFP4Tensor", "dequantize"]
@@ -70,11 +70,8 @@ class _OneBufferDirection(_Direction):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _views(self) -> tuple:
-        buf, (off, rows, cols, so, ao) = self._buf, self._section
-        sr, sc = swizzled_shape(rows, cols // 16)
-        return (buf[off: off + rows * cols // 2].view(rows, cols // 2),
-                buf[so: so + sr * sc].view(sr, sc).view(torch.float8_e4m3fn),
-                buf[ao: ao + 4].view(torch.float32))
+        off, rows, cols = self._section[:3]
+        return _ops.unpack(self._buf[off:], rows, cols)  # the packed layout's one definition
 
     def __reduce__(self):
         views = self._views() if self._lazy else (self.data, self.scales, self.amax)
