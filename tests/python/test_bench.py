@@ -1,6 +1,7 @@
 """The benchmarks' timer (nvfp4._timing) against known durations, and the benchmark
 command lines on the CPU: every option they document is honoured there too."""
 import csv
+import importlib.util
 import json
 import os
 import subprocess
@@ -180,13 +181,49 @@ def test_ncu_workloads_refuse_without_a_gpu(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
-@pytest.mark.parametrize("script", ["bench_linear_kernels.py", "bench_producer_amax.py"])
+@pytest.mark.parametrize("script", ["bench_linear_kernels.py", "bench_producer_amax.py", "bench_gelu_amax.py"])
 def test_gpu_benches_refuse_without_a_gpu(tmp_path, script):
     """The benchmarks that profile GPU kernels say, without a GPU, that they need one."""
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", script)],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode != 0
     assert "needs a CUDA GPU" in r.stderr
+
+
+def _bench_module(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("rows", [16, 40, 33])
+def test_gelu_amax_reference_is_the_quantization_amaxes(rows):
+    """bench/bench_gelu_amax.py checks its prototypes' maxima against reference_maxima: that
+    definition is the library's — the rowwise amax and the columnwise RHT amax of a CPU
+    quantization with the columnwise transform (odd row counts padded with zero rows)."""
+    b = _bench_module("bench_gelu_amax")
+    torch.manual_seed(rows)
+    x = (torch.randn(rows, 48) * torch.logspace(-3, 3, 48)).to(torch.bfloat16)
+    from nvfp4._format import default_rht_mask
+    mask = default_rht_mask()
+    q = nvfp4.quantize(x, columnwise=True, rht="columnwise")
+    assert q.rht_sign_mask == mask
+    plain, rht = b.reference_maxima(x, mask)
+    assert plain == q.amax.item()
+    # the library's transform sums in its butterfly's order, the reference by a matrix product
+    assert rht == pytest.approx(q.amax_t.item(), rel=1e-6)
+    assert rht != pytest.approx(b.reference_maxima(x, mask ^ 0x1)[1], rel=1e-6)  # the signs matter
+
+
+def test_gelu_amax_kernel_source_defines_the_five_kernels():
+    """The prototypes' module text (written out for Triton, which reads kernels from their
+    file) is valid Python and defines the fused and unfused kernels the benchmark times."""
+    import ast
+    b = _bench_module("bench_gelu_amax")
+    tree = ast.parse(b._kernel_source())
+    names = {f.name for f in tree.body if isinstance(f, ast.FunctionDef)}
+    assert names == {"gelu_fwd", "gelu_fwd_amax", "amax_pass", "gelu_bwd", "gelu_bwd_amax"}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")

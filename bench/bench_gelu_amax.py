@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Prices the fused-producer road at the MLP's activation before it is built: a GELU that,
+as it stores its output, also computes the two maxima the NVFP4 quantization of that output
+needs — max |x| (the rowwise output's amax) and max |H x| over 16-row column groups (the
+columnwise RHT output's amax, H the recipe's 16-point transform with its row signs) — against
+the same GELU without them followed by a separate pass over its output for those maxima, which
+is what a training step runs today (torch's or Inductor's GELU, then the library's amax pass).
+The forward's output is X of the second MLP Linear, the backward's (GELU backward) dY of the
+first: at the 85M model's shapes the largest X and the largest dY of a block, half the bytes
+the amax pass reads a step (bench/NOTES.md, 2026-11-29).
+
+The GELU is the erf form (F.gelu's default; examples/train.py's model uses the tanh form).
+The five kernels are Triton prototypes written alike (one program per 16-row group x BLOCK_N
+columns, its 16 rows as 16 vectors, the transform as its four add/subtract stages written
+out, maxima by atomics on their bits), so their ratios compare fused with unfused within one
+code style; they are not the library's kernels and not bit-exact with them, and on an H200
+(2026-11-29) their own GELU ran at about half of torch's kernel's speed, so they do not price
+a library kernel yet (bench/NOTES.md). Beside them, in the same run: torch's own GELU and
+GELU-backward kernels, a read of the output (torch.amax) and a copy of it. Times from
+triton.testing.do_bench (median, the L2 flushed between calls). The maxima are checked against
+a float32 reference of the same definition (to a relative 1e-6: the reference sums in another
+order), which a CPU test holds equal to the library's quantization amaxes.
+
+    python3 bench/bench_gelu_amax.py [--shapes 16384x3072 16384x8192] [--json out.json]
+
+Needs a CUDA GPU and Triton (shipped with PyTorch's CUDA builds).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+
+import torch
+
+# RHT row signs: any fixed pattern prices the same work (the recipe's mask is a seed's)
+SIGN_MASK = 0b1011_0010_0110_1001
+
+
+def _kernel_source() -> str:
+    """The Triton module text: 16 row vectors and the four butterfly stages written out."""
+    def load_rows(name, ptr):
+        return [f"    {name}{i} = tl.load({ptr} + (r0 + {i}) * stride + cols, mask=cm & (r0 + {i} < M), "
+                f"other=0.0).to(tl.float32)" for i in range(16)]
+
+    def maxima(name):
+        # the stored BF16 values (x), their signs flipped by row, then the scaled transform
+        out = []
+        acc = f"tl.abs({name}0)"
+        for i in range(1, 16):
+            acc = f"tl.maximum({acc}, tl.abs({name}{i}))"
+        out.append(f"    m_plain = tl.max({acc}, axis=0)")
+        names = []
+        for i in range(16):
+            neg = (SIGN_MASK >> i) & 1
+            out.append(f"    t{i} = {'-' if neg else ''}{name}{i}")
+            names.append(f"t{i}")
+        h, st = 1, 0
+        while h < 16:
+            new = list(names)
+            for i in range(16):
+                if i & h == 0:
+                    a, b = names[i], names[i + h]
+                    out.append(f"    s{st}_{i} = {a} + {b}")
+                    out.append(f"    s{st}_{i + h} = {a} - {b}")
+                    new[i], new[i + h] = f"s{st}_{i}", f"s{st}_{i + h}"
+            names, h, st = new, h * 2, st + 1
+        acc = f"tl.abs({names[0]})"
+        for n in names[1:]:
+            acc = f"tl.maximum({acc}, tl.abs({n}))"
+        out.append(f"    m_rht = tl.max({acc}, axis=0) * 0.25")
+        out.append("    tl.atomic_max(amax_ptr, m_plain.to(tl.int32, bitcast=True))")
+        out.append("    tl.atomic_max(amax_ptr + 1, m_rht.to(tl.int32, bitcast=True))")
+        return out
+
+    head = ["    g = tl.program_id(0)", "    r0 = g * 16",
+            "    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)", "    cm = cols < N"]
+
+    def store_rows(name, ptr):
+        # store in BF16, then continue from the stored values (the quantization reads those)
+        out = []
+        for i in range(16):
+            out.append(f"    {name}{i} = {name}{i}.to(tl.bfloat16)")
+            out.append(f"    tl.store({ptr} + (r0 + {i}) * stride + cols, {name}{i}, mask=cm & (r0 + {i} < M))")
+            out.append(f"    {name}{i} = {name}{i}.to(tl.float32)")
+        return out
+
+    def gelu(src, dst):
+        return [f"    {dst}{i} = 0.5 * {src}{i} * (1.0 + tl.math.erf({src}{i} * 0.7071067811865476))"
+                for i in range(16)]
+
+    def gelu_bwd(dx, hh, dst):
+        return [f"    {dst}{i} = {dx}{i} * (0.5 * (1.0 + tl.math.erf({hh}{i} * 0.7071067811865476)) + {hh}{i} * "
+                f"0.3989422804014327 * tl.exp(-0.5 * {hh}{i} * {hh}{i}))" for i in range(16)]
+
+    sig = "(M, N, stride, BLOCK_N: tl.constexpr)"
+    k = ["import triton", "import triton.language as tl", ""]
+    k += ["@triton.jit", "def gelu_fwd(h_ptr, x_ptr, " + sig[1:] + ":"] + head + load_rows("h", "h_ptr") + \
+        gelu("h", "x") + store_rows("x", "x_ptr") + [""]
+    k += ["@triton.jit", "def gelu_fwd_amax(h_ptr, x_ptr, amax_ptr, " + sig[1:] + ":"] + head + \
+        load_rows("h", "h_ptr") + gelu("h", "x") + store_rows("x", "x_ptr") + maxima("x") + [""]
+    k += ["@triton.jit", "def amax_pass(x_ptr, amax_ptr, " + sig[1:] + ":"] + head + load_rows("x", "x_ptr") + \
+        maxima("x") + [""]
+    k += ["@triton.jit", "def gelu_bwd(dx_ptr, h_ptr, d_ptr, " + sig[1:] + ":"] + head + \
+        load_rows("dx", "dx_ptr") + load_rows("h", "h_ptr") + gelu_bwd("dx", "h", "d") + store_rows("d", "d_ptr") + [""]
+    k += ["@triton.jit", "def gelu_bwd_amax(dx_ptr, h_ptr, d_ptr, amax_ptr, " + sig[1:] + ":"] + head + \
+        load_rows("dx", "dx_ptr") + load_rows("h", "h_ptr") + gelu_bwd("dx", "h", "d") + store_rows("d", "d_ptr") + \
+        maxima("d") + [""]
+    return "\n".join(k) + "\n"
+
+
+def _load_kernels():
+    # Triton reads a kernel's source from its file: write the module out, then import it
+    d = tempfile.mkdtemp(prefix="nvfp4_gelu_amax_")
+    path = os.path.join(d, "gelu_amax_kernels.py")
+    with open(path, "w") as f:
+        f.write(_kernel_source())
+    spec = importlib.util.spec_from_file_location("gelu_amax_kernels", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def reference_maxima(x: torch.Tensor, sign_mask: int = SIGN_MASK):
+    """max |x| and max |H diag(s) x| over 16-row column groups (rows padded with zeros), in
+    float32: s the signs of `sign_mask` (bit i set: row i of a group negated), H the 16-point
+    Walsh-Hadamard matrix / 4 — the two tensor amaxes of a quantization with the columnwise
+    RHT (its rowwise output's, its columnwise output's)."""
+    m, n = x.shape
+    xf = x.float()
+    pad = (-m) % 16
+    if pad:
+        xf = torch.cat([xf, xf.new_zeros(pad, n)])
+    signs = torch.tensor([-1.0 if (sign_mask >> i) & 1 else 1.0 for i in range(16)], device=x.device)
+    h = torch.ones(1, 1, device=x.device)
+    while h.shape[0] < 16:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    y = torch.einsum("ij,gjn->gin", h * 0.25, xf.view(-1, 16, n) * signs[None, :, None])
+    return xf.abs().max().item(), y.abs().max().item()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", nargs="+", default=["16384x3072", "16384x8192"],
+                    help="tokens x features of the GELU (85M: 16384x3072, 400M: 16384x8192)")
+    ap.add_argument("--block-n", type=int, nargs="+", default=[128, 256],
+                    help="columns per program; each kernel is timed at each and its best kept")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_gelu_amax: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    try:
+        import triton
+    except ImportError:
+        print("bench_gelu_amax: needs Triton", file=sys.stderr)
+        return 2
+    k = _load_kernels()
+    do_bench = triton.testing.do_bench
+    dev = torch.device("cuda")
+    results = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "triton": triton.__version__,
+               "shapes": []}
+    print(f"{results['device']}, torch {torch.__version__}, triton {triton.__version__}; us, median of do_bench")
+    ok = True
+    for shape in a.shapes:
+        m, n = (int(v) for v in shape.lower().split("x"))
+        g = torch.Generator(device=dev).manual_seed(0)
+        h = torch.randn(m, n, device=dev, dtype=torch.bfloat16, generator=g)
+        dx = torch.randn(m, n, device=dev, dtype=torch.bfloat16, generator=g) * 1e-3
+        x = torch.empty_like(h)
+        d = torch.empty_like(h)
+        amax = torch.zeros(2, device=dev, dtype=torch.int32)  # the maxima's float32 bits
+
+        def launch(fn, args, bn):
+            grid = (triton.cdiv(m, 16), triton.cdiv(n, bn))
+            return lambda: fn[grid](*args, m, n, n, BLOCK_N=bn)
+
+        def best(fn, args):
+            return min(do_bench(launch(fn, args, bn)) for bn in a.block_n) * 1e3
+
+        row = {"shape": shape}
+        row["gelu"] = best(k.gelu_fwd, (h, x))
+        row["gelu+amax (fused)"] = best(k.gelu_fwd_amax, (h, x, amax))
+        row["amax pass"] = best(k.amax_pass, (x, amax))
+        row["gelu bwd"] = best(k.gelu_bwd, (dx, h, d))
+        row["gelu bwd+amax (fused)"] = best(k.gelu_bwd_amax, (dx, h, d, amax))
+        row["torch gelu"] = do_bench(lambda: torch.nn.functional.gelu(h)) * 1e3
+        row["torch gelu bwd"] = do_bench(lambda: torch.ops.aten.gelu_backward(dx, h)) * 1e3
+        row["read (torch.amax)"] = do_bench(lambda: torch.amax(x)) * 1e3
+        row["copy"] = do_bench(lambda: x.clone()) * 1e3
+        # the maxima of one fused call of each, against the reference
+        for fn, args, out in ((k.gelu_fwd_amax, (h, x, amax), x), (k.gelu_bwd_amax, (dx, h, d, amax), d)):
+            amax.zero_()
+            launch(fn, args, a.block_n[0])()
+            torch.cuda.synchronize()
+            want = reference_maxima(out)
+            got = amax.view(torch.float32).tolist()
+            good = all(abs(gv - wv) <= 1e-6 * max(abs(wv), 1e-30) for gv, wv in zip(got, want))
+            ok &= good
+            row.setdefault("maxima_checked", []).append({"got": got, "want": list(want), "ok": good})
+        row["gelu_bits_equal_torch"] = bool(torch.equal(x, torch.nn.functional.gelu(h)))
+        row["fwd: fused / (gelu + amax pass)"] = row["gelu+amax (fused)"] / (row["gelu"] + row["amax pass"])
+        row["bwd: fused / (gelu bwd + amax pass)"] = row["gelu bwd+amax (fused)"] / (row["gelu bwd"] + row["amax pass"])
+        results["shapes"].append(row)
+        print(f"\n{shape} (bf16, {m * n * 2 / 1e6:.1f} MB a tensor)")
+        for key in ("gelu", "gelu+amax (fused)", "amax pass", "gelu bwd", "gelu bwd+amax (fused)", "torch gelu",
+                    "torch gelu bwd", "read (torch.amax)", "copy"):
+            print(f"  {row[key]:9.1f}  {key}")
+        print(f"  fwd: fused / (gelu + amax pass) = {row['fwd: fused / (gelu + amax pass)']:.3f}; "
+              f"saved {row['gelu'] + row['amax pass'] - row['gelu+amax (fused)']:.1f} us")
+        print(f"  bwd: fused / (gelu bwd + amax pass) = {row['bwd: fused / (gelu bwd + amax pass)']:.3f}; "
+              f"saved {row['gelu bwd'] + row['amax pass'] - row['gelu bwd+amax (fused)']:.1f} us")
+        print(f"  maxima against the reference: {'ok' if all(c['ok'] for c in row['maxima_checked']) else 'MISMATCH'}"
+              f"; prototype GELU bits equal torch's: {row['gelu_bits_equal_torch']}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
