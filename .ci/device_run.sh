@@ -21,7 +21,8 @@
 #       bench_grouped_gemm.py, MoE train step), linhost (one Linear's host time, eager and compiled,
 #       bench_linear_host.py; with base, the baseline build too), fp8 (the FP8 baseline: its GPU tests,
 #       bench_fp8.py, the train step eager + compiled: FP8_SIZES, FP8_MODES), prodamax (an amax computed by
-#       the compiled producer against the quantization's amax pass, bench_producer_amax.py),
+#       the compiled producer against the quantization's amax pass, bench_producer_amax.py), geluamax
+#       (GELU with the quantization's two maxima, Triton prototypes: bench_gelu_amax.py, GELUAMAX_ARGS),
 #       tiles (CUTLASS sm90 tile configurations against cuBLAS at the training step's GEMM
 #       shapes: bench/sm90_tiles/, TILES_ONLY=name,... for a subset)
 set -uo pipefail
@@ -318,6 +319,11 @@ job_prodamax() {  # an amax computed by the compiled producer against the amax p
   PYTHONPATH=$NEW timeout ${PRODAMAX_TIMEOUT:-400} python3 bench/bench_producer_amax.py --json "$OUT/producer_amax.json" \
     2>&1 | grep -v -E "Warning|warn" | tee "$OUT/producer_amax.log" | tail -40
 }
+job_geluamax() {  # GELU with the quantization's two maxima, Triton prototypes (bench_gelu_amax.py; it runs no library kernel)
+  step "GELU + amax prototypes"
+  PYTHONPATH=$NEW timeout ${GELUAMAX_TIMEOUT:-300} python3 bench/bench_gelu_amax.py ${GELUAMAX_ARGS:-} \
+    --json "$OUT/gelu_amax.json" 2>&1 | grep -v -E "Warning|warn" | tee "$OUT/gelu_amax.log" | tail -40
+}
 job_tiles() {  # CUTLASS sm90 tile configurations against cuBLAS (bench/sm90_tiles/)
   step "tile sweep: build"
   OBJ=/tmp/tiles ONLY=${TILES_ONLY:-} bash bench/sm90_tiles/build.sh 16 > "$OUT/tiles_build.log" 2>&1 \
@@ -338,6 +344,7 @@ for a in "${ARGS[@]}"; do
     step400c) job_step 400 c ;;
     linhost) job_linhost ;;
     prodamax) job_prodamax ;;
+    geluamax) job_geluamax ;;
     tiles) job_tiles ;;
     *) echo "unknown job: $a" ;;
   esac
