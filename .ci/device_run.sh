@@ -22,7 +22,8 @@
 #       bench_linear_host.py; with base, the baseline build too), fp8 (the FP8 baseline: its GPU tests,
 #       bench_fp8.py, the train step eager + compiled: FP8_SIZES, FP8_MODES), prodamax (an amax computed by
 #       the compiled producer against the quantization's amax pass, bench_producer_amax.py), geluamax
-#       (GELU with the quantization's two maxima, Triton prototypes: bench_gelu_amax.py, GELUAMAX_ARGS),
+#       (GELU with the quantization's two maxima, Triton prototypes: bench_gelu_amax.py; GELUAMAX_ARGS,
+#       e.g. --cuda for the CUDA form against torch's kernels plus the library's amax pass),
 #       tiles (CUTLASS sm90 tile configurations against cuBLAS at the training step's GEMM
 #       shapes: bench/sm90_tiles/, TILES_ONLY=name,... for a subset)
 set -uo pipefail
@@ -319,7 +320,7 @@ job_prodamax() {  # an amax computed by the compiled producer against the amax p
   PYTHONPATH=$NEW timeout ${PRODAMAX_TIMEOUT:-400} python3 bench/bench_producer_amax.py --json "$OUT/producer_amax.json" \
     2>&1 | grep -v -E "Warning|warn" | tee "$OUT/producer_amax.log" | tail -40
 }
-job_geluamax() {  # GELU with the quantization's two maxima, Triton prototypes (bench_gelu_amax.py; it runs no library kernel)
+job_geluamax() {  # GELU with the quantization's two maxima, prototypes (bench_gelu_amax.py; GELUAMAX_ARGS=--cuda)
   step "GELU + amax prototypes"
   PYTHONPATH=$NEW timeout ${GELUAMAX_TIMEOUT:-300} python3 bench/bench_gelu_amax.py ${GELUAMAX_ARGS:-} \
     --json "$OUT/gelu_amax.json" 2>&1 | grep -v -E "Warning|warn" | tee "$OUT/gelu_amax.log" | tail -40

@@ -21,7 +21,13 @@ triton.testing.do_bench (median, the L2 flushed between calls). The maxima are c
 a float32 reference of the same definition (to a relative 1e-6: the reference sums in another
 order), which a CPU test holds equal to the library's quantization amaxes.
 
-    python3 bench/bench_gelu_amax.py [--shapes 16384x3072 16384x8192] [--json out.json]
+--cuda adds the form a library kernel would take (bench/gelu_amax/gelu_amax.cu, built here
+with nvcc): the tanh-form GELU and its backward in the amax pass's work unit, with the two
+maxima as one partial per CTA, timed against torch's tanh-form kernels plus the library's amax
+pass over the same output (nvfp4.quantize with the columnwise RHT, less the same call given
+its amax: the pass the given amax skips), and its output bits compared with torch's.
+
+    python3 bench/bench_gelu_amax.py [--shapes 16384x3072 16384x8192] [--cuda] [--json out.json]
 
 Needs a CUDA GPU and Triton (shipped with PyTorch's CUDA builds).
 """
@@ -124,6 +130,83 @@ def _load_kernels():
     return mod
 
 
+CUDA_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gelu_amax", "gelu_amax.cu")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def nvcc_command(out: str, arch: str, shared: bool = True) -> list:
+    """The nvcc command that builds gelu_amax.cu (a shared library, or with shared=False a
+    cubin: what the CPU test compiles)."""
+    nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+    kind = ["-shared", "-Xcompiler", "-fPIC"] if shared else ["-cubin"]
+    return [nvcc, "-std=c++17", "-O3", f"-arch={arch}", *kind, "-I" + os.path.join(REPO, "src"),
+            "-I" + os.path.join(REPO, "include"), "-o", out, CUDA_SOURCE]
+
+
+def _load_cuda():
+    import ctypes
+    import subprocess
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm_{major}{minor}" + ("a" if major == 9 else "")
+    out = os.path.join(tempfile.mkdtemp(prefix="nvfp4_gelu_amax_cu_"), "libgelu_amax.so")
+    subprocess.run(nvcc_command(out, arch), check=True)
+    lib = ctypes.CDLL(out)
+    lib.gelu_amax_launch.restype = ctypes.c_int
+    lib.gelu_amax_launch.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int64, ctypes.c_int64, ctypes.c_uint32, ctypes.c_int, ctypes.c_void_p]
+    return lib
+
+
+def _cuda_rows(lib, m, n, h, dx, do_bench, ok_list):
+    """The CUDA form against torch's tanh-form kernels plus the library's amax pass."""
+    import nvfp4
+    mask = SIGN_MASK
+    units = (n // 4) * ((m + 15) // 16)
+    grid = max(1, min(1022, (units + 255) // 256))
+    parts = torch.zeros(2 * grid, device=h.device, dtype=torch.int32)
+    x = torch.empty_like(h)
+    d = torch.empty_like(h)
+
+    def run(bwd, out):
+        a = dx if bwd else h
+        rc = lib.gelu_amax_launch(int(bwd), a.data_ptr(), h.data_ptr(), out.data_ptr(), parts.data_ptr(), m, n, mask,
+                                  grid, torch.cuda.current_stream().cuda_stream)
+        if rc != 0:
+            raise RuntimeError(f"gelu_amax_launch: CUDA error {rc}")
+
+    row = {}
+    row["cuda gelu+amax"] = do_bench(lambda: run(False, x)) * 1e3
+    row["cuda gelu bwd+amax"] = do_bench(lambda: run(True, d)) * 1e3
+    row["torch gelu (tanh)"] = do_bench(lambda: torch.nn.functional.gelu(h, approximate="tanh")) * 1e3
+    row["torch gelu bwd (tanh)"] = do_bench(lambda: torch.ops.aten.gelu_backward(dx, h, approximate="tanh")) * 1e3
+    for name, out in (("fwd", x), ("bwd", d)):
+        given = out.abs().amax().float().reshape(1)
+        own = do_bench(lambda: nvfp4.quantize(out, columnwise=True, rht="columnwise")) * 1e3
+        giv = do_bench(lambda: nvfp4.quantize_options(out, columnwise=True, rht="columnwise", amax=given)) * 1e3
+        row[f"library amax pass ({name} output)"] = own - giv
+    run(False, x)
+    torch.cuda.synchronize()
+    p = parts.view(2, grid)
+    got = [p[0].max().view(torch.float32).item(), p[1].max().view(torch.float32).item()]
+    want = reference_maxima(x, mask)
+    run(True, d)
+    torch.cuda.synchronize()
+    got_b = [p[0].max().view(torch.float32).item(), p[1].max().view(torch.float32).item()]
+    want_b = reference_maxima(d, mask)
+    for g_, w_ in ((got, want), (got_b, want_b)):
+        good = all(abs(gv - wv) <= 1e-6 * max(abs(wv), 1e-30) for gv, wv in zip(g_, w_))
+        ok_list.append(good)
+        row.setdefault("cuda maxima_checked", []).append({"got": g_, "want": list(w_), "ok": good})
+    row["cuda gelu bits equal torch"] = bool(torch.equal(x, torch.nn.functional.gelu(h, approximate="tanh")))
+    row["cuda gelu bwd bits equal torch"] = bool(torch.equal(d, torch.ops.aten.gelu_backward(dx, h,
+                                                                                             approximate="tanh")))
+    row["fwd: cuda fused / (torch gelu + library pass)"] = row["cuda gelu+amax"] / (
+        row["torch gelu (tanh)"] + row["library amax pass (fwd output)"])
+    row["bwd: cuda fused / (torch gelu bwd + library pass)"] = row["cuda gelu bwd+amax"] / (
+        row["torch gelu bwd (tanh)"] + row["library amax pass (bwd output)"])
+    return row
+
+
 def reference_maxima(x: torch.Tensor, sign_mask: int = SIGN_MASK):
     """max |x| and max |H diag(s) x| over 16-row column groups (rows padded with zeros), in
     float32: s the signs of `sign_mask` (bit i set: row i of a group negated), H the 16-point
@@ -148,6 +231,8 @@ def main(argv=None) -> int:
                     help="tokens x features of the GELU (85M: 16384x3072, 400M: 16384x8192)")
     ap.add_argument("--block-n", type=int, nargs="+", default=[128, 256],
                     help="columns per program; each kernel is timed at each and its best kept")
+    ap.add_argument("--cuda", action="store_true", help="also the CUDA form (bench/gelu_amax/gelu_amax.cu, built "
+                    "with nvcc) against torch's tanh-form kernels plus the library's amax pass")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -159,6 +244,8 @@ def main(argv=None) -> int:
         print("bench_gelu_amax: needs Triton", file=sys.stderr)
         return 2
     k = _load_kernels()
+    lib = _load_cuda() if a.cuda else None
+    cuda_ok = []
     do_bench = triton.testing.do_bench
     dev = torch.device("cuda")
     results = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "triton": triton.__version__,
@@ -215,10 +302,22 @@ def main(argv=None) -> int:
               f"saved {row['gelu bwd'] + row['amax pass'] - row['gelu bwd+amax (fused)']:.1f} us")
         print(f"  maxima against the reference: {'ok' if all(c['ok'] for c in row['maxima_checked']) else 'MISMATCH'}"
               f"; prototype GELU bits equal torch's: {row['gelu_bits_equal_torch']}")
+        if lib is not None:
+            c = _cuda_rows(lib, m, n, h, dx, do_bench, cuda_ok)
+            row.update(c)
+            for key in ("cuda gelu+amax", "torch gelu (tanh)", "library amax pass (fwd output)", "cuda gelu bwd+amax",
+                        "torch gelu bwd (tanh)", "library amax pass (bwd output)"):
+                print(f"  {c[key]:9.1f}  {key}")
+            print(f"  fwd: cuda fused / (torch gelu + library pass) = "
+                  f"{c['fwd: cuda fused / (torch gelu + library pass)']:.3f}; bwd: "
+                  f"{c['bwd: cuda fused / (torch gelu bwd + library pass)']:.3f}")
+            print(f"  cuda maxima against the reference: "
+                  f"{'ok' if all(x['ok'] for x in c['cuda maxima_checked']) else 'MISMATCH'}; output bits equal "
+                  f"torch's: forward {c['cuda gelu bits equal torch']}, backward {c['cuda gelu bwd bits equal torch']}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
-    return 0 if ok else 1
+    return 0 if ok and all(cuda_ok) else 1
 
 
 if __name__ == "__main__":

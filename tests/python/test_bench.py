@@ -240,6 +240,20 @@ def _nvcc():
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="needs nvcc (the CUDA build machines have it)")
+def test_gelu_amax_cuda_form_compiles(tmp_path):
+    """bench_gelu_amax.py --cuda builds bench/gelu_amax/gelu_amax.cu with the command below into
+    a shared library exporting its launcher; here for sm_90a (no GPU needed to compile)."""
+    b = _bench_module("bench_gelu_amax")
+    lib = tmp_path / "libgelu_amax.so"
+    cmd = b.nvcc_command(str(lib), "sm_90a")
+    cmd[0] = _nvcc()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    syms = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True).stdout
+    assert "gelu_amax_launch" in syms
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="needs nvcc (the CUDA build machines have it)")
 def test_tile_sweep_configurations_compile(tmp_path):
     """bench/sm90_tiles/build.sh compiles a configuration of each output type (the sweep's
     template against this CUTLASS) into a library exporting its two C entry points, and
