@@ -137,7 +137,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def nvcc_command(out: str, arch: str, shared: bool = True) -> list:
     """The nvcc command that builds gelu_amax.cu (a shared library, or with shared=False a
     cubin: what the CPU test compiles)."""
-    nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+    import shutil
+    home = os.environ.get("CUDA_HOME")
+    nvcc = (os.path.join(home, "bin", "nvcc") if home else None) or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     kind = ["-shared", "-Xcompiler", "-fPIC"] if shared else ["-cubin"]
     return [nvcc, "-std=c++17", "-O3", f"-arch={arch}", *kind, "-I" + os.path.join(REPO, "src"),
             "-I" + os.path.join(REPO, "include"), "-o", out, CUDA_SOURCE]
