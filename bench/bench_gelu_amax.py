@@ -210,21 +210,33 @@ def _cuda_rows(lib, m, n, h, dx, do_bench, ok_list):
 
 
 def reference_maxima(x: torch.Tensor, sign_mask: int = SIGN_MASK):
-    """max |x| and max |H diag(s) x| over 16-row column groups (rows padded with zeros), in
-    float32: s the signs of `sign_mask` (bit i set: row i of a group negated), H the 16-point
-    Walsh-Hadamard matrix / 4 — the two tensor amaxes of a quantization with the columnwise
+    """max |x| and max |RHT(v)| over every column's 16-row groups v (rows padded with zeros),
+    in float32, RHT the library's (nvfp4.rht_matrix: the signs of `sign_mask`, the 16-point
+    Walsh-Hadamard matrix / 4) — the two tensor amaxes of a quantization with the columnwise
     RHT (its rowwise output's, its columnwise output's)."""
+    import nvfp4
     m, n = x.shape
     xf = x.float()
     pad = (-m) % 16
     if pad:
         xf = torch.cat([xf, xf.new_zeros(pad, n)])
-    signs = torch.tensor([-1.0 if (sign_mask >> i) & 1 else 1.0 for i in range(16)], device=x.device)
-    h = torch.ones(1, 1, device=x.device)
-    while h.shape[0] < 16:
-        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    y = torch.einsum("ij,gjn->gin", h * 0.25, xf.view(-1, 16, n) * signs[None, :, None])
+    y = torch.einsum("gin,ij->gjn", xf.view(-1, 16, n), nvfp4.rht_matrix(sign_mask, torch.float32, x.device))
     return xf.abs().max().item(), y.abs().max().item()
+
+
+def parse_shapes(shapes, cuda: bool) -> list:
+    """(rows, cols) of each "ROWSxCOLS", refused by name when malformed, empty, or (the CUDA
+    form reads 8-byte strips) with cols not a multiple of 4."""
+    out = []
+    for shape in shapes:
+        parts = shape.lower().split("x")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts) or 0 in (int(parts[0]), int(parts[1])):
+            raise ValueError(f"--shapes: expected ROWSxCOLS with positive integers, got {shape!r}")
+        m, n = int(parts[0]), int(parts[1])
+        if cuda and n % 4:
+            raise ValueError(f"--shapes: the CUDA form needs cols % 4 == 0, got {shape!r}")
+        out.append((m, n))
+    return out
 
 
 def main(argv=None) -> int:
@@ -237,6 +249,12 @@ def main(argv=None) -> int:
                     "with nvcc) against torch's tanh-form kernels plus the library's amax pass")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
+    try:
+        shapes = parse_shapes(a.shapes, a.cuda)
+    except ValueError as e:
+        ap.error(str(e))
+    if any(b <= 0 or b & (b - 1) for b in a.block_n):
+        ap.error(f"--block-n: expected powers of two (Triton's block sizes), got {a.block_n}")
     if not torch.cuda.is_available():
         print("bench_gelu_amax: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -254,8 +272,7 @@ def main(argv=None) -> int:
                "shapes": []}
     print(f"{results['device']}, torch {torch.__version__}, triton {triton.__version__}; us, median of do_bench")
     ok = True
-    for shape in a.shapes:
-        m, n = (int(v) for v in shape.lower().split("x"))
+    for shape, (m, n) in zip(a.shapes, shapes):
         g = torch.Generator(device=dev).manual_seed(0)
         h = torch.randn(m, n, device=dev, dtype=torch.bfloat16, generator=g)
         dx = torch.randn(m, n, device=dev, dtype=torch.bfloat16, generator=g) * 1e-3

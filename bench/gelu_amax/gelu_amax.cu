@@ -4,7 +4,8 @@
 // for bench/bench_gelu_amax.py in the library's style — the work unit of the amax pass
 // (src/quant/amax.cu: a 16-row group x 8 bytes a thread, 16 loads in flight), the transform as
 // core::fwht16_scaled computes it, one partial per CTA and maximum as the quantization's
-// workspace holds them — not a library kernel: no C API, no checks beyond the launcher's.
+// workspace holds them; the BF16 conversions and the maxima are quant/common.cuh's — not a
+// library kernel: no C API, no checks beyond the launcher's.
 //
 // The activation follows the tanh-form formula in float32, in the order PyTorch's CUDA kernels
 // write it (x^3 as (x * x) * x; inner = beta * (x + kappa * x^3); 0.5 * x * (1 + tanh(inner));
@@ -19,10 +20,16 @@
 #include <cstdint>
 
 #include "core/rht.h"
+#include "quant/common.cuh"
 
 namespace {
 
-constexpr int kThreads = 256;
+using nvfp4::detail::quant::absmax_bits;
+using nvfp4::detail::quant::block_max_bits;
+using nvfp4::detail::quant::BF16;
+using nvfp4::detail::quant::hi_f;
+using nvfp4::detail::quant::lo_f;
+using nvfp4::detail::quant::kThreads;
 constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kKappa = 0.044715f;
 
@@ -44,22 +51,9 @@ __device__ __forceinline__ float gelu_tanh_bwd(float dy, float x) {
   return dy * (d_left + left * d_tanh * d_inner);
 }
 
-__device__ __forceinline__ float lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 __device__ __forceinline__ uint32_t pack(float a, float b) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
   return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-__device__ __forceinline__ uint32_t block_max(uint32_t v) {
-  __shared__ uint32_t red[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = 0u;
-  for (int w = 0; w < kThreads / 32; ++w) v = max(v, red[w]);
-  __syncthreads();
-  return v;
 }
 
 // kBwd: out = gelu'(h) * a (a = dy); else out = gelu(a). parts: [2 * gridDim.x] uint32, the
@@ -86,11 +80,11 @@ __global__ void __launch_bounds__(kThreads) gelu_amax_kernel(const uint16_t* a, 
     float v[4][16];  // the stored values, by column
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      float y[4] = {lo(in[i].x), hi(in[i].x), lo(in[i].y), hi(in[i].y)};
+      float y[4] = {lo_f<BF16>(in[i].x), hi_f<BF16>(in[i].x), lo_f<BF16>(in[i].y), hi_f<BF16>(in[i].y)};
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         if constexpr (kBwd) {
-          const float hx[4] = {lo(hin[i].x), hi(hin[i].x), lo(hin[i].y), hi(hin[i].y)};
+          const float hx[4] = {lo_f<BF16>(hin[i].x), hi_f<BF16>(hin[i].x), lo_f<BF16>(hin[i].y), hi_f<BF16>(hin[i].y)};
           y[c] = gelu_tanh_bwd(y[c], hx[c]);
         } else {
           y[c] = gelu_tanh(y[c]);
@@ -98,28 +92,26 @@ __global__ void __launch_bounds__(kThreads) gelu_amax_kernel(const uint16_t* a, 
       }
       const uint2 w = make_uint2(pack(y[0], y[1]), pack(y[2], y[3]));
       if (g * 16 + i < rows) *reinterpret_cast<uint2*>(out + static_cast<uint64_t>(base + i * cols)) = w;
-      v[0][i] = lo(w.x);
-      v[1][i] = hi(w.x);
-      v[2][i] = lo(w.y);
-      v[3][i] = hi(w.y);
+      v[0][i] = lo_f<BF16>(w.x);
+      v[1][i] = hi_f<BF16>(w.x);
+      v[2][i] = lo_f<BF16>(w.y);
+      v[3][i] = hi_f<BF16>(w.y);
     }
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
+      m_plain = max(m_plain, absmax_bits(v[c]));
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        m_plain = max(m_plain, __float_as_uint(v[c][i]) & 0x7fffffffu);
+      for (int i = 0; i < 16; ++i)
         if ((sign_mask >> i) & 1u) v[c][i] = -v[c][i];
-      }
       nvfp4::core::fwht16_scaled(v[c]);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) m_rht = max(m_rht, __float_as_uint(v[c][i]) & 0x7fffffffu);
+      m_rht = max(m_rht, absmax_bits(v[c]));
     }
   }
-  m_plain = block_max(m_plain);
-  m_rht = block_max(m_rht);
+  uint32_t m[2] = {m_plain, m_rht};
+  block_max_bits(m);
   if (threadIdx.x == 0) {
-    parts[blockIdx.x] = m_plain;
-    parts[gridDim.x + blockIdx.x] = m_rht;
+    parts[blockIdx.x] = m[0];
+    parts[gridDim.x + blockIdx.x] = m[1];
   }
 }
 

@@ -216,6 +216,19 @@ def test_gelu_amax_reference_is_the_quantization_amaxes(rows):
     assert rht != pytest.approx(b.reference_maxima(x, mask ^ 0x1)[1], rel=1e-6)  # the signs matter
 
 
+@pytest.mark.parametrize("argv,word", [(["--shapes", "16384"], "--shapes"), (["--shapes", "0x3072"], "--shapes"),
+                                       (["--shapes", "axb"], "--shapes"),
+                                       (["--shapes", "64x66", "--cuda"], "cols % 4"),
+                                       (["--block-n", "96"], "--block-n"), (["--block-n", "0"], "--block-n")])
+def test_gelu_amax_bench_refuses_bad_arguments(tmp_path, argv, word):
+    """Malformed shapes, a CUDA-form shape it cannot read, block sizes Triton cannot take: refused
+    by name before anything runs (with or without a GPU)."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_gelu_amax.py"), *argv],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2
+    assert word in r.stderr
+
+
 def test_gelu_amax_kernel_source_defines_the_five_kernels():
     """The prototypes' module text (written out for Triton, which reads kernels from their
     file) is valid Python and defines the fused and unfused kernels the benchmark times."""
