@@ -286,11 +286,11 @@ __device__ __forceinline__ void fill_e2m1_table(float* lut) {
   if (threadIdx.x < 16) lut[threadIdx.x] = core::e2m1_decode(threadIdx.x);
 }
 
-// The one decode of an FP4 block to the BF16 operand of the Hopper emulation (the GEMM's
-// decode pass and the quantizer's decoded outputs both call it, so both give the same bits):
-// 16 packed E2M1 codes (lo, hi; element 0 in the low nibble of lo) times the block's scale,
-// each product rounded to bfloat16 (exact for NVFP4; for MXFP4 up to 2^128), as 8 bf16x2
-// words in element order. lut: fill_e2m1_table's table.
+// The decode of an MXFP4 half block (16 values) to the BF16 operand of the Hopper emulation
+// (the GEMM's decode pass; NVFP4 blocks take quant::decode16_e4m3_bf16): 16 packed E2M1
+// codes (lo, hi; element 0 in the low nibble of lo) times the scale, each product rounded
+// to bfloat16 (exact up to 2^128), as 8 bf16x2 words in element order. lut: fill_e2m1_table's
+// table.
 __device__ __forceinline__ void decode16_bf16(uint32_t lo, uint32_t hi, float scale, const float* lut,
                                               uint32_t (&out)[8]) {
 #pragma unroll

@@ -94,7 +94,38 @@ constexpr int kColUnitBytes = 8;
 
 __device__ __forceinline__ uint32_t half_word(const uint2& q, int i) { return i == 0 ? q.x : q.y; }
 
-template <class T>
+// max |y| over y = H16 v (core::fwht16_scaled's butterfly without its 0.25), as the bits of a
+// non-negative float or NaN; NaN exactly when some y is. The last stage's pair
+// (a + b, a - b) contributes max(|a + b|, |a - b|) = |a| + |b|, rounded alike (one of the two
+// is +-(|a| + |b|), the other's magnitude is at most that, and rounding is monotonic and odd),
+// so each pair costs one add of magnitudes instead of two adds and two maxima; the one
+// exception, a and b both infinite (then a + b or a - b is inf - inf = NaN), is taken on a
+// branch when the sums' maximum is infinite.
+__device__ __forceinline__ uint32_t fwht16_absmax_unscaled(float (&v)[kBlock]) {
+#pragma unroll
+  for (int h = 1; h < 8; h <<= 1)
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      if ((i & h) == 0) {
+        const float a = v[i], b = v[i + h];
+        v[i] = a + b;
+        v[i + h] = a - b;
+      }
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) m = fmax_nan(m, fabsf(v[i]) + fabsf(v[i + 8]));
+  if (__float_as_uint(m) == 0x7f800000u) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m = fmax_nan(m, fabsf(v[i] - v[i + 8]));
+  }
+  return __float_as_uint(m) & 0x7fffffffu;
+}
+
+// kSigns: the RHT sign mask compiled in (the recipe's, core::kDefaultRhtSignMask), or
+// kRuntimeSigns: the launch's a.sign_mask.
+constexpr uint32_t kRuntimeSigns = 0xffffffffu;
+
+template <class T, uint32_t kSigns>
 __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a) {
   take_counter(a);
   constexpr int E = kColUnitBytes / T::kBytes;  // columns per strip
@@ -110,20 +141,37 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
   const int64_t dg = stride / nq, dq = stride % nq;
   uint32_t m_plain = 0u, m_rht = 0u;
   // core::rht16: row i of a 16-row group is negated where bit i of the mask is set, then the
-  // scaled Walsh-Hadamard transform; the negation is done on the loaded words (sign bits of
-  // every element in them), which leaves the plain amax (taken without signs) unchanged
+  // scaled Walsh-Hadamard transform. kSigns: the mask, known at compile time (the recipe's,
+  // core::kDefaultRhtSignMask): the negations fold into the first butterfly stage's adds as
+  // operand signs (no instruction of their own); kRuntimeSigns: a.sign_mask, flipped on the
+  // loaded words (sign bits of every element in them). Neither touches the plain amax (taken
+  // without signs).
+  constexpr bool kConstSigns = kSigns != kRuntimeSigns;
   constexpr uint32_t kFlip = T::kBytes == 4 ? 0x80000000u : 0x80008000u;
   for (; u < n; u += stride) {
     uint2 c[16];
     const char* p = x + (g * 16) * row_bytes + q * kColUnitBytes;
+    if (g * 16 + 16 <= a.rows) {  // a whole group: one row address after the other
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
-      c[i] = (g * 16 + i < a.rows) ? __ldg(reinterpret_cast<const uint2*>(p + i * row_bytes)) : make_uint2(0u, 0u);
+      for (int i = 0; i < 16; ++i) {
+        c[i] = __ldg(reinterpret_cast<const uint2*>(p));
+        p += row_bytes;
+      }
+    } else {  // the last group: its rows past the end are zeros
+      const int left = static_cast<int>(a.rows - g * 16);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const uint32_t f = ((a.sign_mask >> i) & 1u) ? kFlip : 0u;
-      c[i].x ^= f;
-      c[i].y ^= f;
+      for (int i = 0; i < 16; ++i) {
+        c[i] = i < left ? __ldg(reinterpret_cast<const uint2*>(p)) : make_uint2(0u, 0u);
+        p += row_bytes;
+      }
+    }
+    if constexpr (!kConstSigns) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const uint32_t f = ((a.sign_mask >> i) & 1u) ? kFlip : 0u;
+        c[i].x ^= f;
+        c[i].y ^= f;
+      }
     }
 #pragma unroll
     for (int k = 0; k < E; ++k) {
@@ -135,9 +183,10 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
           v[i] = __uint_as_float(w);
         else
           v[i] = (k & 1) ? hi_f<T>(w) : lo_f<T>(w);
+        if constexpr (kConstSigns)
+          if ((kSigns >> i) & 1u) v[i] = -v[i];
       }
-      core::fwht16_scaled(v);
-      m_rht = max(m_rht, absmax_bits(v));
+      m_rht = max(m_rht, fwht16_absmax_unscaled(v));
     }
     if (a.plain0 || a.part_plain0) {
       // the 16 loads as raw 16-element blocks (two 8-byte loads a 16-byte chunk)
@@ -159,7 +208,9 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
     }
   }
   block_reduce_amax(m_plain, a.plain0, a.plain1, a.part_plain0, a.part_plain1);
-  block_reduce_amax(m_rht, a.rht, nullptr, a.part_rht);
+  // the transform's 0.25, once: max |0.25 y| = 0.25 max |y| (a multiply by 0.25 rounds
+  // monotonically, so the max of the rounded products is the rounded product of the max)
+  block_reduce_amax(__float_as_uint(__uint_as_float(m_rht) * 0.25f) & 0x7fffffffu, a.rht, nullptr, a.part_rht);
 }
 
 // NVFP4_QUANT_WORKSPACE=0: a job's workspace is not used (memsets and atomics), for
@@ -262,10 +313,12 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream, bool zero, AmaxPart
     a.rht = col_dst.amax;
     a.part_rht = col_dst.part;
     const int64_t strips = (job.cols / (kColUnitBytes / T::kBytes)) * ((job.rows + 15) / 16);
-    const unsigned grid =
-        capped(persistent_grid(amax_colrht_kernel<T>, kThreads, 0, (strips + kThreads - 1) / kThreads));
-    if (nvfp4_status_t s = launch(amax_colrht_kernel<T>, grid, a, zero && !use_parts, stream,
-                                  "nvfp4 amax (columnwise RHT) kernel");
+    // the recipe's signs compiled in (BF16, the training dtype), any others read at run time
+    const auto kernel = std::is_same_v<T, BF16> && job.cfg.rht_sign_mask == core::kDefaultRhtSignMask
+                            ? amax_colrht_kernel<T, core::kDefaultRhtSignMask>
+                            : amax_colrht_kernel<T, kRuntimeSigns>;
+    const unsigned grid = capped(persistent_grid(kernel, kThreads, 0, (strips + kThreads - 1) / kThreads));
+    if (nvfp4_status_t s = launch(kernel, grid, a, zero && !use_parts, stream, "nvfp4 amax (columnwise RHT) kernel");
         s != NVFP4_SUCCESS)
       return s;
     for (int i = 0; i < np; ++i) record(plain[i], grid);

@@ -33,6 +33,12 @@
 
 #include "core/common.h"
 #include "core/e2m1.h"
+#include "core/e4m3.h"
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
 
 // -DNVFP4_QUANT_SOFTWARE_E2M1 keeps the software form on every target.
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && !defined(NVFP4_QUANT_SOFTWARE_E2M1)
@@ -130,5 +136,75 @@ NVFP4_QD uint32_t encode8_sr(const float* x, float e, uint32_t w0, uint32_t w1) 
   const uint32_t p57 = byte_perm(f[5], f[7], 0x7632u) + byte_perm(w1, 0u, 0x4341u);
   return pack8(byte_perm(p02, p46, 0x7531u), byte_perm(p13, p57, 0x7531u), x);
 }
+
+// ---- E2M1 -> BF16: the decoded operands of the Hopper GEMM -----------------------------
+// The bf16 bits of E2M1 magnitude m, from the format's values (core::e2m1_magnitude: m / 2
+// below 2, then (1 + (m & 1) / 2) * 2^((m >> 1) - 1)); e2m1_host_model checks them against it.
+constexpr uint32_t e2m1_bf16_bits(uint32_t m) {
+  return m == 0 ? 0u : m == 1 ? 0x3F00u : (((126u + (m >> 1)) << 7) | ((m & 1u) << 6));
+}
+// Byte b (0: low, 1: high) of the bf16 bits of magnitudes first .. first + 3, as one word:
+// with the word for first = 4 beside it, an 8-entry table for the byte permute.
+constexpr uint32_t e2m1_bf16_table(int b, uint32_t first) {
+  uint32_t t = 0;
+  for (uint32_t i = 0; i < 4; ++i) t |= ((e2m1_bf16_bits(first + i) >> (8 * b)) & 0xffu) << (8 * i);
+  return t;
+}
+
+// The bf16 bits of 8 packed codes (element 0 in the low nibble), unscaled: out[k] holds
+// element 2k in its low half and 2k + 1 in its high half. Each magnitude nibble selects its
+// value's low and high byte from 8-byte tables (one byte permute does four codes), the sign
+// bits go to bit 7 of the high bytes (one more permute: bit 3 of byte k of c << 4 is the sign of
+// code 2k, bit 7 of byte k of c that of code 2k + 1), and the low and high bytes are interleaved:
+// 19 instructions for 8 values on the GPU, where a table lookup and a multiply per value cost 36.
+NVFP4_QD void e2m1x8_bf16_words(uint32_t c, uint32_t (&out)[4]) {
+  constexpr uint32_t kH0 = e2m1_bf16_table(1, 0), kH1 = e2m1_bf16_table(1, 4);
+  constexpr uint32_t kL0 = e2m1_bf16_table(0, 0), kL1 = e2m1_bf16_table(0, 4);
+  const uint32_t m = c & 0x77777777u, mh = m >> 16, c4 = c << 4;
+  const uint32_t ha = byte_perm(kH0, kH1, m) | (byte_perm(c4, c, 0x5140u) & 0x80808080u);
+  const uint32_t hb = byte_perm(kH0, kH1, mh) | (byte_perm(c4, c, 0x7362u) & 0x80808080u);
+  const uint32_t la = byte_perm(kL0, kL1, m), lb = byte_perm(kL0, kL1, mh);
+  out[0] = byte_perm(la, ha, 0x5140u);
+  out[1] = byte_perm(la, ha, 0x7362u);
+  out[2] = byte_perm(lb, hb, 0x5140u);
+  out[3] = byte_perm(lb, hb, 0x7362u);
+}
+
+#if defined(__CUDACC__)
+// bf16x2 (s, s) of the value of E4M3 scale byte b (exact: an E4M3 value has at most 4
+// significant bits and lies in [2^-9, 448]). sm_89+: the hardware conversion to fp16 (exact
+// as well), widened; elsewhere core::e4m3_decode.
+__device__ __forceinline__ __nv_bfloat162 e4m3_bf16x2(uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<unsigned short>(b & 0xffu)));
+  const float f = __half2float(__ushort_as_half(static_cast<unsigned short>(h2)));
+#else
+  const float f = core::e4m3_decode(static_cast<uint8_t>(b));
+#endif
+  return __floats2bfloat162_rn(f, f);
+}
+
+// The one decode of an NVFP4 block to the BF16 operand of the Hopper emulation (the GEMM's
+// decode pass and the quantizers' decoded outputs both call it, so both give the same bits):
+// 16 packed codes (lo, hi; element 0 in the low nibble of lo) times the value of the E4M3
+// scale byte, as 8 bf16x2 words in element order. The products are exact in BF16 (an E2M1
+// value has at most 2 significant bits, the scale 4; they lie in [2^-10, 2688]), so the BF16
+// multiply gives the bits a float multiply rounded to BF16 gives; a NaN scale (0x7f, 0xff)
+// gives NaN.
+__device__ __forceinline__ void decode16_e4m3_bf16(uint32_t lo, uint32_t hi, uint32_t scale_byte,
+                                                   uint32_t (&out)[8]) {
+  const __nv_bfloat162 s = e4m3_bf16x2(scale_byte);
+  uint32_t w[2][4];
+  e2m1x8_bf16_words(lo, w[0]);
+  e2m1x8_bf16_words(hi, w[1]);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t u = w[i >> 2][i & 3];
+    const __nv_bfloat162 p = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&u), s);
+    out[i] = *reinterpret_cast<const uint32_t*>(&p);
+  }
+}
+#endif
 
 }  // namespace nvfp4::detail::quant

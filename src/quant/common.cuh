@@ -279,12 +279,12 @@ struct Encoded {
   uint32_t scale;   // E4M3 byte
 };
 
-// The decoded values of an encoded block (nvfp4_quantize_decoded): gpu::decode16_bf16, the
-// decode the GEMM's decode pass runs, of the block's codes with its E4M3 scale. `lut`:
-// gpu::fill_e2m1_table's table. 32 bytes at dst, 16-byte aligned.
-__device__ __forceinline__ void store_decoded(void* dst, const Encoded& o, const float (&lut)[16]) {
+// The decoded values of an encoded block (nvfp4_quantize_decoded): decode16_e4m3_bf16
+// (codec.cuh), the decode the GEMM's decode pass runs, of the block's codes with its E4M3
+// scale. 32 bytes at dst, 16-byte aligned.
+__device__ __forceinline__ void store_decoded(void* dst, const Encoded& o) {
   uint32_t packed[8];
-  gpu::decode16_bf16(o.lo, o.hi, core::e4m3_decode(o.scale), lut, packed);
+  decode16_e4m3_bf16(o.lo, o.hi, o.scale, packed);
   uint4* d = static_cast<uint4*>(dst);
   d[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   d[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
@@ -300,10 +300,9 @@ __device__ __forceinline__ void store_decoded(void* dst, const Encoded& o, const
 // decoded element; row_ok: the row lies inside x; blocks: how many of its 4 blocks do.
 constexpr int kRowStageChunks = 64;
 __device__ __forceinline__ void store_decoded_row_staged(uint4* stage, int ri, int bq, const Encoded& o,
-                                                         const float (&lut)[16], __nv_bfloat16* row, bool row_ok,
-                                                         int blocks) {
+                                                         __nv_bfloat16* row, bool row_ok, int blocks) {
   uint4* s = stage + 8 * ri;
-  store_decoded(s + 2 * bq, o, lut);
+  store_decoded(s + 2 * bq, o);
   __syncwarp();
   uint4* dst = reinterpret_cast<uint4*>(row);
 #pragma unroll

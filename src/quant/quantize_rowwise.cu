@@ -48,7 +48,6 @@ struct Cursor {
 template <class T, bool kSR, bool kRht>
 __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) {
   __shared__ EncodeTable tab;
-  __shared__ float lut[16];  // E2M1 values, for the decoded output
   // RTN: decoded values through each warp's staging area (store_decoded_row_staged); SR keeps
   // direct stores, as in the tile kernel
   constexpr bool kStage = !kSR;
@@ -129,10 +128,10 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
       }
       const Encoded o = encode_block<kSR>(v, bamax, ts, tab, a.keys, sr_offset, e0);
       if (kStage && a.dec)  // the same for every lane: the whole warp stages
-        store_decoded_row_staged(stage, ri, bq, o, lut, static_cast<__nv_bfloat16*>(a.dec) + e0 - bq * kBlock,
+        store_decoded_row_staged(stage, ri, bq, o, static_cast<__nv_bfloat16*>(a.dec) + e0 - bq * kBlock,
                                  rt[k] < a.rows - c.tr * 128, nb - c.tc * 4);
       else if (ok && a.dec)
-        store_decoded(static_cast<__nv_bfloat16*>(a.dec) + e0, o, lut);
+        store_decoded(static_cast<__nv_bfloat16*>(a.dec) + e0, o);
       if (a.data == nullptr) continue;  // decoded values only
       if (ok) *reinterpret_cast<uint2*>(a.data + e0 / 2) = make_uint2(o.lo, o.hi);
       if (a.swizzled)  // every byte of the tile's 512, padding included (as 0)
@@ -158,7 +157,6 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
     ts = make_tensor_scale(gs);
     fill_encode_table(tab, gs.dec);
   }
-  gpu::fill_e2m1_table(lut);
   __syncthreads();
   if (!has_work) return;
   while (true) {

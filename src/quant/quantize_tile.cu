@@ -117,7 +117,6 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   using S = Smem<T, kRing>;
   extern __shared__ __align__(128) uint8_t ring[];  // S::kBytes, dynamic
   __shared__ EncodeTable tab_r, tab_c;
-  __shared__ float lut[16];  // E2M1 values, for the decoded outputs
   __shared__ uint32_t tam[2][8][4];  // 2D: amax bits of the tile's 8 x 4 16x16 tiles, double-buffered
   __shared__ uint4 stage_all[kThreads / 32][kStageChunks];  // each warp's staging of decoded values
 
@@ -202,10 +201,18 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     return b;
   };
 
-  // RHT signs as +-1 factors, folded into the butterfly's first stage (core::rht16_fma)
+  // RHT signs as +-1 factors, folded into the butterfly's first stage (core::rht16_fma); for
+  // the columns of a BF16 x as sign bits flipped in the conversions instead (row i of a column
+  // block: an add of the sign bit to the shifted low half, an xor on the high half, no
+  // instruction of their own), the transform then core::fwht16_scaled: the same sums.
+  constexpr bool kColSignInConversion = kColRht && std::is_same_v<T, BF16>;
   float rht_sign[kBlock];
+  uint32_t col_sign[kBlock];
 #pragma unroll
-  for (int i = 0; i < kBlock; ++i) rht_sign[i] = ((a.sign_mask >> i) & 1u) ? -1.0f : 1.0f;
+  for (int i = 0; i < kBlock; ++i) {
+    rht_sign[i] = ((a.sign_mask >> i) & 1u) ? -1.0f : 1.0f;
+    col_sign[i] = ((a.sign_mask >> i) & 1u) ? 0x80000000u : 0u;
+  }
 
   // Rowwise outputs of one block (scale byte s, codes o). A tile's 128 rows x 4 blocks are
   // exactly one 512-byte tile of the swizzled rowwise scales: that tile's offset is
@@ -223,11 +230,11 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   auto store_row = [&](const Cursor& c, int k, const Encoded& o) {
     const bool ok = valid(c, k);
     if (kStage && a.rdec) {  // the same for every lane: the whole warp stages
-      store_decoded_row_staged(stage, ri, bq, o, lut,
+      store_decoded_row_staged(stage, ri, bq, o,
                                static_cast<__nv_bfloat16*>(a.rdec) + static_cast<uint64_t>(c.base) + off[k] - bq * kBlock,
                                rt[k] < a.rows - c.tr * 128, a.nb - c.tc * 4);
     } else if (ok && a.rdec) {
-      store_decoded(static_cast<__nv_bfloat16*>(a.rdec) + static_cast<uint64_t>(c.base) + off[k], o, lut);
+      store_decoded(static_cast<__nv_bfloat16*>(a.rdec) + static_cast<uint64_t>(c.base) + off[k], o);
     }
     if (a.rdata == nullptr) return;  // decoded values only
     if (ok) {
@@ -332,7 +339,8 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     if constexpr (k2D) {
       s = block_scale_byte(tam[pb][rb][cl >> 4], ts_c);
     } else {
-      if constexpr (kColRht) core::rht16_fma(v, rht_sign);
+      if constexpr (kColSignInConversion) core::fwht16_scaled(v);
+      else if constexpr (kColRht) core::rht16_fma(v, rht_sign);
       s = block_scale_byte(absmax_bits(v), ts_c);
     }
     const uint64_t idx0 = t.idx + coff[u][h];
@@ -342,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
       // the 8 lanes of column cl (one per row block rb) stage its 16 chunks (256 bytes of
       // x^T's row cl), then lane rb stores chunks rb and 8 + rb: whole sectors per instruction
       uint4* col = stage + kColStageStride * wq;
-      store_decoded(col + 2 * rb, o, lut);
+      store_decoded(col + 2 * rb, o);
       __syncwarp();
       uint4* dst = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.cdec) + idx0 - 16 * rb);
 #pragma unroll
@@ -352,7 +360,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
       }
       __syncwarp();
     } else if (ok && a.cdec) {
-      store_decoded(static_cast<__nv_bfloat16*>(a.cdec) + idx0, o, lut);
+      store_decoded(static_cast<__nv_bfloat16*>(a.cdec) + idx0, o);
     }
     if (a.cdata == nullptr) return;  // decoded values only
     if (ok) *reinterpret_cast<uint2*>(t.data + coff[u][h] / 2) = make_uint2(o.lo, o.hi);
@@ -378,10 +386,12 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
       } else {
         float v[kBlock];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) v[i] = lo_f<T>(w[i]);
+        for (int i = 0; i < 16; ++i)
+          v[i] = kColSignInConversion ? __uint_as_float((w[i] << 16) + col_sign[i]) : lo_f<T>(w[i]);
         col_block(v, c, t, u, 0, pb);
 #pragma unroll
-        for (int i = 0; i < 16; ++i) v[i] = hi_f<T>(w[i]);
+        for (int i = 0; i < 16; ++i)
+          v[i] = kColSignInConversion ? __uint_as_float((w[i] & 0xffff0000u) ^ col_sign[i]) : hi_f<T>(w[i]);
         col_block(v, c, t, u, 1, pb);
       }
     }
@@ -441,7 +451,6 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     }
   }
   if (threadIdx.x < 64) (&tam[0][0][0])[threadIdx.x] = 0u;
-  gpu::fill_e2m1_table(lut);
   __syncthreads();
   if (!has_work) return;
 

@@ -14,6 +14,10 @@
 //                         0x7 codes when e is NaN) equals core::encode_block_rn, on blocks
 //                         with NaN of either sign and any payload, infinities, zeros of both
 //                         signs, huge and tiny values; the replacement is exercised.
+//   decode                the decode to BF16 operands (quant::e2m1x8_bf16_words, host-compiled:
+//                         byte-permute table lookups) against core::e2m1_decode, for every
+//                         16-bit pattern of four codes in either half of the word, and its
+//                         tables against the format's magnitudes.
 //
 // Built by tests/python/test_build_targets.py (any C++17 compiler and the CUDA headers) and
 // by ctest. Prints "N passed, N failed"; exit status 0 only if nothing failed.
@@ -174,6 +178,40 @@ void nan_block() {
   std::printf("nan-block: %d blocks, %d with the NaN replacement\n", blocks, replaced_blocks);
 }
 
+// The bf16 bits of a value that bf16 holds exactly (every E2M1 value): the top half of its float.
+uint32_t bf16_bits_exact(float v) { return float_bits(v) >> 16; }
+
+void decode() {
+  using nvfp4::detail::quant::e2m1_bf16_bits;
+  using nvfp4::detail::quant::e2m1x8_bf16_words;
+  bool tables = true;
+  for (uint32_t m = 0; m < 8; ++m) tables &= e2m1_bf16_bits(m) == bf16_bits_exact(nvfp4::core::e2m1_magnitude(m));
+  check(tables, "e2m1_bf16_bits equals the bf16 bits of core::e2m1_magnitude for magnitudes 0..7");
+  long bad = 0, words = 0;
+  std::string first;
+  for (uint32_t half = 0; half < 2; ++half) {
+    for (uint32_t p = 0; p < 0x10000u; ++p) {
+      // the other half holds a fixed mix of codes (0x9e3a or 0x51c7), so that both halves vary
+      const uint32_t c = half == 0 ? (p | 0x9e3a0000u) : ((p << 16) | 0x51c7u);
+      uint32_t w[4];
+      e2m1x8_bf16_words(c, w);
+      ++words;
+      for (int e = 0; e < 8; ++e) {
+        const uint32_t code = (c >> (4 * e)) & 0xfu;
+        const uint32_t got = (w[e / 2] >> (16 * (e & 1))) & 0xffffu;
+        const uint32_t want = bf16_bits_exact(nvfp4::core::e2m1_decode(code));
+        if (got != want && bad++ == 0) {
+          char buf[128];
+          std::snprintf(buf, sizeof buf, "word %08x element %d: %04x, want %04x", c, e, got, want);
+          first = buf;
+        }
+      }
+    }
+  }
+  check(bad == 0, "e2m1x8_bf16_words vs core::e2m1_decode: " + std::to_string(bad) + " values differ; first: " + first);
+  std::printf("decode: %ld words of 8 codes\n", words);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,6 +222,7 @@ int main(int argc, char** argv) {
     exhaustive(threads);
   }
   if (mode == "nan-block" || mode == "all") nan_block();
+  if (mode == "decode" || mode == "all") decode();
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
 }

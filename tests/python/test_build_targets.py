@@ -388,3 +388,8 @@ def test_e2m1_matches_the_hardware_model_on_every_float(host_model):
 def test_nan_block_replacement_matches_the_reference(host_model):
     out = _run([str(host_model), "nan-block"])
     assert re.search(r"\b3 passed, 0 failed", out), out
+
+
+def test_bf16_decode_words_match_the_format(host_model):
+    out = _run([str(host_model), "decode"])
+    assert "decode: 131072 words of 8 codes" in out and re.search(r"\b2 passed, 0 failed", out), out

@@ -21,6 +21,7 @@
 #include "gemm/backends.h"
 #include "gemm/common/decode.h"
 #include "cuda/device.h"
+#include "quant/codec.cuh"
 
 namespace nvfp4::detail {
 namespace {
@@ -47,7 +48,7 @@ constexpr int kBlocksPerThread = 2;  // independent loads in flight per thread
 __global__ void __launch_bounds__(kPrepThreads) gemm_prep_kernel(GemmPrep p, int64_t blocks_a,
                                                                  int64_t blocks_total,
                                                                  bool aligned8) {
-  // The E2M1 code -> value table, built from the one definition of the format.
+  // The E2M1 code -> value table (MXFP4's decode), built from the one definition of the format.
   __shared__ float lut[16];
   gpu::fill_e2m1_table(lut);
   __syncthreads();
@@ -62,7 +63,8 @@ __global__ void __launch_bounds__(kPrepThreads) gemm_prep_kernel(GemmPrep p, int
 
   for (int64_t base = tid; base < blocks_total; base += nthreads * kBlocksPerThread) {
     uint2 raw[kBlocksPerThread];
-    float scale[kBlocksPerThread];
+    uint32_t sbyte[kBlocksPerThread];
+    bool umx[kBlocksPerThread];
     __nv_bfloat16* dst[kBlocksPerThread];
 #pragma unroll
     for (int u = 0; u < kBlocksPerThread; ++u) {
@@ -89,16 +91,20 @@ __global__ void __launch_bounds__(kPrepThreads) gemm_prep_kernel(GemmPrep p, int
       const bool mx = in_a ? p.a.mx : p.b.mx;
       const int64_t scols = mx ? cols / 2 : cols, sc = mx ? c / 2 : c;
       const int64_t so = layout == NVFP4_SCALES_LINEAR ? r * scols + sc : core::swizzle_offset(r, sc, scols);
-      const uint8_t sb = __ldg((in_a ? p.a.scales : p.b.scales) + so);
-      scale[u] = mx ? core::e8m0_decode(sb) : core::e4m3_decode(sb);
+      sbyte[u] = __ldg((in_a ? p.a.scales : p.b.scales) + so);
+      umx[u] = mx;
       dst[u] = static_cast<__nv_bfloat16*>(in_a ? p.a.out : p.b.out) + r * (in_a ? p.a.out_ld : p.b.out_ld) + c * 16;
     }
 #pragma unroll
     for (int u = 0; u < kBlocksPerThread; ++u) {
       if (dst[u] == nullptr) continue;
-      // value * scale is exact in fp32 and in BF16 (see the top of the file for MXFP4's limits)
+      // value * scale is exact in fp32 and in BF16 (see the top of the file for MXFP4's limits);
+      // NVFP4 through the quantizers' decode (the same bits as their decoded outputs)
       uint32_t packed[8];
-      gpu::decode16_bf16(raw[u].x, raw[u].y, scale[u], lut, packed);
+      if (umx[u])
+        gpu::decode16_bf16(raw[u].x, raw[u].y, core::e8m0_decode(static_cast<uint8_t>(sbyte[u])), lut, packed);
+      else
+        quant::decode16_e4m3_bf16(raw[u].x, raw[u].y, sbyte[u], packed);
       uint4* d4 = reinterpret_cast<uint4*>(dst[u]);
       d4[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
       d4[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
