@@ -233,6 +233,28 @@ def test_edge_values(dtype):
                 raise AssertionError(f"[{name}] {e}") from None
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+def test_columnwise_rht_amax_where_the_last_butterfly_stage_meets_infinities(dtype):
+    """The columnwise-RHT amax pass takes each pair of its last butterfly stage as |a| + |b|
+    (the larger of |a + b| and |a - b|), which is inf where the reference's a + b or a - b is
+    inf - inf = NaN: its branch for an infinite maximum must then give NaN, and inf where one
+    operand is infinite. Infinities in rows r and r + 8 of a 16-row group reach the last stage
+    as two infinite operands; one in row r as one; rows 0 and 3 meet (inf - inf) in an earlier
+    stage, whose NaN the sums carry. With the recipe's signs (compiled into the
+    BF16 pass) and others, both amax paths (memsets, workspace partials); every byte against
+    the CPU reference, and the amax's kind checked directly."""
+    for mask in (DEFAULT_MASK, 0x0000, 0x1234):
+        for rows, want_nan in (((16, 24), True), ((21, 29), True), ((19,), False), ((16, 19), True)):
+            x = torch.randn(48, 64)
+            for r in rows:
+                x[r, 7] = float("inf")
+            x = x.to(dtype)
+            for ws in (False, True):
+                got = check(x, rht="columnwise", columnwise=True, sign_mask=mask, workspace=ws)
+                amax = got["col"][2].item()
+                assert math.isnan(amax) if want_nan else amax == float("inf"), (mask, rows, ws, amax)
+
+
 def test_nan_gives_nan_amax_and_0x7_codes():
     x = torch.randn(64, 64, device=DEV)
     x[10, 10] = float("nan")
