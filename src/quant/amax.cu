@@ -100,7 +100,7 @@ __device__ __forceinline__ uint32_t half_word(const uint2& q, int i) { return i 
 // is +-(|a| + |b|), the other's magnitude is at most that, and rounding is monotonic and odd),
 // so each pair costs one add of magnitudes instead of two adds and two maxima; the one
 // exception, a and b both infinite (then a + b or a - b is inf - inf = NaN), is taken on a
-// branch when the sums' maximum is infinite.
+// branch when the sums' maximum is infinite: there both of each pair's sums are formed.
 __device__ __forceinline__ uint32_t fwht16_absmax_unscaled(float (&v)[kBlock]) {
 #pragma unroll
   for (int h = 1; h < 8; h <<= 1)
@@ -114,9 +114,9 @@ __device__ __forceinline__ uint32_t fwht16_absmax_unscaled(float (&v)[kBlock]) {
   float m = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) m = fmax_nan(m, fabsf(v[i]) + fabsf(v[i + 8]));
-  if (__float_as_uint(m) == 0x7f800000u) {
+  if (__float_as_uint(m) == 0x7f800000u) {  // the reference's own pair: NaN where it meets inf - inf
 #pragma unroll
-    for (int i = 0; i < 8; ++i) m = fmax_nan(m, fabsf(v[i] - v[i + 8]));
+    for (int i = 0; i < 8; ++i) m = fmax_nan(m, fmax_nan(fabsf(v[i] + v[i + 8]), fabsf(v[i] - v[i + 8])));
   }
   return __float_as_uint(m) & 0x7fffffffu;
 }
