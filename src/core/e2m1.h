@@ -5,7 +5,7 @@
 
 namespace nvfp4::core {
 
-NVFP4_HD float e2m1_magnitude(uint32_t code3) {
+NVFP4_HD constexpr float e2m1_magnitude(uint32_t code3) {
   // 0, 0.5, 1, 1.5 are code/2; 2, 3 are code-2; 4, 6 are 4 and 6.
   return code3 < 4 ? 0.5f * static_cast<float>(code3)
                    : (code3 < 6 ? static_cast<float>(code3) - 2.0f : (code3 == 6 ? 4.0f : 6.0f));

@@ -15,10 +15,12 @@ namespace nvfp4::core {
 // [1,1,1,-1,1,-1,-1,-1,-1,-1,-1,1,-1,1,-1,-1]
 constexpr uint32_t kDefaultRhtSignMask = 0xD7E8u;
 
-// The butterfly and the scaling, without the signs.
-NVFP4_HD void fwht16_scaled(float (&v)[16]) {
+// The butterfly's stages of strides kFrom, 2 kFrom, ... below kTo, in that order (the whole
+// butterfly: 1 to 16; the kernels run parts of it where they fold a stage into other work).
+template <int kFrom = 1, int kTo = 16>
+NVFP4_HD void fwht16_stages(float (&v)[16]) {
 #pragma unroll
-  for (int h = 1; h < 16; h <<= 1) {
+  for (int h = kFrom; h < kTo; h <<= 1) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       if ((i & h) == 0) {
@@ -28,6 +30,11 @@ NVFP4_HD void fwht16_scaled(float (&v)[16]) {
       }
     }
   }
+}
+
+// The butterfly and the scaling, without the signs.
+NVFP4_HD void fwht16_scaled(float (&v)[16]) {
+  fwht16_stages(v);
 #pragma unroll
   for (int i = 0; i < 16; ++i) v[i] *= 0.25f;
 }
@@ -53,17 +60,7 @@ NVFP4_HD void rht16_fma(float (&v)[16], const float (&s)[16]) {
     v[i] = fma_f(s[i], a, t);
     v[i + 1] = fma_f(s[i], a, -t);
   }
-#pragma unroll
-  for (int h = 2; h < 16; h <<= 1) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      if ((i & h) == 0) {
-        float a = v[i], b = v[i + h];
-        v[i] = a + b;
-        v[i + h] = a - b;
-      }
-    }
-  }
+  fwht16_stages<2>(v);
 #pragma unroll
   for (int i = 0; i < 16; ++i) v[i] *= 0.25f;
 }

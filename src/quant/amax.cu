@@ -102,15 +102,7 @@ __device__ __forceinline__ uint32_t half_word(const uint2& q, int i) { return i 
 // exception, a and b both infinite (then a + b or a - b is inf - inf = NaN), is taken on a
 // branch when the sums' maximum is infinite: there both of each pair's sums are formed.
 __device__ __forceinline__ uint32_t fwht16_absmax_unscaled(float (&v)[kBlock]) {
-#pragma unroll
-  for (int h = 1; h < 8; h <<= 1)
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-      if ((i & h) == 0) {
-        const float a = v[i], b = v[i + h];
-        v[i] = a + b;
-        v[i + h] = a - b;
-      }
+  core::fwht16_stages<1, 8>(v);  // strides 1, 2, 4; the last (8) is folded into the maximum
   float m = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) m = fmax_nan(m, fabsf(v[i]) + fabsf(v[i + 8]));

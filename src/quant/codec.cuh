@@ -138,16 +138,20 @@ NVFP4_QD uint32_t encode8_sr(const float* x, float e, uint32_t w0, uint32_t w1) 
 }
 
 // ---- E2M1 -> BF16: the decoded operands of the Hopper GEMM -----------------------------
-// The bf16 bits of E2M1 magnitude m, from the format's values (core::e2m1_magnitude: m / 2
-// below 2, then (1 + (m & 1) / 2) * 2^((m >> 1) - 1)); e2m1_host_model checks them against it.
-constexpr uint32_t e2m1_bf16_bits(uint32_t m) {
-  return m == 0 ? 0u : m == 1 ? 0x3F00u : (((126u + (m >> 1)) << 7) | ((m & 1u) << 6));
+// The bf16 bits of v >= 0 where bf16 holds v exactly (zero or normal), at compile time.
+constexpr uint32_t bf16_bits_exact(float v) {
+  if (v == 0.0f) return 0u;
+  int e = 0;
+  while (v >= 2.0f) v *= 0.5f, ++e;
+  while (v < 1.0f) v *= 2.0f, --e;
+  return (static_cast<uint32_t>(127 + e) << 7) | static_cast<uint32_t>((v - 1.0f) * 128.0f);
 }
-// Byte b (0: low, 1: high) of the bf16 bits of magnitudes first .. first + 3, as one word:
-// with the word for first = 4 beside it, an 8-entry table for the byte permute.
+// Byte b (0: low, 1: high) of the bf16 bits of E2M1 magnitudes first .. first + 3
+// (core::e2m1_magnitude's values, all exact in bf16), as one word: with the word for
+// first = 4 beside it, an 8-entry table for the byte permute.
 constexpr uint32_t e2m1_bf16_table(int b, uint32_t first) {
   uint32_t t = 0;
-  for (uint32_t i = 0; i < 4; ++i) t |= ((e2m1_bf16_bits(first + i) >> (8 * b)) & 0xffu) << (8 * i);
+  for (uint32_t i = 0; i < 4; ++i) t |= ((bf16_bits_exact(core::e2m1_magnitude(first + i)) >> (8 * b)) & 0xffu) << (8 * i);
   return t;
 }
 
