@@ -13,6 +13,8 @@ For each shape (M, N, K), D[M,N] = A[M,K] @ B[N,K]^T:
   dec-B      A as codes, B decoded: decode pass of A + CUTLASS (NVFP4_SM90_RS=0)
   rs         A as codes, B decoded, through the kernel that decodes A in registers
              (NVFP4_SM90_RS=1: at every shape; the library itself takes it where N <= 768)
+  bf16-dec   cuBLAS (torch.mm) on those decoded values: dec-AB's GEMM engine against cuBLAS's
+             on the same numbers (the bf16 row's random operands draw more power)
 Timing: nvfp4._timing.Timer (the timer of every nvfp4 benchmark): CUDA events, warm-up,
 inputs rotated through enough copies to exceed L2 three times (so small problems read
 their operands from memory as in a real model), the median of several timed batches.
@@ -162,7 +164,7 @@ def decoded_variants(m, n, k, a16, b16, nb, out, record, timer):
         A = [_quantize_decoded(a16[i], 0, True) for i in range(nb)]
         B = [_quantize_decoded(b16[i], 1, False) for i in range(nb)]
     except Exception as ex:  # noqa: BLE001
-        for name in ("dec-AB", "dec-B", "rs"):
+        for name in ("dec-AB", "dec-B", "rs", "bf16-dec"):
             record(name, None, "error", f"quantize: {type(ex).__name__}: {str(ex).splitlines()[0]}")
         return
     for name, a_dec, env in (("dec-AB", True, {}), ("dec-B", False, {"NVFP4_SM90_RS": "0"}), ("rs", False, {"NVFP4_SM90_RS": "1"})):
@@ -184,6 +186,18 @@ def decoded_variants(m, n, k, a16, b16, nb, out, record, timer):
                 record(name, timed(timer, fn, nb), fn=fn, n_sets=nb, with_kernels=True)
         except Exception as ex:  # noqa: BLE001
             record(name, None, "error", f"{type(ex).__name__}: {str(ex).splitlines()[0]}")
+    # cuBLAS on the same decoded values (no per-tensor scale): the BF16 engine against
+    # CUTLASS's (dec-AB) with equal operands, whose bits change a GEMM's power and clocks
+    try:
+        a_vals = [A[i][2][0] for i in range(nb)]
+        b_vals = [B[i][2][0] for i in range(nb)]
+        if out.dtype == torch.float32:
+            fn = lambda i: torch.mm(a_vals[i], b_vals[i].t(), out_dtype=torch.float32)  # noqa: E731
+        else:
+            fn = lambda i: torch.mm(a_vals[i], b_vals[i].t(), out=out)  # noqa: E731
+        record("bf16-dec", timed(timer, fn, nb), fn=fn, n_sets=nb, with_kernels=True)
+    except Exception as ex:  # noqa: BLE001
+        record("bf16-dec", None, "error", f"{type(ex).__name__}: {str(ex).splitlines()[0]}")
     del A, B
 
 

@@ -26,8 +26,12 @@ the difference, over the model's layers), and (b) with the amax pass's bytes gon
 amax computed where the activation is produced) — what this design on this GPU can reach at
 best; and (c) with the GEMMs reading the FP4 codes themselves at cuBLAS BF16's time (no
 decoded operands written, no decode pass, the amax from the producer: codes_road_bytes) —
-what a design with such a GEMM could reach. --from-json re-reads a saved result instead of
-measuring (no GPU needed).
+what a design with such a GEMM could reach. (a)-(c) put every kernel at copy bandwidth; (d)
+and (e) take the quantizers as they are: the same run also times today's tile kernels
+quantizing X and dY to codes only (both orientations, the recipe's roundings and transform:
+what they would write for GEMMs that read codes); (d) is the step with those in place of the
+decoded-road tile kernels, no decode pass and GEMMs reading codes as fast as today's read
+decoded values, (e) that and no amax pass. --from-json re-reads a saved result instead of measuring (no GPU needed).
 
     python3 bench/bench_linear_kernels.py [--tokens 16384] [--shapes 768x2304 768x768 ...]
                                           [--iters 20] [--recipe nvfp4] [--json out.json]
@@ -43,6 +47,7 @@ import json
 import torch
 from torch import nn
 
+import nvfp4
 import nvfp4.nn as nn4
 from nvfp4._format import swizzled_shape
 
@@ -101,6 +106,9 @@ CLASSES = (
     ("quantize W (fp32: amax + 2D tile)", lambda n: n.startswith(("tile_kernel<F32", "amax_flat_kernel<F32"))),
     ("decode (Wᵀ, Xᵀ)", lambda n: n.startswith("gemm_prep_kernel")),
 )
+
+
+_AMAX, _X_TILE, _DY_TILE, _DECODE = CLASSES[0][0], CLASSES[1][0], CLASSES[2][0], CLASSES[4][0]
 
 
 def classify(name: str):
@@ -180,9 +188,24 @@ def step_floor(results, layers: int, nvfp4_ms: float, bf16_ms: float) -> dict:
         road = codes_road_bytes(int(r["tokens"]), fin, fout)
         fp4 += sum(b["us"] - road[b["kind"]] / 1e6 / r["copy_tbs"] for b in r["bandwidth"]) + gemm_excess_us(r)
     fp4 *= layers / 1000.0
-    return dict(now=nvfp4_ms / bf16_ms, at_copy=(nvfp4_ms - over) / bf16_ms,
-                no_amax=(nvfp4_ms - over - amax) / bf16_ms, fp4_gemm=(nvfp4_ms - fp4) / bf16_ms,
-                over_copy_ms=over, amax_ms=amax, fp4_gemm_ms=fp4)
+    out = dict(now=nvfp4_ms / bf16_ms, at_copy=(nvfp4_ms - over) / bf16_ms,
+               no_amax=(nvfp4_ms - over - amax) / bf16_ms, fp4_gemm=(nvfp4_ms - fp4) / bf16_ms,
+               over_copy_ms=over, amax_ms=amax, fp4_gemm_ms=fp4)
+    # (d), (e): today's tile kernels writing codes only, GEMMs reading them as fast as today's
+    # read decoded operands (not cuBLAS's time: on these operands the emulated GEMMs can be the
+    # faster, and (d) asks what the quantizers and passes leave, not what a better GEMM gives)
+    if results and all("codes_tile_us" in r for r in results):
+        saved = amax_now = 0.0
+        for r in results:
+            by = {b["kind"]: b["us"] for b in r["bandwidth"]}
+            saved += (by.get(_X_TILE, 0.0) - r["codes_tile_us"]["X"] + by.get(_DY_TILE, 0.0)
+                      - r["codes_tile_us"]["dY"] + by.get(_DECODE, 0.0))
+            amax_now += by.get(_AMAX, 0.0)
+        saved *= layers / 1000.0
+        amax_now *= layers / 1000.0
+        out.update(codes_now=(nvfp4_ms - saved) / bf16_ms, codes_now_no_amax=(nvfp4_ms - saved - amax_now) / bf16_ms,
+                   codes_now_ms=saved, amax_now_ms=amax_now)
+    return out
 
 
 def print_step_floor(results, step_json: str) -> list:
@@ -209,6 +232,10 @@ def print_step_floor(results, step_json: str) -> list:
                   f"kernels at copy bandwidth (-{f['over_copy_ms']:.2f} ms): {f['at_copy']:.3f}; "
                   f"and no amax pass (-{f['amax_ms']:.2f} ms more): {f['no_amax']:.3f}; "
                   f"GEMMs reading FP4 at cuBLAS's time (-{f['fp4_gemm_ms']:.2f} ms in all): {f['fp4_gemm']:.3f}")
+            if "codes_now" in f:
+                print(f"   {'':17s} today's tile kernels writing codes, no decode pass, GEMMs as today's "
+                      f"(-{f['codes_now_ms']:.2f} ms): {f['codes_now']:.3f}; and no amax pass "
+                      f"(-{f['amax_now_ms']:.2f} ms more): {f['codes_now_no_amax']:.3f}")
     return out
 
 
@@ -269,6 +296,14 @@ def main(argv=None) -> int:
 
         ks = kernel_times(step, a.iters)
         xs, ys = x.detach().clone(), dy.clone()
+        # today's tile kernels writing codes only (both orientations, the recipe's roundings
+        # and columnwise transform): what X and dY would cost for GEMMs that read codes
+        codes_tile = {}
+        if a.recipe == "nvfp4":
+            for what, t, kw in (("X", xs, dict()), ("dY", ys, dict(rounding="sr", seed=1))):
+                kt = kernel_times(lambda: nvfp4.quantize(t, rowwise=True, columnwise=True, rht="columnwise", **kw),
+                                  a.iters)
+                codes_tile[what] = sum(us for name, (us, _) in kt.items() if short(name).startswith("tile_kernel<"))
         floors = {
             "copy X (r+w)": event_us(lambda: xs.clone(), a.iters),
             "read X (amax)": event_us(lambda: xs.amax(), a.iters),
@@ -303,6 +338,8 @@ def main(argv=None) -> int:
             named[short(name)] = named.get(short(name), 0.0) + us
             print(f"   {us:9.1f} us  x{n:<4.1f} {short(name)}")
         print(f"   {total:9.1f} us  all kernels of one forward + backward")
+        for what, us in codes_tile.items():
+            print(f"   {us:9.1f} us  (today's tile kernel quantizing {what} to codes only, both orientations)")
         gemm_us = sum(v for k, v in named.items() if is_gemm(k))
         blas_us = sum(blas.values())
         grand["cuBLAS BF16, the same 3 GEMMs (reference, not in the total)"] += blas_us
@@ -320,8 +357,9 @@ def main(argv=None) -> int:
             e = kernels.setdefault(short(k), dict(us=0.0, calls=0.0))
             e["us"] += us
             e["calls"] += n
+        extra = dict(codes_tile_us=codes_tile) if codes_tile else {}
         results.append(dict(shape=shp, tokens=a.tokens, floors_us=floors, cublas_us=blas, copy_tbs=copy_tbs,
-                            gemm_us=gemm_us, kernels=kernels,
+                            gemm_us=gemm_us, kernels=kernels, **extra,
                             bandwidth=[dict(kind=c, us=u, mb=m, tbs=t, of_copy=f) for c, u, m, t, f in bw]))
     print("\n== all shapes, per kernel name (µs per step of one Linear of each shape)")
     for name, us in grand.most_common():

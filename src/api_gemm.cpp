@@ -343,7 +343,7 @@ NVFP4_API const char* nvfp4_gemm_env_key(void) {
       "NVFP4_SM90_TILE",           "NVFP4_SM90_STREAM_SPLIT",   "NVFP4_SM90_STREAM_PREFETCH",
       "NVFP4_SM90_STREAM_AFIRST",  "NVFP4_SM90_DIRECT",         "NVFP4_SM90_SPLITS",
       "NVFP4_SM90_DECODED",        "NVFP4_SM90_RS",             "NVFP4_SM90_F32_LARGE",
-      "NVFP4_SM90_PINGPONG"};
+      "NVFP4_SM90_PINGPONG",       "NVFP4_SM90_CUBLASLT"};
   thread_local std::string key;
   key.clear();
   if (!any_nvfp4_setting()) return key.c_str();  // none set: the empty key, without ~15 lookups

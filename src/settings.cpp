@@ -90,6 +90,9 @@ bool check_gemm_settings() {
   one_of("NVFP4_SM90_TILE", {"large", "medium", "medium2x1", "streamk"}, "the Hopper CUTLASS configuration");
   one_of("NVFP4_SM90_F32_LARGE", {"0", "1"},
          "0: FP32-output Hopper GEMMs keep 128x128 tiles where 128x256 ones fill the machine (before/after runs)");
+  one_of("NVFP4_SM90_CUBLASLT", {"0", "1"},
+         "the Hopper two-step GEMM's cuBLASLt engine: 1 for every job it can take, 0 for none (unset: where it "
+         "pays)");
   one_of("NVFP4_SM90_PINGPONG", {"0", "1"},
          "0: BF16-output Hopper GEMMs over a short K keep 128x256 tiles (before/after runs)");
   one_of("NVFP4_SM90_SWIZZLE", {"1", "2", "4", "8"}, "the persistent scheduler's largest swizzle");

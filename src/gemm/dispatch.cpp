@@ -187,7 +187,8 @@ constexpr uint32_t kCuda = kObjCommon;  // every CUDA row: its operands come fro
 
 // What rows of the two operand formats share: the kernels one runner launches and its
 // shape rule, in the table's terms.
-constexpr const char kSm90TwoStepKernels[] = "gemm_prep_kernel;gemm_finalize_kernel;device_kernel.*GemmUniversal.*Sm90";
+constexpr const char kSm90TwoStepKernels[] =
+    "gemm_prep_kernel;gemm_finalize_kernel;device_kernel.*GemmUniversal.*Sm90;lt_scalars_kernel";
 constexpr const char kSm100Kernels[] =
     "blockscaled::alpha_kernel<cutlass::arch::Sm100>;blockscaled::widen_kernel<cutlass::arch::Sm100>;"
     "device_kernel.*GemmUniversal.*Sm100";
@@ -235,7 +236,9 @@ const Runner kRunners[] = {
      NVFP4_SM90_RS},
     {"cutlass-sm90", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_90", 90, 90, kCuda | kObjSm90,
      kSm90TwoStepKernels, "any shape",
-     "exact emulation: FP4 -> BF16 decode + CUTLASS sm90 BF16 GEMM (TMA, wgmma), alpha/bias/beta*C in its epilogue",
+     "exact emulation: FP4 -> BF16 decode + CUTLASS sm90 BF16 GEMM (TMA, wgmma), alpha/bias/beta*C in its epilogue; "
+     "both operands decoded with no bias or C at K 2048, N >= 2048 (BF16 output): cuBLASLt's GEMM, alpha formed on "
+     "the device (NVFP4_SM90_CUBLASLT)",
      NVFP4_SM90_TWO_STEP},
 
     {"cutlass-sm100", NVFP4_BACKEND_CUTLASS, Format::kNvfp4, "sm_100", 100, 109, kCuda | kObjSm100,

@@ -364,6 +364,28 @@ def test_linear_kernels_byte_model():
     assert abs(rows[0][3] - w / 4e-6 / 1e12) < 1e-12 and abs(rows[0][4] - rows[0][3] / 2.0) < 1e-12
 
 
+def test_linear_kernels_step_floor_with_todays_codes_quantizers():
+    """(d) and (e) of the step floor, by hand: today's tile kernels writing codes replace the
+    decoded road's X and dY tile kernels, the decode pass goes, the GEMMs stay as fast as they
+    are (not cuBLAS's time); (e) takes the measured amax pass off as well. Absent without the
+    codes timings."""
+    blk = _linear_kernels_bench()
+    X, DY = "quantize X (RTN, row decoded + col RHT codes)", "quantize dY (SR, row decoded + col RHT decoded)"
+    results = [dict(shape="64x32", tokens=16, copy_tbs=2.0, gemm_us=100.0, cublas_us={"a": 70.0, "b": 20.0},
+                    codes_tile_us={"X": 15.0, "dY": 35.0}, bandwidth=[
+                        dict(kind="amax X, dY", us=30.0, mb=40.0, tbs=0.0, of_copy=0.0),
+                        dict(kind=X, us=20.0, mb=1.0, tbs=0.0, of_copy=0.0),
+                        dict(kind=DY, us=50.0, mb=1.0, tbs=0.0, of_copy=0.0),
+                        dict(kind="decode (Wᵀ, Xᵀ)", us=12.0, mb=1.0, tbs=0.0, of_copy=0.0)])]
+    f = blk.step_floor(results, 2, 10.0, 8.0)
+    saved = ((20.0 - 15.0) + (50.0 - 35.0) + 12.0) * 2 / 1000
+    assert f["codes_now_ms"] == pytest.approx(saved) and f["amax_now_ms"] == pytest.approx(30.0 * 2 / 1000)
+    assert f["codes_now"] == pytest.approx((10.0 - saved) / 8.0)
+    assert f["codes_now_no_amax"] == pytest.approx((10.0 - saved - 0.06) / 8.0)
+    del results[0]["codes_tile_us"]
+    assert "codes_now" not in blk.step_floor(results, 2, 10.0, 8.0)
+
+
 def test_linear_kernels_step_floor(tmp_path):
     """The step floor bench_linear_kernels.py derives, by hand for two shapes and 3 layers:
     each class's excess over its copy-bandwidth time (MB / TB/s = µs) comes off the nvfp4

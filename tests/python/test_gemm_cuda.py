@@ -547,6 +547,7 @@ def test_bf16_output_choice_follows_its_rule(capfd, monkeypatch, pingpong):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     monkeypatch.setenv("NVFP4_SM90_SMALL_M", "0")
     monkeypatch.setenv("NVFP4_SM90_RS", "0")  # the two-step path's choice (N = 768 would take sm90-fp4-rs)
+    monkeypatch.setenv("NVFP4_SM90_CUBLASLT", "0")  # CUTLASS's choice (K 1040 and 2048 would take cuBLASLt)
     rows = -(-sms // 3)  # 3 columns of 128x256 tiles (N = 768) filling the machine
     r = math.isqrt(sms - 1) + 1
     shapes = [(128 * r, 2048 * 2, 768), (128 * r, 2048 * 2, 1024), (128 * r, 2048 * 2, 1040),
