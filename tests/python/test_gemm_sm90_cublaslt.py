@@ -17,7 +17,7 @@ from nvfp4 import _ops
 from test_decoded import SWIZZLED, _dev, _gemm, quantize_decoded
 from test_gemm_cuda import check_bound
 from test_gemm_sm90_direct import kernels_of
-from test_gemm_sm90_rs import _sdec
+from test_gemm_sm90_rs import _sdec, operands  # operands: A's codes and values (SR), B's (2D)
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
@@ -32,20 +32,6 @@ def _two_step_built():
 
 
 needs_sm90 = pytest.mark.skipif(not _two_step_built(), reason="needs a Hopper GPU and a build with the sm90 runners")
-
-
-def operands(m, n, k, seed=0, special=False):
-    g = torch.Generator().manual_seed(seed * 7919 + m * 131 + n * 17 + k)
-    a = torch.randn(m, k, generator=g) * 3
-    b = torch.randn(n, k, generator=g) * 0.02
-    if special:
-        a.view(-1)[::11] = 0.0
-        a.view(-1)[1::29] = -0.0
-        a.view(-1)[2::37] = 4e4
-        a.view(-1)[3::41] = 1e-6
-    ra, _ = quantize_decoded(a.to(torch.bfloat16).cuda(), False, True, rounding=1, seed=seed + 3)
-    rb, _ = quantize_decoded(b.to(torch.bfloat16).cuda(), False, True, block=1)
-    return ra, rb
 
 
 def reference(ra, rb):

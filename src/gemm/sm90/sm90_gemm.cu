@@ -10,10 +10,11 @@
 //   first launch does not run at all. Jobs with no bias and no C at the shapes where NVIDIA's
 //   kernels are measured faster have their decoded operands multiplied by cuBLASLt instead
 //   (sm90_cublaslt.cu: alpha formed by a one-thread kernel, then cublasLtMatmul), whether
-//   they came as codes or as values: both roads still meet the same engine. When D or C cannot be addressed by TMA (a row of D not a
-//   multiple of 16 bytes, an unaligned pointer) or C has another dtype than D, CUTLASS
-//   writes alpha*acc + bias in fp32 to the workspace and a small kernel applies beta*C and
-//   the output rounding (the same operations in the same order).
+//   they came as codes or as values: both roads still meet the same engine. When D or C
+//   cannot be addressed by TMA (a row of D not a multiple of 16 bytes, an unaligned pointer)
+//   or C has another dtype than D, CUTLASS writes alpha*acc + bias in fp32 to the workspace
+//   and a small kernel applies beta*C and the output rounding (the same operations in the
+//   same order).
 //
 // Workspace, each part 256-byte aligned:
 //   bias fp32[n_pad] | A bf16[M, K] | B bf16[n_b, K] | T fp32[M, n_pad] | CUTLASS's
@@ -156,7 +157,7 @@ struct Plan {
   const Sm90CutlassKernel* kernel = nullptr;
   const char* why = "";   // the rule that chose the kernel, for NVFP4_SM90_TRACE
   int64_t n_pad = 0, n_b = 0, n_gemm = 0;
-  size_t off_bias = 0, off_a = 0, off_b = 0, off_t = 0, off_cutlass = 0, total = 0;
+  size_t off_bias = 0, off_a = 0, off_b = 0, off_t = 0, off_cutlass = 0, total = 0;  // off_cutlass: or cuBLASLt's
   Sm90CutlassArgs args;  // pointers filled in at run time
 };
 
@@ -202,7 +203,6 @@ nvfp4_status_t make_plan(const GemmJob& job, Plan& pl) {
   pl.off_cutlass = off;
 
   if (pl.lt) {  // cuBLASLt on the decoded operands (no bias, no C: sm90_cublaslt_choose)
-    pl.off_cutlass = off;
     pl.total = off + sm90_cublaslt_workspace_size();
     return NVFP4_SUCCESS;
   }
@@ -227,9 +227,9 @@ bool trace_enabled() {
 
 void print_plan(const GemmJob& job, const Plan& pl) {
   if (pl.lt) {
-    std::fprintf(stderr, "nvfp4 sm90 two-step: M=%lld N=%lld K=%lld -> %scuBLASLt (%s), workspace %zu\n", static_cast<long long>(job.m), static_cast<long long>(job.n),
-                 static_cast<long long>(job.k), job.a_dec != nullptr && job.b_dec != nullptr ? "" : "decode + ",
-                 pl.why, pl.total);
+    std::fprintf(stderr, "nvfp4 sm90 two-step: M=%lld N=%lld K=%lld -> %scuBLASLt (%s), workspace %zu\n",
+                 static_cast<long long>(job.m), static_cast<long long>(job.n), static_cast<long long>(job.k),
+                 job.a_dec != nullptr && job.b_dec != nullptr ? "" : "decode + ", pl.why, pl.total);
     return;
   }
   std::fprintf(stderr,
@@ -291,7 +291,8 @@ nvfp4_status_t sm90_gemm(const GemmJob& job, void* workspace, size_t workspace_b
     if (nvfp4_status_t s = gemm_prep(prep, stream); s != NVFP4_SUCCESS) return s;
   }
 
-  if (pl.lt) return sm90_cublaslt_gemm(job, a_bf16, b_bf16, ws + pl.off_cutlass, workspace_bytes - pl.off_cutlass, stream);
+  if (pl.lt)
+    return sm90_cublaslt_gemm(job, a_bf16, b_bf16, ws + pl.off_cutlass, workspace_bytes - pl.off_cutlass, stream);
 
   Sm90CutlassArgs a = pl.args;
   a.a = a_bf16;
