@@ -40,10 +40,11 @@ def reference(ra, rb):
     return alpha * (a @ b.t()), alpha * (a.abs() @ b.abs().t())
 
 
-def gemm_both_decoded(ra, rb, m, n, k, out_dtype, bias=None, ws_pad=0):
-    """nvfp4_gemm_decoded with both operands' decoded values into a NaN-poisoned D; D on the CPU."""
+def gemm_both_decoded(ra, rb, m, n, k, out_dtype, bias=None, ws_pad=0, d_offset=0):
+    """nvfp4_gemm_decoded with both operands' decoded values into a NaN-poisoned D (d_offset
+    elements into its allocation); D on the CPU."""
     dev = torch.device("cuda")
-    d = torch.full((m, n), float("nan"), dtype=out_dtype, device=dev)
+    d = torch.full((m * n + d_offset,), float("nan"), dtype=out_dtype, device=dev)[d_offset:].view(m, n)
     bias_dt = None if bias is None else bias.dtype
     ws_bytes = _ops.gemm_dec_workspace_bytes(m, n, k, 2, out_dtype, bias_dt, True, True, dev, _dev(d)) + ws_pad
     ws = torch.full((max(ws_bytes, 1),), 0xFF, dtype=torch.uint8, device=dev)
@@ -224,3 +225,17 @@ def test_a_forced_cutlass_tile_keeps_cutlass_and_both_forced_is_refused(monkeypa
     monkeypatch.setenv("NVFP4_SM90_CUBLASLT", "1")
     with pytest.raises((RuntimeError, ValueError), match="NVFP4_SM90_CUBLASLT=1 and NVFP4_SM90_TILE=large"):
         gemm_both_decoded(ra, rb, m, n, k, torch.bfloat16)
+
+
+@needs_sm90
+def test_operands_off_256_byte_alignment_stay_on_cutlass(monkeypatch):
+    """cuBLASLt's heuristic plans for 256-byte aligned matrices: a D 16 bytes off that (still
+    what CUTLASS takes) runs CUTLASS even under NVFP4_SM90_CUBLASLT=1, within the bound."""
+    monkeypatch.setenv("NVFP4_SM90_CUBLASLT", "1")
+    m, n, k = 264, 2048, 2048
+    ra, rb = operands(m, n, k)
+    names = kernels_of(lambda: gemm_both_decoded(ra, rb, m, n, k, torch.bfloat16, d_offset=8))
+    assert any("cutlass" in x for x in names) and not _lt_ran(names), names
+    r, s = reference(ra, rb)
+    check_bound(gemm_both_decoded(ra, rb, m, n, k, torch.bfloat16, d_offset=8), r, s, k, torch.bfloat16,
+                what="D 16 bytes off 256-byte alignment")

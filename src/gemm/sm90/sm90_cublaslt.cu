@@ -232,15 +232,19 @@ nvfp4_status_t sm90_cublaslt_choose(const GemmJob& job, int sm_count, bool* use,
   const size_t out_bytes = gpu::dtype_bytes(job.d_dtype);
   // Operands given as codes are decoded into the runner's workspace first (256-byte aligned),
   // so that both roads of a job (codes, or values from nvfp4_gemm_decoded) meet the same engine
-  // and give the same bits.
+  // and give the same bits. cuBLASLt's heuristic assumes 256-byte aligned matrices unless told
+  // otherwise, and a smaller promise can change its algorithm: the engine takes 256-byte
+  // aligned operands and D only (torch's allocations and the library's workspaces are), so
+  // that one shape has one algorithm; others stay on CUTLASS.
+  const auto aligned256 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 255u) == 0; };
   const bool can = job.format == Format::kNvfp4 && job.amax_a != nullptr && job.amax_b != nullptr &&
-                   (job.a_dec == nullptr || gpu::aligned16(job.a_dec)) &&
-                   (job.b_dec == nullptr || gpu::aligned16(job.b_dec)) && job.bias == nullptr &&
+                   (job.a_dec == nullptr || aligned256(job.a_dec)) &&
+                   (job.b_dec == nullptr || aligned256(job.b_dec)) && job.bias == nullptr &&
                    (job.c == nullptr || job.beta == 0.0f) && job.m > 0 && job.n > 0 &&
                    // BF16 x BF16 -> FP16 is not a cuBLASLt combination (its heuristic answers
                    // NOT_SUPPORTED): BF16 and FP32 outputs only
                    (job.d_dtype == NVFP4_DTYPE_BFLOAT16 || job.d_dtype == NVFP4_DTYPE_FLOAT32) &&
-                   (job.n * static_cast<int64_t>(out_bytes)) % 16 == 0 && gpu::aligned16(job.d) && job.k % 8 == 0;
+                   (job.n * static_cast<int64_t>(out_bytes)) % 16 == 0 && aligned256(job.d) && job.k % 8 == 0;
   // NVFP4_SM90_TILE forces a CUTLASS configuration: it keeps every job on CUTLASS, and
   // forcing both engines is refused.
   const char* tile = setting("NVFP4_SM90_TILE");

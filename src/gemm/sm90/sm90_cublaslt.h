@@ -11,10 +11,10 @@ namespace nvfp4::detail {
 
 // Whether the two-step runner multiplies this job's decoded operands with cuBLASLt: NVFP4 (an
 // amax each), operands as codes (the runner decodes them first) or decoded values
-// (nvfp4_gemm_decoded), no bias, no C, D in BF16 or FP32, 16-byte aligned with rows of 16-byte
-// multiples, and either NVFP4_SM90_CUBLASLT=1 or, unset, the shapes where it was
-// measured faster (sm90_cublaslt.cu); "0" never, nor while NVFP4_SM90_TILE forces a CUTLASS
-// configuration. With NVFP4_SM90_CUBLASLT=1 and no loadable libcublasLt a job it would take
+// (nvfp4_gemm_decoded), no bias, no C, D in BF16 or FP32 with rows of 16-byte multiples,
+// operands and D 256-byte aligned, and either NVFP4_SM90_CUBLASLT=1 or, unset, the shapes
+// where it was measured faster (sm90_cublaslt.cu); "0" never, nor while NVFP4_SM90_TILE
+// forces a CUTLASS configuration. With NVFP4_SM90_CUBLASLT=1 and no loadable libcublasLt a job it would take
 // fails naming the library, and with NVFP4_SM90_TILE set as well every job fails naming both
 // (the status returned).
 nvfp4_status_t sm90_cublaslt_choose(const GemmJob& job, int sm_count, bool* use, const char** why);
