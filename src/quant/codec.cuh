@@ -151,7 +151,8 @@ constexpr uint32_t bf16_bits_exact(float v) {
 // first = 4 beside it, an 8-entry table for the byte permute.
 constexpr uint32_t e2m1_bf16_table(int b, uint32_t first) {
   uint32_t t = 0;
-  for (uint32_t i = 0; i < 4; ++i) t |= ((bf16_bits_exact(core::e2m1_magnitude(first + i)) >> (8 * b)) & 0xffu) << (8 * i);
+  for (uint32_t i = 0; i < 4; ++i)
+    t |= ((bf16_bits_exact(core::e2m1_magnitude(first + i)) >> (8 * b)) & 0xffu) << (8 * i);
   return t;
 }
 

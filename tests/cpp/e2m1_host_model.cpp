@@ -183,7 +183,8 @@ uint32_t bf16_bits_exact(float v) { return float_bits(v) >> 16; }
 
 void decode() {
   using nvfp4::detail::quant::e2m1x8_bf16_words;
-  // the tables take the top half of each magnitude's float bits: exact only if bf16 holds it
+  // the tables hold each magnitude's bf16 bits (quant::bf16_bits_exact): right only if bf16
+  // holds the magnitude exactly, i.e. the low half of its float bits is zero
   bool exact = true;
   for (uint32_t m = 0; m < 8; ++m) exact &= (float_bits(nvfp4::core::e2m1_magnitude(m)) & 0xffffu) == 0u;
   check(exact, "every E2M1 magnitude (core::e2m1_magnitude) is exact in bf16");

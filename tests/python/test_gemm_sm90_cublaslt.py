@@ -213,17 +213,20 @@ def test_codes_road_equals_decoded_road(monkeypatch, forced):
 
 
 @needs_sm90
-def test_a_forced_cutlass_tile_keeps_cutlass_and_both_forced_is_refused(monkeypatch):
-    """NVFP4_SM90_TILE forces a CUTLASS configuration even at a shape of the rule; with
+@pytest.mark.parametrize("name,value", [("NVFP4_SM90_TILE", "large"), ("NVFP4_SM90_SWIZZLE", "4"),
+                                        ("NVFP4_SM90_RASTER", "n"), ("NVFP4_SM90_SPLITS", "2")])
+def test_a_cutlass_setting_keeps_cutlass_and_both_forced_is_refused(monkeypatch, name, value):
+    """A setting that steers CUTLASS (a forced configuration, the scheduler's order, split-K)
+    keeps a job of the rule on CUTLASS, so it never goes without effect; with
     NVFP4_SM90_CUBLASLT=1 as well the call is refused, naming both."""
     monkeypatch.delenv("NVFP4_SM90_CUBLASLT", raising=False)
     m, n, k = 128 * torch.cuda.get_device_properties(0).multi_processor_count, 2048, 2048
     ra, rb = operands(m, n, k)
-    monkeypatch.setenv("NVFP4_SM90_TILE", "large")
+    monkeypatch.setenv(name, value)
     names = kernels_of(lambda: gemm_both_decoded(ra, rb, m, n, k, torch.bfloat16))
     assert any("cutlass" in x for x in names) and not _lt_ran(names), names
     monkeypatch.setenv("NVFP4_SM90_CUBLASLT", "1")
-    with pytest.raises((RuntimeError, ValueError), match="NVFP4_SM90_CUBLASLT=1 and NVFP4_SM90_TILE=large"):
+    with pytest.raises((RuntimeError, ValueError), match=f"NVFP4_SM90_CUBLASLT=1 and {name}={value}"):
         gemm_both_decoded(ra, rb, m, n, k, torch.bfloat16)
 
 

@@ -247,14 +247,17 @@ nvfp4_status_t sm90_cublaslt_choose(const GemmJob& job, int sm_count, bool* use,
                    // NOT_SUPPORTED): BF16 and FP32 outputs only
                    (job.d_dtype == NVFP4_DTYPE_BFLOAT16 || job.d_dtype == NVFP4_DTYPE_FLOAT32) &&
                    (job.n * static_cast<int64_t>(out_bytes)) % 16 == 0 && aligned256(job.d) && job.k % 8 == 0;
-  // NVFP4_SM90_TILE forces a CUTLASS configuration: it keeps every job on CUTLASS, and
-  // forcing both engines is refused.
-  const char* tile = setting("NVFP4_SM90_TILE");
-  const bool tile_forced = tile != nullptr && *tile != '\0';
-  if (forced == 1 && tile_forced)
-    return fail(NVFP4_ERROR_INVALID_ARGUMENT, std::string("NVFP4_SM90_CUBLASLT=1 and NVFP4_SM90_TILE=") + tile +
-                                                  " force two engines of the Hopper GEMM; unset one of them");
-  if (tile_forced) return NVFP4_SUCCESS;
+  // A setting that steers CUTLASS (a forced configuration, the persistent scheduler's tile
+  // order, split-K splits) keeps every job on CUTLASS, so that it is never silently without
+  // effect; with NVFP4_SM90_CUBLASLT=1 as well the call is refused, naming both.
+  for (const char* name : {"NVFP4_SM90_TILE", "NVFP4_SM90_SWIZZLE", "NVFP4_SM90_RASTER", "NVFP4_SM90_SPLITS"}) {
+    const char* v = setting(name);
+    if (v == nullptr || *v == '\0') continue;
+    if (forced == 1)
+      return fail(NVFP4_ERROR_INVALID_ARGUMENT, std::string("NVFP4_SM90_CUBLASLT=1 and ") + name + "=" + v +
+                                                    " steer two engines of the Hopper GEMM; unset one of them");
+    return NVFP4_SUCCESS;
+  }
   if (forced == 1) {
     if (!can) return NVFP4_SUCCESS;  // every job it can take (as NVFP4_SM90_RS=1): this one stays on CUTLASS
     if (!lt::api().error.empty())

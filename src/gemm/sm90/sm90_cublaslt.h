@@ -13,10 +13,10 @@ namespace nvfp4::detail {
 // amax each), operands as codes (the runner decodes them first) or decoded values
 // (nvfp4_gemm_decoded), no bias, no C, D in BF16 or FP32 with rows of 16-byte multiples,
 // operands and D 256-byte aligned, and either NVFP4_SM90_CUBLASLT=1 or, unset, the shapes
-// where it was measured faster (sm90_cublaslt.cu); "0" never, nor while NVFP4_SM90_TILE
-// forces a CUTLASS configuration. With NVFP4_SM90_CUBLASLT=1 and no loadable libcublasLt a job it would take
-// fails naming the library, and with NVFP4_SM90_TILE set as well every job fails naming both
-// (the status returned).
+// where it was measured faster (sm90_cublaslt.cu); "0" never, nor while a CUTLASS setting
+// (NVFP4_SM90_TILE, _SWIZZLE, _RASTER, _SPLITS) is given. With NVFP4_SM90_CUBLASLT=1 and no
+// loadable libcublasLt a job it would take fails naming the library, and with a CUTLASS
+// setting as well every job fails naming both (the status returned).
 nvfp4_status_t sm90_cublaslt_choose(const GemmJob& job, int sm_count, bool* use, const char** why);
 
 // Workspace of a job it takes: 256 bytes for alpha and beta, then cuBLASLt's own.
