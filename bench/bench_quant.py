@@ -8,7 +8,7 @@ What is counted (bytes, per call):
             traffic an ideal single-pass kernel would need; both are printed. (With the RHT
             along both rows and columns the implementation reads x three times; the count
             stays 2 * |x|, so that row understates its traffic.) The amax pass walks x
-            upwards and the quantize pass downwards, so part of the second read is served
+            downwards and the quantize pass upwards, so part of the second read is served
             by L2 (up to its ~50 MB); the count does not discount that.
   dequantize: codes + scales read, output written.
   swizzle:  linear scales read, swizzled scales written.
@@ -104,6 +104,7 @@ CONFIGS = [
     ("1d rtn rowwise", "1d", "rtn", 0, True, False, "swizzled"),
     ("1d sr rowwise", "1d", "sr", 0, True, False, "swizzled"),
     ("1d rtn row+col", "1d", "rtn", 0, True, True, "swizzled"),
+    ("1d sr row+col", "1d", "sr", 0, True, True, "swizzled"),
     ("1d sr row+col rht(col)", "1d", "sr", 2, True, True, "swizzled"),
     ("1d sr row+col rht(both)", "1d", "sr", 3, True, True, "swizzled"),
     ("2d rtn row+col", "2d", "rtn", 0, True, True, "swizzled"),

@@ -3,9 +3,10 @@
 // the amax of the whole tensor, so this runs before the quantize pass, which reads the
 // result from device memory (no host synchronization).
 //
-// Two kernels, both grid-stride over a persistent grid, in ascending address order (the
-// quantize pass walks the tensor in descending order, so it starts on what this pass
-// left in L2):
+// Two kernels, both grid-stride over a persistent grid, in descending address order: the
+// kernel that wrote x (the activation's producer, just before) left its end in L2, and
+// this pass starts there; the quantize pass then walks x in ascending order, starting on
+// what this pass left in L2 (bench/bench_quant_order.py times the orders):
 //  - amax_flat: one 16-element row block per unit (16-byte loads), two units per thread
 //    per iteration; max |x| and, optionally, max |RHT(block)| along rows.
 //  - amax_colrht: a unit is a 16-row x 8-byte column strip (16 loads in flight per
@@ -65,9 +66,9 @@ __global__ void __launch_bounds__(kThreads) amax_flat_kernel(const AmaxArgs a) {
   for (int i = 0; i < kBlock; ++i) rht_sign[i] = ((a.sign_mask >> i) & 1u) ? -1.0f : 1.0f;
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; u < n; u += 2 * stride) {
     RawBlock<T> b[2];
-    load_block<T>(b[0], x + u * kUnitBytes);
+    load_block<T>(b[0], x + (n - 1 - u) * kUnitBytes);
     if (u + stride < n)
-      load_block<T>(b[1], x + (u + stride) * kUnitBytes);
+      load_block<T>(b[1], x + (n - 1 - u - stride) * kUnitBytes);
     else
       zero_block<T>(b[1]);
 #pragma unroll
@@ -142,15 +143,17 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
   constexpr uint32_t kFlip = T::kBytes == 4 ? 0x80000000u : 0x80008000u;
   for (; u < n; u += stride) {
     uint2 c[16];
-    const char* p = x + (g * 16) * row_bytes + q * kColUnitBytes;
-    if (g * 16 + 16 <= a.rows) {  // a whole group: one row address after the other
+    // unit n - 1 - u (descending order): group ng - 1 - g, strip nq - 1 - q
+    const int64_t gu = ng - 1 - g, qu = nq - 1 - q;
+    const char* p = x + (gu * 16) * row_bytes + qu * kColUnitBytes;
+    if (gu * 16 + 16 <= a.rows) {  // a whole group: one row address after the other
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         c[i] = __ldg(reinterpret_cast<const uint2*>(p));
         p += row_bytes;
       }
     } else {  // the last group: its rows past the end are zeros
-      const int left = static_cast<int>(a.rows - g * 16);
+      const int left = static_cast<int>(a.rows - gu * 16);
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         c[i] = i < left ? __ldg(reinterpret_cast<const uint2*>(p)) : make_uint2(0u, 0u);

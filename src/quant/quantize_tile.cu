@@ -3,8 +3,8 @@
 // 16x16-tile quantization.
 //
 // Work unit: a tile of 128 rows x 64 columns of x, 256 threads, persistent grid, tiles
-// in descending order (the amax pass left the end of x in L2). Two ways to bring tiles
-// in, chosen per variant by bench/bench_quant.py (H200, 2026-11-26):
+// in ascending order (the amax pass, which walks x descending, left its start in L2).
+// Two ways to bring tiles in, chosen per variant by bench/bench_quant.py (H200, 2026-11-26):
 //  - ring (the variants with an RHT, whose arithmetic is long enough for loads to hide
 //    behind it: 1.1x faster this way): tiles arrive in shared memory by cp.async,
 //    kStages - 1 tiles ahead of the one being quantized, so that the loads in flight do
@@ -148,23 +148,25 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   const int64_t wrap_base = static_cast<int64_t>(a.tiles_c) * 64 - row_elems;
   Cursor cur;
   {
-    const int64_t t = total - 1 - blockIdx.x;
+    const int64_t t = static_cast<int64_t>(blockIdx.x);
     cur.tr = static_cast<int>(t / a.tiles_c);
     cur.tc = static_cast<int>(t % a.tiles_c);
     cur.base = cur.tr * row_elems + static_cast<int64_t>(cur.tc) * 64;
   }
   auto next = [&](const Cursor& c) {
     Cursor n;
-    n.tr = c.tr - step_r;
-    n.tc = c.tc - step_c;
-    n.base = c.base - d_base;
-    if (n.tc < 0) {
-      n.tc += a.tiles_c;
-      n.tr -= 1;
-      n.base += wrap_base;
+    n.tr = c.tr + step_r;
+    n.tc = c.tc + step_c;
+    n.base = c.base + d_base;
+    if (n.tc >= a.tiles_c) {
+      n.tc -= a.tiles_c;
+      n.tr += 1;
+      n.base -= wrap_base;
     }
     return n;
   };
+  // whether a cursor from next() is a tile (past the last row of tiles: done)
+  auto in_range = [&](const Cursor& c) { return static_cast<unsigned>(c.tr) < static_cast<unsigned>(a.tiles_r); };
   auto valid = [&](const Cursor& c, int k) { return rt[k] < a.rows - c.tr * 128 && bq < a.nb - c.tc * 4; };
   // Ring: a block outside x arrives as zeros (the zero rows of x^T's padding). Registers:
   // it keeps whatever its registers held, and phase A stores zeros in its place. Nothing
@@ -408,7 +410,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     if (fetch_more) {
       load(ring + slot * S::kTileBytes, fetch);
       fetch = next(fetch);
-      fetch_more = fetch.tr >= 0;
+      fetch_more = in_range(fetch);
     }
     cp_async_commit();
   };
@@ -472,13 +474,13 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     int pb = 0;  // ping's loads were issued above
     while (true) {
       Cursor n = next(cur);
-      bool more = n.tr >= 0;
+      bool more = in_range(n);
       step(ping, pong, cur, n, more, pb);
       pb ^= 1;
       if (!more) break;
       cur = n;
       n = next(cur);
-      more = n.tr >= 0;
+      more = in_range(n);
       step(pong, ping, cur, n, more, pb);
       pb ^= 1;
       if (!more) break;
@@ -506,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
       if constexpr (do_col) phase_b(buf, cur, pb);
       pb ^= 1;
       const Cursor n = next(cur);
-      if (n.tr < 0) break;
+      if (!in_range(n)) break;
       cur = n;
       slot = slot == kStages - 1 ? 0 : slot + 1;
     }

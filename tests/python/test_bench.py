@@ -181,7 +181,8 @@ def test_ncu_workloads_refuse_without_a_gpu(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
-@pytest.mark.parametrize("script", ["bench_linear_kernels.py", "bench_producer_amax.py", "bench_gelu_amax.py"])
+@pytest.mark.parametrize("script", ["bench_linear_kernels.py", "bench_producer_amax.py", "bench_gelu_amax.py",
+                                    "bench_quant_in_step.py"])
 def test_gpu_benches_refuse_without_a_gpu(tmp_path, script):
     """The benchmarks that profile GPU kernels say, without a GPU, that they need one."""
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", script)],

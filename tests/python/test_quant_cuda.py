@@ -571,6 +571,32 @@ def test_amax_right_on_each_graph_replay(mode, gen, monkeypatch):
             assert_same(got[d], want[d], f"replay [{d}]")
 
 
+def test_the_max_at_either_end_with_capped_grids(gen, monkeypatch):
+    """The amax pass walks x from its end down, the quantize pass from its start up: with the
+    largest value in the last element, then in the first, every kernel's outputs stay the CPU
+    reference's, byte for byte, with the workspace's partials or memsets, full or capped grids
+    (a CTA then walks several tiles or units, so the steps between them are exercised), odd
+    shapes and SR."""
+    for shape, dtype in (((300, 208), torch.bfloat16), ((129, 80), torch.float32), ((1000, 48), torch.float16)):
+        x = randn(shape, dtype, gen)
+        x[-1, -1] = 8.0 * x.abs().max()  # the max in the last element: a pass that skips it shows
+        for cap in ("", "1", "3"):
+            monkeypatch.setenv("NVFP4_QUANT_GRID_CAP", cap)
+            for ws in (False, True):
+                check(x, workspace=ws)
+                check(x, workspace=ws, rht="rowwise", rounding="sr", seed=2)
+                check(x, workspace=ws, columnwise=True, rht="columnwise", rounding="sr", seed=3)
+                check(x, workspace=ws, rowwise=False, columnwise=True, rht="columnwise")
+                check(x, workspace=ws, columnwise=True, rht="both")
+                check(x, workspace=ws, columnwise=True)
+                check(x, workspace=ws, block="2d", columnwise=True, layout="linear")
+        x[-1, -1] = 0.0
+        x[0, 0] = 8.0 * x.abs().max()  # and in the first
+        monkeypatch.setenv("NVFP4_QUANT_GRID_CAP", "2")
+        check(x, workspace=True, columnwise=True, rht="columnwise", rounding="sr", seed=4)
+        check(x, workspace=True, rht="rowwise")
+
+
 def test_workspace_refusals(gen):
     x = randn((64, 64), torch.bfloat16, gen).to(DEV)
     with pytest.raises(ValueError, match="workspace: must be on x's device"):
