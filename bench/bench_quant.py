@@ -7,8 +7,8 @@ What is counted (bytes, per call):
             4-byte amax) for each requested direction. "1-pass GB/s" counts x once, the
             traffic an ideal single-pass kernel would need; both are printed. (With the RHT
             along both rows and columns the implementation reads x three times; the count
-            stays 2 * |x|, so that row understates its traffic.) The amax pass walks x
-            downwards and the quantize pass upwards, so part of the second read is served
+            stays 2 * |x|, so that row understates its traffic.) The amax and quantize
+            passes walk x in opposite directions, so part of the second read is served
             by L2 (up to its ~50 MB); the count does not discount that.
   dequantize: codes + scales read, output written.
   swizzle:  linear scales read, swizzled scales written.

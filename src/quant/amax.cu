@@ -3,10 +3,11 @@
 // the amax of the whole tensor, so this runs before the quantize pass, which reads the
 // result from device memory (no host synchronization).
 //
-// Two kernels, both grid-stride over a persistent grid, in descending address order: the
-// kernel that wrote x (the activation's producer, just before) left its end in L2, and
-// this pass starts there; the quantize pass then walks x in ascending order, starting on
-// what this pass left in L2 (bench/bench_quant_order.py times the orders):
+// Two kernels, both grid-stride over a persistent grid, walking x the other way from the
+// quantize pass that follows (tile_walks_ascending, launch.cuh), which so starts on what
+// this pass left in L2: descending before the quantize passes that walk up (the recipe's
+// X and dY quantizations: this pass then also starts on the end of x, which the kernel that
+// wrote x left in L2), ascending before the others (bench/bench_quant_in_step.py):
 //  - amax_flat: one 16-element row block per unit (16-byte loads), two units per thread
 //    per iteration; max |x| and, optionally, max |RHT(block)| along rows.
 //  - amax_colrht: a unit is a 16-row x 8-byte column strip (16 loads in flight per
@@ -41,6 +42,7 @@ struct AmaxArgs {
   uint32_t sign_mask;
   uint64_t* counter;        // optional (QuantJob::advance): its value goes to counter_value,
   uint64_t* counter_value;  // then it is advanced by one
+  int desc;                 // 1: units in descending address order, 0: ascending
 };
 
 // The job's counter, taken by one thread of the pass: the quantize pass, queued after this
@@ -66,9 +68,9 @@ __global__ void __launch_bounds__(kThreads) amax_flat_kernel(const AmaxArgs a) {
   for (int i = 0; i < kBlock; ++i) rht_sign[i] = ((a.sign_mask >> i) & 1u) ? -1.0f : 1.0f;
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; u < n; u += 2 * stride) {
     RawBlock<T> b[2];
-    load_block<T>(b[0], x + (n - 1 - u) * kUnitBytes);
+    load_block<T>(b[0], x + (a.desc ? n - 1 - u : u) * kUnitBytes);
     if (u + stride < n)
-      load_block<T>(b[1], x + (n - 1 - u - stride) * kUnitBytes);
+      load_block<T>(b[1], x + (a.desc ? n - 1 - u - stride : u + stride) * kUnitBytes);
     else
       zero_block<T>(b[1]);
 #pragma unroll
@@ -143,8 +145,8 @@ __global__ void __launch_bounds__(kThreads) amax_colrht_kernel(const AmaxArgs a)
   constexpr uint32_t kFlip = T::kBytes == 4 ? 0x80000000u : 0x80008000u;
   for (; u < n; u += stride) {
     uint2 c[16];
-    // unit n - 1 - u (descending order): group ng - 1 - g, strip nq - 1 - q
-    const int64_t gu = ng - 1 - g, qu = nq - 1 - q;
+    // descending: unit n - 1 - u, i.e. group ng - 1 - g, strip nq - 1 - q
+    const int64_t gu = a.desc ? ng - 1 - g : g, qu = a.desc ? nq - 1 - q : q;
     const char* p = x + (gu * 16) * row_bytes + qu * kColUnitBytes;
     if (gu * 16 + 16 <= a.rows) {  // a whole group: one row address after the other
 #pragma unroll
@@ -267,7 +269,7 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream, bool zero, AmaxPart
   auto capped = [&](unsigned grid) { return use_parts ? std::min<unsigned>(grid, kAmaxParts) : grid; };
 
   AmaxArgs a{job.x, job.rows, job.cols, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-             job.cfg.rht_sign_mask, nullptr, nullptr};
+             job.cfg.rht_sign_mask, nullptr, nullptr, tile_walks_ascending(job) ? 1 : 0};
   if (use_parts && job.advance != nullptr) {
     // the first of the (one or two) launches below takes the counter
     a.counter = job.advance;

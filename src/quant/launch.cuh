@@ -48,6 +48,11 @@ nvfp4_status_t launch_rowwise(const QuantJob& job, cudaStream_t stream, const Am
 // quantize_tile.cu: everything with a columnwise output, and every 2D quantization.
 nvfp4_status_t launch_tile(const QuantJob& job, cudaStream_t stream, const AmaxParts& parts);
 
+// quantize_tile.cu: whether the quantize pass of a job (one the tile kernel runs, or the
+// rowwise kernel's: false) walks x in ascending order; the amax pass walks the other way, so
+// that the quantize pass starts on what the amax pass left in L2.
+bool tile_walks_ascending(const QuantJob& job);
+
 // quantize_options.cu: the recipe options of 0.3 (4over6, the E4M3 bound, one amax per row,
 // a given amax, MS-EDEN), amax included; needs_options_path says whether a job takes it.
 bool needs_options_path(const QuantJob& job);

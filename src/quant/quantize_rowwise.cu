@@ -8,7 +8,7 @@
 //    with 16-byte loads (2 or 4 per block per thread),
 //  - each row's 4 x 8 bytes of codes form one full 32-byte sector,
 //  - the warp's 32 scale bytes are one contiguous 32-byte run of the swizzled layout.
-// Persistent grid, tiles in ascending order (the amax pass read x descending, so the
+// Persistent grid, tiles in descending order (the amax pass read x ascending, so the
 // first tiles here are still in L2), and the next tile's loads are issued before the
 // current tile is encoded. The amax comes from device memory; each CTA turns it into
 // the global scale and a 256-entry table of encode factors once. The decoded output of
@@ -78,31 +78,29 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
 #pragma unroll
   for (int i = 0; i < kBlock; ++i) rht_sign[i] = ((a.sign_mask >> i) & 1u) ? -1.0f : 1.0f;
 
-  // Tiles in ascending order, G = gridDim.x apart; all steps are additions.
+  // Tiles in descending order, G = gridDim.x apart; all steps are additions.
   const int step_r = static_cast<int>(gridDim.x / a.tiles_c), step_c = static_cast<int>(gridDim.x % a.tiles_c);
   const int64_t row_elems = 128 * a.cols;
   const int64_t d_base = step_r * row_elems + static_cast<int64_t>(step_c) * 64;
   const int64_t wrap_base = static_cast<int64_t>(a.tiles_c) * 64 - row_elems;
   Cursor cur;
-  cur.tile = static_cast<int64_t>(blockIdx.x);
+  cur.tile = total - 1 - blockIdx.x;
   cur.tr = static_cast<int>(cur.tile / a.tiles_c);
   cur.tc = static_cast<int>(cur.tile % a.tiles_c);
   cur.base = cur.tr * row_elems + static_cast<int64_t>(cur.tc) * 64;
   auto next = [&](const Cursor& c) {
     Cursor n;
-    n.tile = c.tile + gridDim.x;
-    n.tr = c.tr + step_r;
-    n.tc = c.tc + step_c;
-    n.base = c.base + d_base;
-    if (n.tc >= a.tiles_c) {
-      n.tc -= a.tiles_c;
-      n.tr += 1;
-      n.base -= wrap_base;
+    n.tile = c.tile - gridDim.x;
+    n.tr = c.tr - step_r;
+    n.tc = c.tc - step_c;
+    n.base = c.base - d_base;
+    if (n.tc < 0) {
+      n.tc += a.tiles_c;
+      n.tr -= 1;
+      n.base += wrap_base;
     }
     return n;
   };
-  // whether a cursor from next() is a tile (past the last row of tiles: done)
-  auto in_range = [&](const Cursor& c) { return c.tr < a.tiles_r; };
   // rows_left / blocks_left are uniform per tile, so each test is one compare.
   auto valid = [&](const Cursor& c, int k) { return rt[k] < a.rows - c.tr * 128 && bq < nb - c.tc * 4; };
 
@@ -163,13 +161,13 @@ __global__ void __launch_bounds__(kThreads) rowwise_kernel(const RowwiseArgs a) 
   if (!has_work) return;
   while (true) {
     Cursor n = next(cur);
-    bool more = in_range(n);
+    bool more = n.tr >= 0;
     if (more) load(pong, n);
     process(ping, cur);
     if (!more) break;
     cur = n;
     n = next(cur);
-    more = in_range(n);
+    more = n.tr >= 0;
     if (more) load(ping, n);
     process(pong, cur);
     if (!more) break;

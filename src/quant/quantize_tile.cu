@@ -2,9 +2,14 @@
 // (quantization of x^T, with or without the rowwise one in the same pass), and 2D
 // 16x16-tile quantization.
 //
-// Work unit: a tile of 128 rows x 64 columns of x, 256 threads, persistent grid, tiles
-// in ascending order (the amax pass, which walks x descending, left its start in L2).
-// Two ways to bring tiles in, chosen per variant by bench/bench_quant.py (H200, 2026-11-26):
+// Work unit: a tile of 128 rows x 64 columns of x, 256 threads, persistent grid. The
+// amax pass walks x the other way (tile_walks_ascending, below): the variants with the
+// cp.async ring take their tiles in ascending order, the amax pass having walked down from
+// the end of x (where the kernel that wrote x left its last writes in L2) and left the
+// start in L2; the others descending, after an amax pass that walked up (those variants'
+// registers sit at the 128 the two CTAs per SM allow, and the ascending walk spilled
+// some of them: bench/NOTES.md). Two ways to bring tiles in, chosen per variant by
+// bench/bench_quant.py (H200, 2026-11-26):
 //  - ring (the variants with an RHT, whose arithmetic is long enough for loads to hide
 //    behind it: 1.1x faster this way): tiles arrive in shared memory by cp.async,
 //    kStages - 1 tiles ahead of the one being quantized, so that the loads in flight do
@@ -111,6 +116,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   static_assert(kRow || !kRowRht, "row RHT without rowwise output");
   static_assert(kCol || !kColRht, "column RHT without columnwise output");
   constexpr bool kRing = kUseRing<k2D, kRowRht, kColRht>;
+  constexpr bool kAscending = kRing;  // the walk's direction (top of the file; tile_walks_ascending)
   // Staged decoded stores (see kStageChunks) in the RTN variants; the SR ones keep direct
   // stores (staging there cost registers and made them slower: bench/NOTES.md, 2026-11-27).
   constexpr bool kStage = !kSR;
@@ -148,25 +154,41 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   const int64_t wrap_base = static_cast<int64_t>(a.tiles_c) * 64 - row_elems;
   Cursor cur;
   {
-    const int64_t t = static_cast<int64_t>(blockIdx.x);
+    const int64_t t = kAscending ? static_cast<int64_t>(blockIdx.x) : total - 1 - blockIdx.x;
     cur.tr = static_cast<int>(t / a.tiles_c);
     cur.tc = static_cast<int>(t % a.tiles_c);
     cur.base = cur.tr * row_elems + static_cast<int64_t>(cur.tc) * 64;
   }
   auto next = [&](const Cursor& c) {
     Cursor n;
-    n.tr = c.tr + step_r;
-    n.tc = c.tc + step_c;
-    n.base = c.base + d_base;
-    if (n.tc >= a.tiles_c) {
-      n.tc -= a.tiles_c;
-      n.tr += 1;
-      n.base -= wrap_base;
+    if constexpr (kAscending) {
+      n.tr = c.tr + step_r;
+      n.tc = c.tc + step_c;
+      n.base = c.base + d_base;
+      if (n.tc >= a.tiles_c) {
+        n.tc -= a.tiles_c;
+        n.tr += 1;
+        n.base -= wrap_base;
+      }
+    } else {
+      n.tr = c.tr - step_r;
+      n.tc = c.tc - step_c;
+      n.base = c.base - d_base;
+      if (n.tc < 0) {
+        n.tc += a.tiles_c;
+        n.tr -= 1;
+        n.base += wrap_base;
+      }
     }
     return n;
   };
-  // whether a cursor from next() is a tile (past the last row of tiles: done)
-  auto in_range = [&](const Cursor& c) { return static_cast<unsigned>(c.tr) < static_cast<unsigned>(a.tiles_r); };
+  // whether a cursor from next() is a tile (past the last or the first row of tiles: done)
+  auto in_range = [&](const Cursor& c) {
+    if constexpr (kAscending)
+      return c.tr < a.tiles_r;
+    else
+      return c.tr >= 0;
+  };
   auto valid = [&](const Cursor& c, int k) { return rt[k] < a.rows - c.tr * 128 && bq < a.nb - c.tc * 4; };
   // Ring: a block outside x arrives as zeros (the zero rows of x^T's padding). Registers:
   // it keeps whatever its registers held, and phase A stores zeros in its place. Nothing
@@ -562,6 +584,15 @@ nvfp4_status_t run(const QuantJob& job, cudaStream_t stream, const AmaxParts& pa
   return check_launch("nvfp4 tile quantize kernel");
 }
 
+// The RHT flags of a job's 1D tile-kernel variant: the transform along rows where the rowwise
+// output is wanted and asks for it, along columns where the columnwise output asks for it.
+struct RhtFlags {
+  bool row, col;
+};
+RhtFlags tile_rht_flags(const QuantJob& job) {
+  return {wanted(job.row) && (job.cfg.rht & NVFP4_RHT_ROWWISE) != 0, (job.cfg.rht & NVFP4_RHT_COLUMNWISE) != 0};
+}
+
 template <class T, bool kSR>
 nvfp4_status_t dispatch_variant(const QuantJob& job, cudaStream_t stream, const AmaxParts& parts) {
   const bool row = wanted(job.row), col = wanted(job.col);
@@ -571,7 +602,8 @@ nvfp4_status_t dispatch_variant(const QuantJob& job, cudaStream_t stream, const 
     return run<T, kSR, true, false, true, false, false>(job, stream, parts);
   }
   // 1D: this kernel always has the columnwise output (rowwise-only takes the rowwise kernel)
-  const bool rrht = row && (job.cfg.rht & NVFP4_RHT_ROWWISE), crht = (job.cfg.rht & NVFP4_RHT_COLUMNWISE) != 0;
+  const RhtFlags f = tile_rht_flags(job);
+  const bool rrht = f.row, crht = f.col;
   if (!row) return crht ? run<T, kSR, false, false, true, false, true>(job, stream, parts)
                         : run<T, kSR, false, false, true, false, false>(job, stream, parts);
   if (rrht) return crht ? run<T, kSR, false, true, true, true, true>(job, stream, parts)
@@ -587,6 +619,12 @@ nvfp4_status_t dispatch(const QuantJob& job, cudaStream_t stream, const AmaxPart
 }
 
 }  // namespace
+
+bool tile_walks_ascending(const QuantJob& job) {
+  if (job.cfg.block != NVFP4_BLOCK_1D || !wanted(job.col)) return false;  // 2D, or the rowwise kernel's job
+  const RhtFlags f = tile_rht_flags(job);
+  return f.row || f.col;  // kUseRing's rule for 1D: the ring's variants, which walk up (kAscending)
+}
 
 nvfp4_status_t launch_tile(const QuantJob& job, cudaStream_t stream, const AmaxParts& parts) {
   if (job.rows > INT32_MAX - 256)
