@@ -572,11 +572,12 @@ def test_amax_right_on_each_graph_replay(mode, gen, monkeypatch):
 
 
 def test_the_max_at_either_end_with_capped_grids(gen, monkeypatch):
-    """The amax pass walks x from its end down, the quantize pass from its start up: with the
-    largest value in the last element, then in the first, every kernel's outputs stay the CPU
-    reference's, byte for byte, with the workspace's partials or memsets, full or capped grids
-    (a CTA then walks several tiles or units, so the steps between them are exercised), odd
-    shapes and SR."""
+    """The amax and quantize passes walk x in opposite directions, which way by kernel variant
+    (with a transform: the amax pass from the end down, the quantize pass from the start up;
+    without one the reverse): with the largest value in the last element, then in the first,
+    every kernel's outputs stay the CPU reference's, byte for byte, with the workspace's
+    partials or memsets, full or capped grids (a CTA then walks several tiles or units, so the
+    steps between them are exercised), odd shapes and SR."""
     for shape, dtype in (((300, 208), torch.bfloat16), ((129, 80), torch.float32), ((1000, 48), torch.float16)):
         x = randn(shape, dtype, gen)
         x[-1, -1] = 8.0 * x.abs().max()  # the max in the last element: a pass that skips it shows
