@@ -5,8 +5,9 @@ wrote their input.
 A quantization reads its input twice (the amax pass, then the quantize pass), and in a step the
 input was written by the kernel just before. A GPU's L2 (50 MB on an H100/H200) then holds the
 part of the tensor touched last, and which part each pass finds there depends on the direction
-it walks: the amax pass walks the tensor from its end down (the end is what the producer wrote
-last), the quantize pass from its start up (what the amax pass read last). bench_quant.py
+it walks: for the quantizations timed here (those with the Hadamard transform) the amax pass
+walks the tensor from its end down (the end is what the producer wrote last), the quantize pass
+from its start up (what the amax pass read last). bench_quant.py
 rotates its inputs through buffers so that no call finds its input in L2; this one measures the
 opposite case, the one a step has.
 

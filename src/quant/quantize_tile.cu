@@ -84,9 +84,12 @@ struct Smem {
   static constexpr int kBytes = kStages * kTileBytes;
 };
 
-// Which variants bring their tiles in by the cp.async ring (see the top of this file).
+// Which variants bring their tiles in by the cp.async ring (see the top of this file): those
+// with a transform along rows or columns (2D has none). The kernels' kUseRing and the host's
+// tile_walks_ascending both ask this.
+constexpr bool uses_ring(bool row_rht, bool col_rht) { return row_rht || col_rht; }
 template <bool k2D, bool kRowRht, bool kColRht>
-constexpr bool kUseRing = kRowRht || kColRht;
+constexpr bool kUseRing = uses_ring(kRowRht, kColRht);
 
 // Byte offset of 16-byte chunk j of tile row r.
 template <class T>
@@ -623,7 +626,7 @@ nvfp4_status_t dispatch(const QuantJob& job, cudaStream_t stream, const AmaxPart
 bool tile_walks_ascending(const QuantJob& job) {
   if (job.cfg.block != NVFP4_BLOCK_1D || !wanted(job.col)) return false;  // 2D, or the rowwise kernel's job
   const RhtFlags f = tile_rht_flags(job);
-  return f.row || f.col;  // kUseRing's rule for 1D: the ring's variants, which walk up (kAscending)
+  return uses_ring(f.row, f.col);  // the ring's variants walk up (kAscending)
 }
 
 nvfp4_status_t launch_tile(const QuantJob& job, cudaStream_t stream, const AmaxParts& parts) {
