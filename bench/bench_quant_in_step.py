@@ -11,6 +11,11 @@ from its start up (what the amax pass read last). bench_quant.py
 rotates its inputs through buffers so that no call finds its input in L2; this one measures the
 opposite case, the one a step has.
 
+The FP8 baseline's casts (nvfp4.nn.fp8, E4M3, q and its transpose from one read) are timed the
+same way: `fp8` (current scaling: an amax pass down from the end of x, then the cast up from its
+start) and `fp8d` (delayed scaling: the cast alone, walking down from the end, with its amax
+fused in and the scale read on the device).
+
 For each shape [tokens, features] and operand (the recipe's quantizations as nvfp4.nn.Linear
 runs them on the Hopper decoded road: X round-to-nearest, rowwise decoded values and columnwise
 codes with the Hadamard transform; dY stochastic rounding, both orientations decoded, the
@@ -22,7 +27,8 @@ time per pair less the producer's. Printed: µs per quantization and its ratio t
 A before/after table comes from running it on two builds on one machine (.ci/device_run.sh base).
 
     python3 bench/bench_quant_in_step.py [--tokens 16384] [--features 768 2048 3072 8192]
-                                         [--operands x,dy] [--rounds 7] [--reps 8] [--json out.json]
+                                         [--operands x,dy,fp8,fp8d] [--rounds 7] [--reps 8]
+                                         [--json out.json]
 It needs a CUDA GPU (without one it says so and exits with status 1).
 """
 from __future__ import annotations
@@ -38,6 +44,7 @@ import nvfp4
 from nvfp4 import _ops
 from nvfp4._format import swizzled_shape
 
+KINDS = ("x", "dy", "fp8", "fp8d")
 RTN, SR = 0, 1
 RHT_COL = 2
 SWIZZLED = 1
@@ -82,6 +89,28 @@ class Operand:
                               self.ws.data_ptr())
 
 
+class Fp8Operand:
+    """The FP8 baseline's cast of x [rows, cols] to E4M3, q and q^T, current (delayed=False) or
+    delayed scaling (the scale given, max |x| added into an amax slot), as nvfp4.nn.fp8 runs it."""
+
+    def __init__(self, x: torch.Tensor, delayed: bool):
+        self.x, dev = x, x.device
+        rows, cols = x.shape
+        self.q = torch.empty(rows, cols, dtype=torch.float8_e4m3fn, device=dev)
+        self.qt = torch.empty(cols, rows, dtype=torch.float8_e4m3fn, device=dev)
+        # [scale, scale_inv, amax]; the scale of a delayed cast is a fixed 1.0 here
+        self.f = torch.tensor([1.0, 0.0, 0.0], device=dev)
+        self.delayed = delayed
+
+    def __call__(self):
+        x, f = self.x, self.f
+        dev_type, di, st = _ops._device(x)
+        base = f.data_ptr()
+        _ops.fp8_cast_raw(x.data_ptr(), _ops.DTYPE_CODE[x.dtype], x.shape[0], x.shape[1], 0, 0.0,
+                          base if self.delayed else 0, self.q.data_ptr(), self.qt.data_ptr(), True, True,
+                          base + 4, base + 8, dev_type, di, st, False)
+
+
 def capture(fn, reps: int) -> torch.cuda.CUDAGraph:
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -110,10 +139,10 @@ def replay_us(g: torch.cuda.CUDAGraph, reps: int, replays: int = 3) -> float:
 
 def run_shape(tokens: int, features: int, kind: str, rounds: int, reps: int) -> dict:
     dev = torch.device("cuda", torch.cuda.current_device())
-    gen = torch.Generator(device="cpu").manual_seed(features * 7 + (kind == "dy"))
+    gen = torch.Generator(device="cpu").manual_seed(features * 7 + KINDS.index(kind))
     src = torch.randn(tokens, features, generator=gen).to(dev, torch.bfloat16)
     y = torch.empty_like(src)
-    op = Operand(kind, y)
+    op = Fp8Operand(y, kind == "fp8d") if kind.startswith("fp8") else Operand(kind, y)
 
     def producer():
         torch.mul(src, 1.0009765625, out=y)
@@ -141,15 +170,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--features", type=int, nargs="+", default=[768, 2048, 3072, 8192])
-    ap.add_argument("--operands", default="x,dy", help="comma-separated: x, dy")
+    ap.add_argument("--operands", default="x,dy", help="comma-separated: x, dy, fp8, fp8d")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--reps", type=int, default=8, help="producer + quantization pairs per graph")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     kinds = [k for k in a.operands.split(",") if k]
-    bad = [k for k in kinds if k not in ("x", "dy")]
+    bad = [k for k in kinds if k not in KINDS]
     if bad or not kinds:
-        ap.error(f"--operands: expected a comma-separated list of x, dy, got {a.operands!r}")
+        ap.error(f"--operands: expected a comma-separated list of {', '.join(KINDS)}, got {a.operands!r}")
     if a.tokens <= 0 or any(f <= 0 or f % 64 for f in a.features):
         ap.error("--tokens must be positive and every --features a positive multiple of 64")
     if a.rounds < 1 or a.reps < 1:

@@ -4,8 +4,10 @@
 //  - fp8_amax_kernel (current scaling only: the scale needs max |x| before any element is
 //    cast): persistent grid, 16-element units read with 16-byte loads, two units per thread
 //    in flight, an integer max of the absolute values' bits (NaN wins), one atomicMax per CTA
-//    into the zeroed amax. It walks x in ascending order; the cast walks its row tiles in
-//    descending order, so it starts on what this pass left in L2.
+//    into the zeroed amax. It walks x from its end down (the end is what the kernel that
+//    wrote x wrote last, still in L2); the cast then walks its row tiles up, starting on
+//    what this pass read last. A cast with no amax pass (delayed scaling) walks down, from
+//    the producer's last writes.
 //  - fp8_cast_kernel: one CTA per 64x64 tile (a loop over row tiles past the grid's y
 //    limit), 256 threads. Every thread issues its 16-byte loads first (2 for 16-bit inputs,
 //    4 for float32), then derives s once (from the amax, or the delayed scale read when the
@@ -34,11 +36,13 @@ __global__ void __launch_bounds__(kThreads) fp8_amax_kernel(const void* x, int64
   constexpr int64_t kUnitBytes = kBlock * T::kBytes;
   uint32_t m = 0u;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  // u counts from the end: unit units - 1 - u is read (descending; see the file's comment).
+  const char* last = p + (units - 1) * kUnitBytes;
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; u < units; u += 2 * stride) {
     RawBlock<T> b[2];
-    load_block<T>(b[0], p + u * kUnitBytes);
+    load_block<T>(b[0], last - u * kUnitBytes);
     if (u + stride < units)
-      load_block<T>(b[1], p + (u + stride) * kUnitBytes);
+      load_block<T>(b[1], last - (u + stride) * kUnitBytes);
     else
       zero_block<T>(b[1]);
     m = max(m, max(raw_absmax_bits<T>(b[0]), raw_absmax_bits<T>(b[1])));
@@ -80,6 +84,7 @@ struct CastArgs {
   uint8_t* qt;
   float* scale_inv;
   bool qt_vec;         // rows % 16 == 0: q^T rows start 16-byte aligned
+  bool ascending;      // row tiles walked up (after an amax pass), else down (see the file's comment)
 };
 
 template <bool kE5M2>
@@ -134,7 +139,7 @@ __global__ void __launch_bounds__(kCastThreads) fp8_cast_kernel(const CastArgs a
   const char* x = static_cast<const char*>(a.x);
   uint32_t m = 0u;
   for (int64_t k = blockIdx.y; k < a.tiles_r; k += gridDim.y) {
-    const int64_t r0 = (a.tiles_r - 1 - k) * kTile;  // descending: the amax pass ended there
+    const int64_t r0 = (a.ascending ? k : a.tiles_r - 1 - k) * kTile;
     uint4 c[G::kChunks];
     bool in[G::kChunks];
 #pragma unroll
@@ -228,7 +233,7 @@ nvfp4_status_t run(const Fp8Job& job, cudaStream_t stream) {
   const int64_t tiles_c = n == 0 ? 1 : (job.cols + kTile - 1) / kTile;
   if (tiles_c > 0x7fffffff) return fail(NVFP4_ERROR_INVALID_ARGUMENT, "nvfp4_fp8_cast: x has too many columns");
   CastArgs a{job.x, job.rows, job.cols, tiles_r, job.fmax, job.scaled_max, job.scale, current ? job.amax : nullptr,
-             current ? nullptr : job.amax, job.q, job.qt, job.scale_inv, job.rows % 16 == 0};
+             current ? nullptr : job.amax, job.q, job.qt, job.scale_inv, job.rows % 16 == 0, current};
   const int64_t grid_r = tiles_r < 1 ? 1 : tiles_r < 65535 ? tiles_r : 65535;  // the kernel loops past 65535
   const dim3 grid(static_cast<unsigned>(tiles_c), static_cast<unsigned>(grid_r));
   if (job.e5m2)

@@ -191,6 +191,16 @@ def test_gpu_benches_refuse_without_a_gpu(tmp_path, script):
     assert "needs a CUDA GPU" in r.stderr
 
 
+@pytest.mark.parametrize("args,name", [(["--operands", "x,zz"], "--operands"), (["--features", "100"], "--features"),
+                                       (["--rounds", "0"], "--rounds")])
+def test_quant_in_step_refuses_bad_arguments_by_name(tmp_path, args, name):
+    """bench_quant_in_step.py checks its arguments before it looks for a GPU."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_quant_in_step.py"), *args],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert name in r.stderr
+
+
 def _bench_module(name):
     spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", name + ".py"))
     mod = importlib.util.module_from_spec(spec)

@@ -267,6 +267,31 @@ def test_gpu_tiled_cast_special_tensors(case, scaling):
 
 
 @needs_gpu
+@pytest.mark.parametrize("shape", [(4099, 48), (16384, 1024)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("scaling", ["current", "delayed"])
+def test_gpu_the_max_at_either_end(shape, scaling):
+    """The amax pass walks x from its end down, the cast after it from its start up (a delayed
+    cast, alone, down): a maximum in the first element, then in the last, is found by both
+    directions, on shapes whose amax pass loops over its persistent grid several times (16384
+    x 1024) and whose last row tile is partial (4099 rows); bit for bit against the CPU."""
+    g = torch.Generator().manual_seed(shape[0])
+    base = torch.rand(*shape, generator=g) * 2 - 1
+    for where in (0, -1):
+        x = base.clone()
+        x.view(-1)[where] = -1000.0
+        x = x.bfloat16()
+        scale = 0.37 if scaling == "delayed" else None
+        prior = 0.0 if scaling == "delayed" else None
+        want = raw_cast(x, E4M3, scale, True, True, 0, prior)
+        got = raw_cast(x.cuda(), E4M3, scale, True, True, 0xAB, prior)
+        assert float(want[3]) == 1000.0, "the reference's amax"
+        for name, a, b in (("q", got[0], want[0]), ("qt", got[1], want[1])):
+            same_fp8(a.view(E4M3), b.view(E4M3), f"max at {where}: {name}")
+        same_float(got[2], want[2], f"max at {where}: scale_inv")
+        same_float(got[3], want[3], f"max at {where}: amax")
+
+
+@needs_gpu
 def test_gpu_cast_more_row_tiles_than_the_grid():
     """More than 65535 row tiles of 64: the grid loops over row tiles."""
     rows, cols = 65536 * 64 + 16, 16
