@@ -12,8 +12,8 @@ rotates its inputs through buffers so that no call finds its input in L2; this o
 opposite case, the one a step has.
 
 The FP8 baseline's casts (nvfp4.nn.fp8, E4M3, q and its transpose from one read) are timed the
-same way: `fp8` (current scaling, with the workspace nvfp4.nn.fp8 gives it: an amax pass down
-from the end of x, then the cast up from its start) and `fp8d` (delayed scaling: the cast alone, walking down from the end, with its amax
+same way: `fp8` (current scaling: an amax pass down from the end of x, then the cast up from its
+start) and `fp8d` (delayed scaling: the cast alone, walking down from the end, with its amax
 fused in and the scale read on the device).
 
 For each shape [tokens, features] and operand (the recipe's quantizations as nvfp4.nn.Linear
@@ -101,8 +101,6 @@ class Fp8Operand:
         # [scale, scale_inv, amax]; the scale of a delayed cast is a fixed 1.0 here
         self.f = torch.tensor([1.0, 0.0, 0.0], device=dev)
         self.delayed = delayed
-        # current scaling: the workspace nvfp4.nn.fp8 gives the cast (no memset of the amax)
-        self.ws = torch.empty(_ops.FP8_CAST_WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
 
     def __call__(self):
         x, f = self.x, self.f
@@ -110,7 +108,7 @@ class Fp8Operand:
         base = f.data_ptr()
         _ops.fp8_cast_raw(x.data_ptr(), _ops.DTYPE_CODE[x.dtype], x.shape[0], x.shape[1], 0, 0.0,
                           base if self.delayed else 0, self.q.data_ptr(), self.qt.data_ptr(), True, True,
-                          base + 4, base + 8, dev_type, di, st, False, 0 if self.delayed else self.ws.data_ptr())
+                          base + 4, base + 8, dev_type, di, st, False)
 
 
 def capture(fn, reps: int) -> torch.cuda.CUDAGraph:

@@ -374,7 +374,6 @@ NB_MODULE(_C, m) {
   //              is not 0. workspace: 0, or quantize_workspace_bytes at that address
   //              (nvfp4_quantize_ws). offset_counter: 0 or cfg.offset_counter's address.
   m.attr("quantize_workspace_bytes") = NVFP4_QUANTIZE_WORKSPACE_BYTES;
-  m.attr("fp8_cast_workspace_bytes") = NVFP4_FP8_CAST_WORKSPACE_BYTES;
   m.def("quantize_raw",
         [](uintptr_t x, int dtype, int64_t rows, int64_t cols, uintptr_t rd, uintptr_t rs, uintptr_t ra, uintptr_t cd,
            uintptr_t cs, uintptr_t ca, int block, int rounding, int layout, uint32_t rht, uint32_t sign_mask,
@@ -399,15 +398,14 @@ NB_MODULE(_C, m) {
         nb::arg("offset_counter") = 0);
 
   // fp8_cast_raw(x, dtype, rows, cols, format, margin, scale, q, qt, want_q, want_qt, scale_inv, amax,
-  //              device_type, device_id, stream, amax_accumulate=False, workspace=0):
-  //              nvfp4_fp8_cast on raw addresses (scale, scale_inv, amax: 0 when absent, else
-  //              float32 [1]); with a workspace address, nvfp4_fp8_cast_ws with
-  //              NVFP4_FP8_CAST_WORKSPACE_BYTES there. The outputs are requested by the flags,
-  //              not by their addresses: an empty tensor's data may sit at address 0.
+  //              device_type, device_id, stream, amax_accumulate=False): nvfp4_fp8_cast on raw
+  //              addresses (scale, scale_inv, amax: 0 when absent, else float32 [1]). The outputs
+  //              are requested by the flags, not by their addresses: an empty tensor's data may
+  //              sit at address 0.
   m.def("fp8_cast_raw",
         [](uintptr_t x, int dtype, int64_t rows, int64_t cols, int format, float margin, uintptr_t scale, uintptr_t q,
            uintptr_t qt, bool want_q, bool want_qt, uintptr_t scale_inv, uintptr_t amax, int dev_type, int dev_id,
-           uintptr_t stream, bool amax_accumulate, uintptr_t workspace) {
+           uintptr_t stream, bool amax_accumulate) {
           nvfp4_tensor_t in = raw2(x, dtype_arg(dtype, "x"), rows, cols, dev_type, dev_id);
           nvfp4_tensor_t tq = raw2(q, NVFP4_DTYPE_UINT8, rows, cols, dev_type, dev_id);
           nvfp4_tensor_t tqt = raw2(qt, NVFP4_DTYPE_UINT8, cols, rows, dev_type, dev_id);
@@ -417,15 +415,13 @@ NB_MODULE(_C, m) {
           nvfp4_fp8_config_t cfg{static_cast<nvfp4_fp8_format_t>(format), margin, scale ? &ts : nullptr,
                                  amax_accumulate ? 1 : 0};
           nb::gil_scoped_release nogil;
-          check(nvfp4_fp8_cast_ws(&in, &cfg, want_q ? &tq : nullptr, want_qt ? &tqt : nullptr,
-                                  scale_inv ? &tsi : nullptr, amax ? &ta : nullptr,
-                                  reinterpret_cast<void*>(workspace), workspace ? NVFP4_FP8_CAST_WORKSPACE_BYTES : 0,
-                                  stream_of(stream)));
+          check(nvfp4_fp8_cast(&in, &cfg, want_q ? &tq : nullptr, want_qt ? &tqt : nullptr, scale_inv ? &tsi : nullptr,
+                               amax ? &ta : nullptr, stream_of(stream)));
         },
         nb::arg("x"), nb::arg("dtype"), nb::arg("rows"), nb::arg("cols"), nb::arg("format"), nb::arg("margin"),
         nb::arg("scale"), nb::arg("q"), nb::arg("qt"), nb::arg("want_q"), nb::arg("want_qt"), nb::arg("scale_inv"),
         nb::arg("amax"), nb::arg("device_type"), nb::arg("device_id"), nb::arg("stream"),
-        nb::arg("amax_accumulate") = false, nb::arg("workspace") = 0);
+        nb::arg("amax_accumulate") = false);
 
   // fp8_delayed_update_raw(history, len, scale, format, margin, algo, device_type, device_id,
   //                        stream): nvfp4_fp8_delayed_update on raw addresses (float32 [len], [1]).

@@ -1,4 +1,4 @@
-// extern "C" entry points of the FP8 cast (nvfp4_fp8_cast, nvfp4_fp8_cast_ws): validates every descriptor with
+// extern "C" entry point of the FP8 cast (nvfp4_fp8_cast): validates every descriptor with
 // the shared checks of validate.h, then runs the CPU reference or the CUDA kernels.
 #include <cmath>
 #include <string>
@@ -41,10 +41,13 @@ void check_bytes(const nvfp4_tensor_t& ref, const nvfp4_tensor_t* t, const char*
   check_same_device(ref, t, name);
 }
 
-// nvfp4_fp8_cast and nvfp4_fp8_cast_ws (workspace null with 0 bytes: none).
-nvfp4_status_t fp8_cast(const nvfp4_tensor_t* x, const nvfp4_fp8_config_t* cfg, nvfp4_tensor_t* q, nvfp4_tensor_t* qt,
-                        nvfp4_tensor_t* scale_inv, nvfp4_tensor_t* amax, void* workspace, size_t workspace_bytes,
-                        nvfp4_stream_t stream) {
+}  // namespace
+
+extern "C" {
+
+NVFP4_API nvfp4_status_t nvfp4_fp8_cast(const nvfp4_tensor_t* x, const nvfp4_fp8_config_t* cfg, nvfp4_tensor_t* q,
+                                        nvfp4_tensor_t* qt, nvfp4_tensor_t* scale_inv, nvfp4_tensor_t* amax,
+                                        nvfp4_stream_t stream) {
   return guarded([&]() -> nvfp4_status_t {
     const SettingsScope settings(check_quant_settings());
     check_descriptor(x, "x");
@@ -102,12 +105,6 @@ nvfp4_status_t fp8_cast(const nvfp4_tensor_t* x, const nvfp4_fp8_config_t* cfg, 
       if (!amax) invalid("amax: required with cfg.amax_accumulate");
       job.amax_accumulate = true;
     }
-    ByteRange wr{};
-    if (const ByteRange* w = checked_workspace(workspace, workspace_bytes, NVFP4_FP8_CAST_WORKSPACE_BYTES,
-                                               "NVFP4_FP8_CAST_WORKSPACE_BYTES", wr)) {
-      outs.push_back(*w);
-      job.workspace = static_cast<uint32_t*>(workspace);
-    }
     for (size_t i = 0; i < outs.size(); ++i) {
       for (const ByteRange& in : ins) check_disjoint(outs[i], in);
       for (size_t j = 0; j < i; ++j) check_disjoint(outs[i], outs[j]);
@@ -133,22 +130,6 @@ nvfp4_status_t fp8_cast(const nvfp4_tensor_t* x, const nvfp4_fp8_config_t* cfg, 
     (void)stream;
     return cpu_fp8_cast(job);
   });
-}
-
-}  // namespace
-
-extern "C" {
-
-NVFP4_API nvfp4_status_t nvfp4_fp8_cast(const nvfp4_tensor_t* x, const nvfp4_fp8_config_t* cfg, nvfp4_tensor_t* q,
-                                        nvfp4_tensor_t* qt, nvfp4_tensor_t* scale_inv, nvfp4_tensor_t* amax,
-                                        nvfp4_stream_t stream) {
-  return fp8_cast(x, cfg, q, qt, scale_inv, amax, nullptr, 0, stream);
-}
-
-NVFP4_API nvfp4_status_t nvfp4_fp8_cast_ws(const nvfp4_tensor_t* x, const nvfp4_fp8_config_t* cfg, nvfp4_tensor_t* q,
-                                           nvfp4_tensor_t* qt, nvfp4_tensor_t* scale_inv, nvfp4_tensor_t* amax,
-                                           void* workspace, size_t workspace_bytes, nvfp4_stream_t stream) {
-  return fp8_cast(x, cfg, q, qt, scale_inv, amax, workspace, workspace_bytes, stream);
 }
 
 NVFP4_API nvfp4_status_t nvfp4_fp8_delayed_update(nvfp4_tensor_t* history, nvfp4_tensor_t* scale,

@@ -310,6 +310,24 @@ void check_outputs_disjoint(const std::vector<ByteRange>& outs, const ByteRange&
   }
 }
 
+// The quantization workspace (nvfp4_quantize_ws): nullptr where none is given, else its range,
+// checked (size, alignment); its overlaps are checked with the outputs'.
+const ByteRange* quant_workspace(void* workspace, size_t workspace_bytes, ByteRange& r) {
+  if (!workspace) {
+    if (workspace_bytes != 0) invalid("workspace: null with workspace_bytes = " + std::to_string(workspace_bytes));
+    return nullptr;
+  }
+  if (workspace_bytes < NVFP4_QUANTIZE_WORKSPACE_BYTES)
+    invalid("workspace_bytes: " + std::to_string(workspace_bytes) + ", at least NVFP4_QUANTIZE_WORKSPACE_BYTES (" +
+            std::to_string(NVFP4_QUANTIZE_WORKSPACE_BYTES) + ") are needed");
+  const uintptr_t w = reinterpret_cast<uintptr_t>(workspace);
+  if (w % 16 != 0) invalid("workspace: must be 16-byte aligned");
+  if (workspace_bytes > static_cast<size_t>(nvfp4::core::kInt64Max) || w + workspace_bytes < w)
+    invalid("workspace: workspace_bytes = " + std::to_string(workspace_bytes) + " runs past the address space");
+  r = ByteRange{"workspace", w, w + workspace_bytes};
+  return &r;
+}
+
 template <class F>
 nvfp4_status_t quantize(const nvfp4_tensor_t* input, const typename F::Config* cfg_in,
                         const typename F::Quantized* rowwise, const typename F::Quantized* columnwise,
@@ -351,8 +369,7 @@ nvfp4_status_t quantize(const nvfp4_tensor_t* input, const typename F::Config* c
     if (columnwise) direction(*columnwise, true);
     F::check_directions(cfg, rowwise != nullptr, columnwise != nullptr);
     ByteRange wr{};
-    if (const ByteRange* w = checked_workspace(workspace, workspace_bytes, NVFP4_QUANTIZE_WORKSPACE_BYTES,
-                                                       "NVFP4_QUANTIZE_WORKSPACE_BYTES", wr)) {
+    if (const ByteRange* w = quant_workspace(workspace, workspace_bytes, wr)) {
       outs.push_back(*w);
       F::workspace(job, workspace);
     }
@@ -481,8 +498,7 @@ nvfp4_status_t quantize_decoded(const nvfp4_tensor_t* input, const nvfp4_quant_c
     direction(columnwise, cdec, true);
     Nvfp4::check_directions(cfg, wanted(job.row), wanted(job.col));
     ByteRange wr{};
-    if (const ByteRange* w = checked_workspace(workspace, workspace_bytes, NVFP4_QUANTIZE_WORKSPACE_BYTES,
-                                                       "NVFP4_QUANTIZE_WORKSPACE_BYTES", wr)) {
+    if (const ByteRange* w = quant_workspace(workspace, workspace_bytes, wr)) {
       outs.push_back(*w);
       Nvfp4::workspace(job, workspace);
     }

@@ -29,9 +29,6 @@ struct Fp8Job {
   float* scale_inv = nullptr; // [1] or null
   float* amax = nullptr;      // [1]; required with current scaling
   bool amax_accumulate = false;  // delayed scaling only
-  // NVFP4_FP8_CAST_WORKSPACE_BYTES of scratch (nvfp4_fp8_cast_ws) or null; CUDA with current
-  // scaling: the amax pass's partials, reduced by the cast, instead of *amax zeroed first
-  uint32_t* workspace = nullptr;
 };
 
 

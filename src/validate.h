@@ -225,26 +225,6 @@ inline void check_disjoint(const ByteRange& out, const ByteRange& other) {
 
 // The scales of `rows` rows of `blocks` blocks each: linear [rows, blocks] or swizzled
 // [roundup(rows, 128), roundup(blocks, 4)] (both formats use the one 128x4 layout).
-// A caller's scratch workspace (nvfp4_quantize_ws, nvfp4_fp8_cast_ws): nullptr where none is
-// given, else its range, checked (size against `need`, named by `need_name`; alignment); the
-// caller checks its overlaps with the inputs and outputs.
-inline const ByteRange* checked_workspace(void* workspace, size_t workspace_bytes, size_t need, const char* need_name,
-                                          ByteRange& r) {
-  if (!workspace) {
-    if (workspace_bytes != 0) invalid("workspace: null with workspace_bytes = " + std::to_string(workspace_bytes));
-    return nullptr;
-  }
-  if (workspace_bytes < need)
-    invalid("workspace_bytes: " + std::to_string(workspace_bytes) + ", at least " + need_name + " (" +
-            std::to_string(need) + ") are needed");
-  const uintptr_t w = reinterpret_cast<uintptr_t>(workspace);
-  if (w % 16 != 0) invalid("workspace: must be 16-byte aligned");
-  if (workspace_bytes > static_cast<size_t>(nvfp4::core::kInt64Max) || w + workspace_bytes < w)
-    invalid("workspace: workspace_bytes = " + std::to_string(workspace_bytes) + " runs past the address space");
-  r = ByteRange{"workspace", w, w + workspace_bytes};
-  return &r;
-}
-
 inline void check_scale_shape(const nvfp4_tensor_t* scales, const std::string& name, int64_t rows, int64_t blocks,
                               bool swizzled) {
   if (swizzled) {

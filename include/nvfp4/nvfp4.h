@@ -339,18 +339,6 @@ NVFP4_API nvfp4_status_t nvfp4_fp8_cast(const nvfp4_tensor_t* x, const nvfp4_fp8
                                         nvfp4_tensor_t* qt, nvfp4_tensor_t* scale_inv, nvfp4_tensor_t* amax,
                                         nvfp4_stream_t stream);
 
-/* nvfp4_fp8_cast with a workspace: with current scaling on CUDA the amax pass then writes one
- * partial maximum per CTA into it and the cast reduces them as it starts, instead of *amax
- * being zeroed by a memset before the amax pass (one launch fewer per call; the same bits).
- * workspace: NVFP4_FP8_CAST_WORKSPACE_BYTES or more, on x's device, 16-byte aligned, sharing
- * no byte with x, the outputs or cfg->scale; any contents, nothing kept: it may be reused by
- * work queued after this call on the same stream. NULL with workspace_bytes 0:
- * nvfp4_fp8_cast. Unused on the CPU and with delayed scaling (no amax pass). */
-#define NVFP4_FP8_CAST_WORKSPACE_BYTES 4096
-NVFP4_API nvfp4_status_t nvfp4_fp8_cast_ws(const nvfp4_tensor_t* x, const nvfp4_fp8_config_t* cfg, nvfp4_tensor_t* q,
-                                           nvfp4_tensor_t* qt, nvfp4_tensor_t* scale_inv, nvfp4_tensor_t* amax,
-                                           void* workspace, size_t workspace_bytes, nvfp4_stream_t stream);
-
 /* Delayed scaling (TransformerEngine's DelayedScaling), the update before a cast, in place:
  *   a = max over history of the entries, a NaN entry counting as 0 (AMAX_MAX), or history[0]
  *       (AMAX_MOST_RECENT);

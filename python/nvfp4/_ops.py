@@ -50,8 +50,7 @@ __all__ = ["DTYPE_CODE", "TOKEN_ALIGN", "packed_layout", "packed_nbytes", "unpac
            "quantize_raw", "gemm_raw", "fp8_cast_raw", "fp8_delayed_update_raw", "quantize_into", "dequantize_into",
            "swizzle_into", "gemm_into", "mx_quantize_into", "mx_dequantize_into", "mx_gemm_into", "eager",
            "quantize_checked", "gemm_addresses", "DEFAULT_RHT_SIGN_MASK", "quantize_dec_raw", "gemm_dec_raw",
-           "gemm_takes_decoded", "gemm_dec_workspace_bytes", "QUANTIZE_WORKSPACE_BYTES",
-           "FP8_CAST_WORKSPACE_BYTES"]
+           "gemm_takes_decoded", "gemm_dec_workspace_bytes", "QUANTIZE_WORKSPACE_BYTES"]
 
 # Rows of the token axis are padded to this before a columnwise quantization: the token axis
 # is the K of the wgrad GEMM, and native FP4 GEMMs need K % 32 == 0 (so does an MXFP4 block).
@@ -87,7 +86,6 @@ runner_supported = _C.runner_supported
 # replacing them here.
 quantize_raw = _C.quantize_raw
 QUANTIZE_WORKSPACE_BYTES = _C.quantize_workspace_bytes
-FP8_CAST_WORKSPACE_BYTES = _C.fp8_cast_workspace_bytes
 gemm_raw = _C.gemm_raw
 fp8_cast_raw = _C.fp8_cast_raw
 fp8_delayed_update_raw = _C.fp8_delayed_update_raw

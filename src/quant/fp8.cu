@@ -4,9 +4,7 @@
 //  - fp8_amax_kernel (current scaling only: the scale needs max |x| before any element is
 //    cast): persistent grid, 16-element units read with 16-byte loads, two units per thread
 //    in flight, an integer max of the absolute values' bits (NaN wins), one atomicMax per CTA
-//    into the zeroed amax, or, with a workspace (nvfp4_fp8_cast_ws), its maximum as the CTA's
-//    partial there (the grid capped to kFp8Parts), which every cast CTA reduces as it starts
-//    (CTA (0, 0) stores the result in amax): no memset. It walks x from its end down (the end is what the kernel that
+//    into the zeroed amax. It walks x from its end down (the end is what the kernel that
 //    wrote x wrote last, still in L2); the cast then walks its row tiles up, starting on
 //    what this pass read last. A cast with no amax pass (delayed scaling) walks down, from
 //    the producer's last writes.
@@ -32,11 +30,8 @@ namespace nvfp4::detail::quant {
 namespace {
 
 // ---- the amax pass ------------------------------------------------------------------
-// One partial per CTA of the amax pass in the workspace: its grid is capped to this.
-constexpr int kFp8Parts = NVFP4_FP8_CAST_WORKSPACE_BYTES / static_cast<int>(sizeof(uint32_t));
-
 template <class T>
-__global__ void __launch_bounds__(kThreads) fp8_amax_kernel(const void* x, int64_t units, float* out, uint32_t* parts) {
+__global__ void __launch_bounds__(kThreads) fp8_amax_kernel(const void* x, int64_t units, float* out) {
   const char* p = static_cast<const char*>(x);
   constexpr int64_t kUnitBytes = kBlock * T::kBytes;
   uint32_t m = 0u;
@@ -52,7 +47,7 @@ __global__ void __launch_bounds__(kThreads) fp8_amax_kernel(const void* x, int64
       zero_block<T>(b[1]);
     m = max(m, max(raw_absmax_bits<T>(b[0]), raw_absmax_bits<T>(b[1])));
   }
-  block_reduce_amax(m, parts ? nullptr : out, nullptr, parts);
+  block_reduce_amax(m, out, nullptr);
 }
 
 // ---- the cast -----------------------------------------------------------------------
@@ -83,9 +78,7 @@ struct CastArgs {
   int64_t tiles_r;
   float fmax, scaled_max;
   const float* scale;  // delayed scaling, else nullptr
-  float* amax;         // current scaling: max |x| from the amax pass (stored here from parts when set)
-  const uint32_t* parts;  // current scaling with a workspace: the amax pass's n_parts partials, else null
-  int n_parts;
+  const float* amax;   // current scaling: max |x| from the amax pass
   float* amax_out;     // delayed scaling: max |x| is atomicMax'ed here (nullptr: not wanted)
   uint8_t* q;
   uint8_t* qt;
@@ -140,18 +133,7 @@ __global__ void __launch_bounds__(kCastThreads) fp8_cast_kernel(const CastArgs a
   using G = CastGeom<T>;
   __shared__ uint32_t tile[kTile * kTileWords];
   const int tid = threadIdx.x;
-  float amax = 0.0f;
-  if (a.scale == nullptr) {
-    if (a.parts != nullptr) {  // every thread of the CTA, before any other barrier
-      uint32_t m = 0u;
-      for (int j = tid; j < a.n_parts; j += kCastThreads) m = max(m, a.parts[j]);
-      amax = __uint_as_float(block_max_bits(m));
-      if (blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) *a.amax = amax;
-    } else {
-      amax = *a.amax;
-    }
-  }
-  const float s = a.scale != nullptr ? *a.scale : fp8_scale(a.scaled_max, amax, 1.0f);
+  const float s = a.scale != nullptr ? *a.scale : fp8_scale(a.scaled_max, *a.amax, 1.0f);
   if (a.scale_inv != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) *a.scale_inv = __frcp_rn(s);
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const char* x = static_cast<const char*>(a.x);
@@ -233,22 +215,17 @@ template <class T>
 nvfp4_status_t run(const Fp8Job& job, cudaStream_t stream) {
   const int64_t n = job.rows * job.cols;
   const bool current = job.scale == nullptr;
-  // Current scaling: the amax pass fills *amax (cleared first), or leaves its partials in
-  // the workspace for the cast to reduce. Delayed scaling: the cast adds max |x| to *amax,
-  // cleared first unless the caller accumulates into it.
-  uint32_t* parts = current ? job.workspace : nullptr;
-  if (job.amax != nullptr && !job.amax_accumulate && parts == nullptr) {
+  // Current scaling: the amax pass fills *amax (cleared first). Delayed scaling: the cast
+  // adds max |x| to *amax, cleared first unless the caller accumulates into it.
+  if (job.amax != nullptr && !job.amax_accumulate) {
     if (cudaMemsetAsync(job.amax, 0, sizeof(float), stream) != cudaSuccess)
       return check_launch("nvfp4 fp8 cast: clearing amax");
   }
-  int n_parts = 0;  // an empty x: no amax pass, no partials; the cast's reduction gives 0
   if (current && n > 0) {
     const int64_t units = n / kBlock;
-    const int64_t want = (units + 2 * kThreads - 1) / (2 * kThreads);
-    const unsigned grid = persistent_grid(fp8_amax_kernel<T>, kThreads, 0, parts && want > kFp8Parts ? kFp8Parts : want);
-    fp8_amax_kernel<T><<<grid, kThreads, 0, stream>>>(job.x, units, job.amax, parts);
+    const unsigned grid = persistent_grid(fp8_amax_kernel<T>, kThreads, 0, (units + 2 * kThreads - 1) / (2 * kThreads));
+    fp8_amax_kernel<T><<<grid, kThreads, 0, stream>>>(job.x, units, job.amax);
     if (nvfp4_status_t s = check_launch("nvfp4 fp8 amax kernel"); s != NVFP4_SUCCESS) return s;
-    n_parts = static_cast<int>(grid);
   }
   // An empty x (either extent 0, the other possibly huge) has no tiles to walk, but still
   // gets its scale_inv: one CTA whose tile loop does not run.
@@ -256,7 +233,7 @@ nvfp4_status_t run(const Fp8Job& job, cudaStream_t stream) {
   const int64_t tiles_c = n == 0 ? 1 : (job.cols + kTile - 1) / kTile;
   if (tiles_c > 0x7fffffff) return fail(NVFP4_ERROR_INVALID_ARGUMENT, "nvfp4_fp8_cast: x has too many columns");
   CastArgs a{job.x, job.rows, job.cols, tiles_r, job.fmax, job.scaled_max, job.scale, current ? job.amax : nullptr,
-             parts, n_parts, current ? nullptr : job.amax, job.q, job.qt, job.scale_inv, job.rows % 16 == 0, current};
+             current ? nullptr : job.amax, job.q, job.qt, job.scale_inv, job.rows % 16 == 0, current};
   const int64_t grid_r = tiles_r < 1 ? 1 : tiles_r < 65535 ? tiles_r : 65535;  // the kernel loops past 65535
   const dim3 grid(static_cast<unsigned>(tiles_c), static_cast<unsigned>(grid_r));
   if (job.e5m2)

@@ -774,7 +774,7 @@ void fuzz_misc(Source& s) {
 
 const std::set<std::string> kFp8Names = {"x",         "cfg",  "cfg.format", "cfg.margin", "cfg.scale",
                                          "q/qt",      "q",    "qt",         "scale_inv",  "amax",
-                                         "cfg.amax_accumulate", "workspace", "workspace_bytes"};
+                                         "cfg.amax_accumulate"};
 
 void fuzz_fp8(Source& s, uint64_t case_seed) {
   Expect e;
@@ -850,32 +850,10 @@ void fuzz_fp8(Source& s, uint64_t case_seed) {
   nvfp4_tensor_t tx = x.desc(), tq = q.desc(), tqt = qt.desc(), ts = sinv.desc(), ta = amax.desc(),
                  tsc = scale.desc();
   if (delayed) cfg.scale = &tsc;
-  // nvfp4_fp8_cast_ws in a third of the cases: a valid workspace, or a bad one
-  alignas(16) static unsigned char ws[NVFP4_FP8_CAST_WORKSPACE_BYTES + 16];
-  const bool with_ws = s.pct(33);
-  void* wsp = nullptr;
-  size_t ws_bytes = 0;
-  if (with_ws) {
-    switch (s.below(10)) {
-      case 0: wsp = nullptr; ws_bytes = 32; e.bad("workspace", "workspace null with bytes"); break;
-      case 1: wsp = ws; ws_bytes = NVFP4_FP8_CAST_WORKSPACE_BYTES - 16; e.bad("workspace_bytes", "workspace too small"); break;
-      case 2: wsp = ws + 8; ws_bytes = NVFP4_FP8_CAST_WORKSPACE_BYTES; e.bad("workspace", "workspace misaligned"); break;
-      case 3: wsp = ws; ws_bytes = SIZE_MAX; e.bad("workspace", "workspace past the address space"); break;
-      case 4:
-        if (use_q && q.ptr && q.bytes() > 0 && q.device == NVFP4_DEVICE_CPU &&
-            reinterpret_cast<uintptr_t>(q.ptr) % 16 == 0) {
-          wsp = q.ptr; ws_bytes = NVFP4_FP8_CAST_WORKSPACE_BYTES; e.bad("workspace", "workspace overlaps q");
-        }
-        break;
-      default: wsp = ws; ws_bytes = NVFP4_FP8_CAST_WORKSPACE_BYTES; break;
-    }
-  }
-  const nvfp4_status_t st =
-      with_ws ? nvfp4_fp8_cast_ws(&tx, cfg_null ? nullptr : &cfg, use_q ? &tq : nullptr, use_qt ? &tqt : nullptr,
-                                  use_sinv ? &ts : nullptr, use_amax ? &ta : nullptr, wsp, ws_bytes, nullptr)
-              : nvfp4_fp8_cast(&tx, cfg_null ? nullptr : &cfg, use_q ? &tq : nullptr, use_qt ? &tqt : nullptr,
-                               use_sinv ? &ts : nullptr, use_amax ? &ta : nullptr, nullptr);
-  judge(with_ws ? "fp8_cast_ws" : "fp8_cast", e, st, kFp8Names, case_seed);
+  const nvfp4_status_t st = nvfp4_fp8_cast(&tx, cfg_null ? nullptr : &cfg, use_q ? &tq : nullptr,
+                                           use_qt ? &tqt : nullptr, use_sinv ? &ts : nullptr,
+                                           use_amax ? &ta : nullptr, nullptr);
+  judge("fp8_cast", e, st, kFp8Names, case_seed);
 }
 
 void run_case(Source& s, uint64_t case_seed) {

@@ -60,29 +60,6 @@ int test_fp8() {
     nvfp4_tensor_t overlap = desc(x.data(), NVFP4_DTYPE_FLOAT32, {1});
     EXPECT_BAD(nvfp4_fp8_cast(&in, &cfg, &tq, nullptr, &overlap, &ta, nullptr), "overlaps");
   }
-  // nvfp4_fp8_cast_ws: the same bytes with a workspace (unused on the CPU), its refusals by name
-  {
-    alignas(16) static unsigned char ws[NVFP4_FP8_CAST_WORKSPACE_BYTES + 16];
-    std::vector<uint8_t> q2(R * C, 0x55), qt2(R * C, 0x55);
-    nvfp4_tensor_t tq2 = desc(q2.data(), NVFP4_DTYPE_UINT8, {R, C});
-    nvfp4_tensor_t tqt2 = desc(qt2.data(), NVFP4_DTYPE_UINT8, {C, R});
-    float sinv2 = -1.0f, amax2 = -1.0f;
-    nvfp4_tensor_t ts2 = desc(&sinv2, NVFP4_DTYPE_FLOAT32, {1});
-    nvfp4_tensor_t ta2 = desc(&amax2, NVFP4_DTYPE_FLOAT32, {1});
-    EXPECT_STATUS(nvfp4_fp8_cast(&in, &cfg, &tq, &tqt, &ts, &ta, nullptr), NVFP4_SUCCESS);
-    EXPECT_STATUS(nvfp4_fp8_cast_ws(&in, &cfg, &tq2, &tqt2, &ts2, &ta2, ws, NVFP4_FP8_CAST_WORKSPACE_BYTES, nullptr),
-                  NVFP4_SUCCESS);
-    CHECK(q2 == q && qt2 == qt && sinv2 == sinv && amax2 == amax);
-    EXPECT_STATUS(nvfp4_fp8_cast_ws(&in, &cfg, &tq2, &tqt2, &ts2, &ta2, nullptr, 0, nullptr), NVFP4_SUCCESS);
-    EXPECT_BAD(nvfp4_fp8_cast_ws(&in, &cfg, &tq2, nullptr, &ts2, &ta2, ws, NVFP4_FP8_CAST_WORKSPACE_BYTES - 1, nullptr),
-               "at least NVFP4_FP8_CAST_WORKSPACE_BYTES");
-    EXPECT_BAD(nvfp4_fp8_cast_ws(&in, &cfg, &tq2, nullptr, &ts2, &ta2, nullptr, 64, nullptr), "workspace: null");
-    EXPECT_BAD(nvfp4_fp8_cast_ws(&in, &cfg, &tq2, nullptr, &ts2, &ta2, ws + 4, NVFP4_FP8_CAST_WORKSPACE_BYTES, nullptr),
-               "workspace: must be 16-byte aligned");
-    EXPECT_BAD(nvfp4_fp8_cast_ws(&in, &cfg, &tq2, nullptr, &ts2, &ta2, q2.data(), NVFP4_FP8_CAST_WORKSPACE_BYTES,
-                                 nullptr),
-               "overlaps");
-  }
   // amax_accumulate (delayed scaling): max |x| = 2 combined with what the slot holds
   {
     nvfp4_fp8_config_t acfg{NVFP4_FP8_E5M2, 0.0f, &tscale, 1};

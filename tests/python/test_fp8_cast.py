@@ -181,11 +181,10 @@ def special_sample(rows, cols, dtype, g):
     return x.to(dtype)
 
 
-def raw_cast(x, fmt, scale, want_q, want_qt, poison, amax_prior=None, workspace=False):
+def raw_cast(x, fmt, scale, want_q, want_qt, poison, amax_prior=None):
     """nvfp4_fp8_cast through the raw entry point into outputs pre-filled with `poison`:
     (q, qt, scale_inv, amax), all on the CPU. amax_prior: delayed scaling, accumulate max |x|
-    into an amax slot holding this value. workspace: nvfp4_fp8_cast_ws with a workspace filled
-    with `poison` bytes (an unwritten partial read back would be that garbage)."""
+    into an amax slot holding this value."""
     rows, cols = x.shape
     dev = x.device
     q = torch.full((rows, cols), poison, dtype=torch.uint8, device=dev)
@@ -195,36 +194,11 @@ def raw_cast(x, fmt, scale, want_q, want_qt, poison, amax_prior=None, workspace=
         sc[1] = amax_prior
     if scale is not None:
         sc[2] = scale
-    ws = torch.full((_ops.FP8_CAST_WORKSPACE_BYTES,), poison, dtype=torch.uint8, device=dev) if workspace else None
     dt, di, st = _ops._device(x)
     _C.fp8_cast_raw(x.data_ptr(), _ops.DTYPE_CODE[x.dtype], rows, cols, FMT[fmt], 0.0,
                     0 if scale is None else sc.data_ptr() + 8, q.data_ptr(), qt.data_ptr(), want_q, want_qt,
-                    sc.data_ptr(), sc.data_ptr() + 4, dt, di, st, amax_prior is not None,
-                    0 if ws is None else ws.data_ptr())
+                    sc.data_ptr(), sc.data_ptr() + 4, dt, di, st, amax_prior is not None)
     return q.cpu(), qt.cpu(), sc[0].cpu(), sc[1].cpu()
-
-
-@pytest.mark.parametrize("scaling", ["current", "delayed"])
-def test_cpu_workspace_form_same_bytes_and_refusals(scaling):
-    """nvfp4_fp8_cast_ws on the CPU: the workspace is unused, the bytes those of nvfp4_fp8_cast;
-    a misaligned workspace, or one overlapping an output, is refused by name."""
-    x = sample(37, 48, torch.bfloat16, 21)
-    scale = 0.5 if scaling == "delayed" else None
-    want = raw_cast(x, E4M3, scale, True, True, 0)
-    got = raw_cast(x, E4M3, scale, True, True, 0, workspace=True)
-    for name, a, b in zip(("q", "qt", "scale_inv", "amax"), got, want):
-        assert torch.equal(a, b), name
-    ws = torch.zeros(_ops.FP8_CAST_WORKSPACE_BYTES + 16, dtype=torch.uint8)
-    q = torch.empty(37, 48, dtype=torch.uint8)
-    sc = torch.empty(2)
-    dt, di, st = _ops._device(x)
-    call = lambda wsp: _C.fp8_cast_raw(x.data_ptr(), _ops.DTYPE_CODE[x.dtype], 37, 48, 0, 0.0, 0,  # noqa: E731
-                                       q.data_ptr(), 0, True, False, sc.data_ptr(), sc.data_ptr() + 4, dt, di, st,
-                                       False, wsp)
-    with pytest.raises(ValueError, match="workspace: must be 16-byte aligned"):
-        call(ws.data_ptr() + 4 + (16 - ws.data_ptr() % 16) % 16)
-    with pytest.raises(ValueError, match="workspace: overlaps"):
-        call(q.data_ptr())
 
 
 # the tiled cast: one tile, partial tiles along both axes, row counts that are and are not
@@ -315,35 +289,6 @@ def test_gpu_the_max_at_either_end(shape, scaling):
             same_fp8(a.view(E4M3), b.view(E4M3), f"max at {where}: {name}")
         same_float(got[2], want[2], f"max at {where}: scale_inv")
         same_float(got[3], want[3], f"max at {where}: amax")
-
-
-@needs_gpu
-@pytest.mark.parametrize("shape", [(0, 48), (1, 16), (63, 48), (1000, 304), (4099, 48), (16384, 1024)],
-                         ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("cap", [None, "1", "3"], ids=["full-grid", "cap1", "cap3"])
-def test_gpu_workspace_form_equals_the_memset_form(shape, cap, monkeypatch):
-    """Current scaling with a workspace (nvfp4_fp8_cast_ws: the amax pass's partials reduced
-    by the cast, no memset): q, qt, 1/s and amax equal the CPU reference bit for bit with the
-    workspace poisoned (0xff partials would read as NaN), on full and capped amax grids (so a
-    CTA walks many units and the partials are few), x empty included. Delayed scaling ignores
-    the workspace."""
-    if cap is not None:
-        monkeypatch.setenv("NVFP4_QUANT_GRID_CAP", cap)
-    g = torch.Generator().manual_seed(shape[0] + 7)
-    x = special_sample(*shape, torch.bfloat16, g) if shape[0] * shape[1] else torch.empty(shape, dtype=torch.bfloat16)
-    if x.numel():
-        x.view(-1)[-1] = 3.0  # no NaN: the amax itself is compared
-        x = torch.nan_to_num(x, nan=1.0)
-    for scale in (None, 0.37):
-        prior = None if scale is None else 0.0
-        want = raw_cast(x, E4M3, scale, True, True, 0, prior)
-        for poison in (0xFF, 0x00):
-            got = raw_cast(x.cuda(), E4M3, scale, True, True, poison, prior, workspace=True)
-            what = f"scale={scale} ws poison={poison:#x}"
-            same_fp8(got[0].view(E4M3), want[0].view(E4M3), f"q, {what}")
-            same_fp8(got[1].view(E4M3), want[1].view(E4M3), f"qt, {what}")
-            same_float(got[2], want[2], f"scale_inv, {what}")
-            same_float(got[3], want[3], f"amax, {what}")
 
 
 @needs_gpu

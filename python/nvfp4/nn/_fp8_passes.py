@@ -66,10 +66,6 @@ lib.define("fp8_linear_bwd(Tensor dy, Tensor xt, Tensor wt, Tensor scalars, Tens
 # floats per scalar slot: torch._scaled_mm hands scale pointers to cuBLASLt, which needs them
 # 16-byte aligned
 _SLOT = 4
-# current scaling: the casts' workspace (nvfp4_fp8_cast_ws: the amax pass's partials, no memset
-# of the amax first), in an allocation the pass makes anyway; the casts of one pass share it
-# (they run one after the other on the stream)
-_WS_F32 = _ops.FP8_CAST_WORKSPACE_BYTES // 4
 
 def _cfg(cfg) -> None:
     # every entry is a 0/1 flag or a format code 0/1
@@ -112,9 +108,8 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _cast(t, fmt, state, role, cfg, margin, q, qt, want_qt, sinv_addr, amax_scratch, ws, dt, di, st) -> None:
-    """nvfp4_fp8_cast of one role. Current scaling: amax (a scratch float) and s from t, the
-    amax pass's partials in the workspace at address ws.
+def _cast(t, fmt, state, role, cfg, margin, q, qt, want_qt, sinv_addr, amax_scratch, dt, di, st) -> None:
+    """nvfp4_fp8_cast of one role. Current scaling: amax (a scratch float) and s from t.
     Delayed scaling: the role's history update first (training), then the cast with s read
     on the device, max |t| added into the newest history slot that the update cleared."""
     if cfg[Fp8Config.DELAYED]:
@@ -130,7 +125,7 @@ def _cast(t, fmt, state, role, cfg, margin, q, qt, want_qt, sinv_addr, amax_scra
     else:
         _ops.fp8_cast_raw(t.data_ptr(), DTYPE_CODE[t.dtype], t.shape[0], t.shape[1], fmt, 0.0, 0,
                           q.data_ptr(), qt.data_ptr(), True, want_qt,
-                          sinv_addr, amax_scratch, dt, di, st, False, ws)
+                          sinv_addr, amax_scratch, dt, di, st)
 
 
 def _smm(a, b, sa, sb, out_dtype, fast_accum: bool):
@@ -195,18 +190,13 @@ def _fwd_impl(x, w, bias, state, cfg, margin, save_xt, save_wt):
     f8 = _FP8[fmt]
     dt, di, st = _device(x)
     sc = torch.empty((4 * _SLOT,), dtype=_F32, device=dev)
-    if cfg[Fp8Config.DELAYED]:
-        qx, ws = torch.empty((m, k), dtype=f8, device=dev), 0
-    else:  # the workspace in rows after X's codes (m * k bytes: a multiple of 16)
-        qx = torch.empty((m + (_ops.FP8_CAST_WORKSPACE_BYTES + k - 1) // k, k), dtype=f8, device=dev)
-        ws = qx.data_ptr() + m * k
-        qx = qx[:m]
+    qx = torch.empty((m, k), dtype=f8, device=dev)
     qxt = torch.empty((k, m) if save_xt else (0,), dtype=f8, device=dev)
     qw = torch.empty((n, k), dtype=f8, device=dev)
     qwt = torch.empty((k, n) if save_wt else (0,), dtype=f8, device=dev)
     a = sc.data_ptr()
-    _cast(x, fmt, state, ROLE_X, cfg, margin, qx, qxt, save_xt, a, a + 32, ws, dt, di, st)
-    _cast(w, fmt, state, ROLE_W, cfg, margin, qw, qwt, save_wt, a + 16, a + 48, ws, dt, di, st)
+    _cast(x, fmt, state, ROLE_X, cfg, margin, qx, qxt, save_xt, a, a + 32, dt, di, st)
+    _cast(w, fmt, state, ROLE_W, cfg, margin, qw, qwt, save_wt, a + 16, a + 48, dt, di, st)
     fast = bool(cfg[Fp8Config.FAST_ACCUM])
     if bias is None:
         y = _smm(qx, qw, sc[0], sc[_SLOT], x.dtype, fast)
@@ -290,8 +280,7 @@ def _bwd_impl(dy, xt, wt, scalars, state, cfg, margin, need_dx, need_dw, dw_dtyp
     fmt = cfg[Fp8Config.BWD_FORMAT]
     f8 = _FP8[fmt]
     dt, di, st = _device(dy)
-    # 1/s of dY, scratch (16-byte slots); current scaling: the cast's workspace after them
-    sc = torch.empty((2 * _SLOT + (0 if cfg[Fp8Config.DELAYED] else _WS_F32),), dtype=_F32, device=dev)
+    sc = torch.empty((2 * _SLOT,), dtype=_F32, device=dev)  # 1/s of dY, scratch (16-byte slots)
     qdy = torch.empty((m, n) if need_dx else (0,), dtype=f8, device=dev)
     qdyt = torch.empty((n, m) if need_dw else (0,), dtype=f8, device=dev)
     a = sc.data_ptr()
@@ -307,7 +296,7 @@ def _bwd_impl(dy, xt, wt, scalars, state, cfg, margin, need_dx, need_dw, dw_dtyp
                           need_dx, need_dw, a, h_addr if update else 0, dt, di, st, bool(update))
     else:
         _ops.fp8_cast_raw(t.data_ptr(), DTYPE_CODE[t.dtype], m, n, fmt, 0.0, 0, qdy.data_ptr(), qdyt.data_ptr(),
-                          need_dx, need_dw, a, a + 16, dt, di, st, False, a + 32)
+                          need_dx, need_dw, a, a + 16, dt, di, st)
     sdy = sc[0]
     dx = dw = None
     if need_dx:  # dX = dY·W = dY (Wᵀ)ᵀ
