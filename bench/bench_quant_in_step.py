@@ -14,7 +14,8 @@ opposite case, the one a step has.
 The FP8 baseline's casts (nvfp4.nn.fp8, E4M3, q and its transpose from one read) are timed the
 same way: `fp8` (current scaling: an amax pass down from the end of x, then the cast up from its
 start) and `fp8d` (delayed scaling: the cast alone, walking down from the end, with its amax
-fused in and the scale read on the device).
+fused in and the scale read on the device; here its amax slot is cleared by a memset first,
+where FP8Linear accumulates into its history slot with no memset).
 
 For each shape [tokens, features] and operand (the recipe's quantizations as nvfp4.nn.Linear
 runs them on the Hopper decoded road: X round-to-nearest, rowwise decoded values and columnwise
@@ -91,7 +92,8 @@ class Operand:
 
 class Fp8Operand:
     """The FP8 baseline's cast of x [rows, cols] to E4M3, q and q^T, current (delayed=False) or
-    delayed scaling (the scale given, max |x| added into an amax slot), as nvfp4.nn.fp8 runs it."""
+    delayed scaling (the scale given, max |x| written to an amax slot cleared first: one memset
+    more than nvfp4.nn.fp8's delayed cast, which accumulates into its history slot)."""
 
     def __init__(self, x: torch.Tensor, delayed: bool):
         self.x, dev = x, x.device
