@@ -31,7 +31,10 @@ if [[ -z $SITE ]]; then
     -C build-dir=build/asan --target "$SITE" .
   echo "build: $(( $(date +%s) - t0 )) s"
 fi
-if ! ldd "$SITE"/nvfp4/libnvfp4.so | grep -q libasan; then
+# ldd's whole output first: `ldd | grep -q` under pipefail fails at random when grep exits at
+# its match and ldd, still writing, dies of SIGPIPE.
+deps=$(ldd "$SITE"/nvfp4/libnvfp4.so)
+if [[ $deps != *libasan* ]]; then
   echo "sanitized_python: $SITE/nvfp4/libnvfp4.so is not linked against libasan"
   exit 1
 fi
