@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -121,22 +122,35 @@ inline int64_t l2_bytes(int dev, int64_t fallback) {
 }
 
 // Resident CTAs per SM of `kernel` with `threads` threads and `smem` bytes of dynamic
-// shared memory on the current device, queried once per (device, kernel) (each kernel is
-// launched with one block size and one shared-memory size); 1 when the query fails.
+// shared memory on the current device, queried once per (device, kernel, threads, smem):
+// the answer depends on all four, so a kernel launched with another block or shared-memory
+// size asks again instead of reading a stale count. 1 when the query fails.
+struct ResidentKey {
+  const void* kernel;
+  int threads;
+  size_t smem;
+  bool operator==(const ResidentKey& o) const { return kernel == o.kernel && threads == o.threads && smem == o.smem; }
+};
+struct ResidentKeyHash {
+  size_t operator()(const ResidentKey& k) const {
+    return std::hash<const void*>()(k.kernel) ^ (std::hash<size_t>()(k.smem) * 31u + static_cast<size_t>(k.threads));
+  }
+};
 inline int resident_ctas(const void* kernel, int threads, size_t smem) {
   static std::mutex mu;
-  static std::unordered_map<const void*, int> cache[kMaxDevices];
+  static std::unordered_map<ResidentKey, int, ResidentKeyHash> cache[kMaxDevices];
   int dev = current_device();
   if (dev < 0 || dev >= kMaxDevices) dev = 0;
+  const ResidentKey key{kernel, threads, smem};
   std::lock_guard<std::mutex> lock(mu);
-  auto it = cache[dev].find(kernel);
+  auto it = cache[dev].find(key);
   if (it != cache[dev].end()) return it->second;
   int n = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess || n < 1) {
     (void)cudaGetLastError();
     n = 1;
   }
-  cache[dev][kernel] = n;
+  cache[dev][key] = n;
   return n;
 }
 
