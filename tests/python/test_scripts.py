@@ -27,8 +27,7 @@ def _early_exit_pipes(text: str):
     """(line number, line) of every pipe into an early-exiting grep, comments aside."""
     out = []
     for n, line in enumerate(text.splitlines(), 1):
-        code = line.split("#", 1)[0] if line.lstrip().startswith("#") else line
-        if EARLY_EXIT_GREP.search(code):
+        if not line.lstrip().startswith("#") and EARLY_EXIT_GREP.search(line):
             out.append((n, line.strip()))
     return out
 
@@ -49,15 +48,6 @@ def test_scripts_are_found():
     if not (ROOT / ".ci" / "run").is_file():
         pytest.skip("needs the source tree")
     assert {".ci/run", ".ci/install", ".ci/sanitized_python.sh"} <= names, sorted(names)
-
-
-def test_the_fixed_check_reads_ldd_whole():
-    """The sanitized check's own test of its build: ldd's output read whole, then matched."""
-    path = ROOT / ".ci" / "sanitized_python.sh"
-    if not path.is_file():
-        pytest.skip("needs the source tree")
-    text = path.read_text()
-    assert "libasan" in text and not _early_exit_pipes(text)
 
 
 @pytest.mark.parametrize("path", _scripts(), ids=lambda p: p.relative_to(ROOT).as_posix())
