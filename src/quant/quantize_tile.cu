@@ -233,6 +233,14 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   // block: an add of the sign bit to the shifted low half, an xor on the high half, no
   // instruction of their own), the transform then core::fwht16_scaled: the same sums.
   constexpr bool kColSignInConversion = kColRht && std::is_same_v<T, BF16>;
+  // With stochastic rounding those columns also leave the transform's final 1/4 to their
+  // scale and encode factors (quarter_foldable, common.cuh: bit-identical codes and scales, 16
+  // multiplies fewer a block) wherever the CTA's tensor scale allows it; else (a given tensor
+  // amax above ~1.3e38) they multiply as before: a branch uniform over the CTA. Measured on an
+  // H200 (bench/NOTES.md, 2026-11-30): 1.4-2.3% off the dY quantization in a step, and 1% onto
+  // the round-to-nearest X one, which keeps the multiplies.
+  constexpr bool kColFold = kColSignInConversion && kSR;
+  bool col_fold = false;
   float rht_sign[kBlock];
   uint32_t col_sign[kBlock];
 #pragma unroll
@@ -366,8 +374,17 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     if constexpr (k2D) {
       s = block_scale_byte(tam[pb][rb][cl >> 4], ts_c);
     } else {
-      if constexpr (kColSignInConversion) core::fwht16_scaled(v);
-      else if constexpr (kColRht) core::rht16_fma(v, rht_sign);
+      if constexpr (kColFold) {
+        core::fwht16_stages(v);
+        if (!col_fold) {
+#pragma unroll
+          for (int i = 0; i < kBlock; ++i) v[i] *= 0.25f;
+        }
+      } else if constexpr (kColSignInConversion) {
+        core::fwht16_scaled(v);
+      } else if constexpr (kColRht) {
+        core::rht16_fma(v, rht_sign);
+      }
       s = block_scale_byte(absmax_bits(v), ts_c);
     }
     const uint64_t idx0 = t.idx + coff[u][h];
@@ -474,7 +491,13 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
     if constexpr (do_col) {
       const core::GlobalScale g = core::make_global_scale(am_c);
       ts_c = make_tensor_scale(g);
-      fill_encode_table(tab_c, g.dec);
+      if constexpr (kColFold) col_fold = quarter_foldable(ts_c, g.dec);
+      if (col_fold) {
+        ts_c.enc_div6 *= 0.25f;
+        fill_encode_table_quarter(tab_c, g.dec);
+      } else {
+        fill_encode_table(tab_c, g.dec);
+      }
     }
   }
   if (threadIdx.x < 64) (&tam[0][0][0])[threadIdx.x] = 0u;

@@ -125,6 +125,42 @@ def test_given_amax_ordinary_kernels_match_cpu(rng, shape, dtype):
                      amax_in=a, rounding=rounding, rht=rht, seed=seed, offset=7, outs=outs, block=block)
 
 
+def _smallest_encode_factor(amax: float) -> float:
+    """The encode factor of the largest block scale (448) for a tensor of this amax, in the
+    library's fp32 arithmetic (core::block_encode_factor(0x7e, 1 / S_enc))."""
+    f = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    s_enc = torch.minimum(f(2688.0) / f(amax), f(torch.finfo(torch.float32).max))
+    return (f(1.0) / (f(448.0) * (f(1.0) / s_enc))).item()
+
+
+@pytest.mark.parametrize("rounding", [0, 1])
+def test_bf16_columnwise_rht_on_both_sides_of_the_folded_quarter(gen, rounding):
+    """The BF16 columnwise-RHT tile kernels leave the transform's final 1/4 to the blocks' scale
+    and encode factors, except where the quarter of the smallest encode factor would be
+    subnormal (a tensor amax above ~1.3e38: a given one; the amax pass's is at most FLT_MAX / 4).
+    Given amaxes on both sides of that bound and the data's own, with column blocks whose
+    transform reaches ~8e37, infinite, tiny and subnormal blocks among ordinary ones, with and
+    without the rowwise output (and its transform), both layouts: every byte against the CPU."""
+    signs = torch.tensor([-1.0 if (0xD7E8 >> i) & 1 else 1.0 for i in range(16)])
+    givens = (1.0e38, 1.25e38, 1.3e38, 1.4e38, 2.0e38, 3.3e38, torch.finfo(torch.float32).max)
+    folded = [_smallest_encode_factor(g) >= 2.0 ** -124 for g in givens]
+    assert any(folded) and not all(folded), folded  # both branches of the kernels are reached
+    x = torch.randn(70, 96, generator=gen)
+    x[:, 40:56] *= 1e-30                     # tiny blocks
+    x[20:40, 60:70] = 1e-39                  # bf16 subnormals
+    x[32:48, 5] = signs * 2.0e37             # a column block whose transform is 8e37 in one row
+    x[48:64, 90] = -signs * 1.0e37
+    x[0:16, 17] = torch.randn(16, generator=gen) * 1.0e37
+    x_inf = x.clone()
+    x_inf[16:32, 30] = signs * 3.0e37        # its butterfly overflows: infinities in the block
+    for data, x in (("finite", x.bfloat16()), ("overflowing", x_inf.bfloat16())):
+        for given in (None,) + givens:
+            kw = {} if given is None else dict(amax_mode=2, amax_in=torch.tensor([given], dtype=torch.float32))
+            for rht, outs in ((2, (False, True)), (2, (True, True)), (3, (True, True))):
+                same(x, f"{data} given {given} rounding={rounding} rht={rht} outs={outs}", rounding=rounding,
+                     rht=rht, seed=11, offset=3, outs=outs, **kw)
+
+
 def test_given_amax_takes_no_amax_pass():
     """The ordinary kernels, not the options path or an amax pass, run a given-amax quantization."""
     x = torch.randn(300, 512, device=DEV, dtype=torch.bfloat16)
