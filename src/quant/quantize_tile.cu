@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, 2) tile_kernel(const TileArgs a) {
   // scale and encode factors (quarter_foldable, common.cuh: bit-identical codes and scales, 16
   // multiplies fewer a block) wherever the CTA's tensor scale allows it; else (a given tensor
   // amax above ~1.3e38) they multiply as before: a branch uniform over the CTA. Measured on an
-  // H200 (bench/NOTES.md, 2026-11-30): 1.4-2.3% off the dY quantization in a step, and 1% onto
+  // H200 (bench/NOTES.md, 2026-11-30): 1.0-2.5% off the dY quantization in a step, and ~1% onto
   // the round-to-nearest X one, which keeps the multiplies.
   constexpr bool kColFold = kColSignInConversion && kSR;
   bool col_fold = false;
