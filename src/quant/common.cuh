@@ -283,13 +283,14 @@ __device__ __forceinline__ void fill_encode_table_quarter(EncodeTable& t, float 
 
 // Whether a block's RHT may leave its final multiply by 1/4 to the block's scale and encode
 // factors: quantizing 4v with the factors of ts and tab times 1/4 then gives the codes and
-// scale byte of v, bit for bit, when every product by 1/4 involved is exact. 4v -> v is
-// exact for the butterfly's sums of a BF16 block (multiples of 2^-133: a quarter stays on
-// fp32's grid, subnormals included; infinities and NaN stay what they are); the factors' quarters are exact while no factor
-// falls below 2^-124 — the smallest encode factor is that of the largest scale (448), ~6 /
-// tensor amax, so this fails only for a tensor amax above ~1.3e38 (or a NaN one). Then each
-// product x * e' equals (x / 4) * e exactly before its one rounding, and likewise the block
-// amax times the scale factor. Uniform over a CTA (a function of the tensor's scale alone).
+// scale byte of v, bit for bit, when every product by 1/4 involved is exact. 4v -> v is exact
+// for the butterfly's sums of a BF16 block (multiples of 2^-133: a quarter stays on fp32's
+// grid, subnormals included; infinities and NaN stay what they are); the factors' quarters
+// are exact while no factor falls below 2^-124 — the smallest encode factor is that of the
+// largest scale (448), ~6 / tensor amax, so this fails only for a tensor amax above ~1.3e38
+// (or a NaN or negative given one). Then each product x * e' equals (x / 4) * e exactly
+// before its one rounding, and likewise the block amax times the scale factor. Uniform over
+// a CTA (a function of the tensor's scale alone).
 __device__ __forceinline__ bool quarter_foldable(const TensorScale& ts, float s_dec) {
   const float e_min = core::block_encode_factor(static_cast<uint8_t>(0x7e), s_dec);
   return e_min >= 0x1p-124f && ts.enc_div6 >= 0x1p-124f;

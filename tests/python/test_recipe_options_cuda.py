@@ -135,12 +135,13 @@ def _smallest_encode_factor(amax: float) -> float:
 
 @pytest.mark.parametrize("rounding", [0, 1])
 def test_bf16_columnwise_rht_on_both_sides_of_the_folded_quarter(gen, rounding):
-    """The BF16 columnwise-RHT tile kernels leave the transform's final 1/4 to the blocks' scale
-    and encode factors, except where the quarter of the smallest encode factor would be
-    subnormal (a tensor amax above ~1.3e38: a given one; the amax pass's is at most FLT_MAX / 4).
-    Given amaxes on both sides of that bound and the data's own, with column blocks whose
-    transform reaches ~8e37, infinite, tiny and subnormal blocks among ordinary ones, with and
-    without the rowwise output (and its transform), both layouts: every byte against the CPU."""
+    """The BF16 columnwise-RHT tile kernels with stochastic rounding leave the transform's final
+    1/4 to the blocks' scale and encode factors, except where the quarter of the smallest encode
+    factor would be subnormal (a tensor amax above ~1.3e38: a given one; the amax pass's is at
+    most FLT_MAX / 4); the round-to-nearest ones keep the multiply. Both roundings, given amaxes
+    on both sides of that bound and the data's own, with column blocks whose transform reaches
+    ~8e37, infinite, tiny and subnormal blocks among ordinary ones, with and without the rowwise
+    output (and its transform), both layouts: every byte against the CPU."""
     signs = torch.tensor([-1.0 if (0xD7E8 >> i) & 1 else 1.0 for i in range(16)])
     givens = (1.0e38, 1.25e38, 1.3e38, 1.4e38, 2.0e38, 3.3e38, torch.finfo(torch.float32).max)
     folded = [_smallest_encode_factor(g) >= 2.0 ** -124 for g in givens]
@@ -153,11 +154,11 @@ def test_bf16_columnwise_rht_on_both_sides_of_the_folded_quarter(gen, rounding):
     x[0:16, 17] = torch.randn(16, generator=gen) * 1.0e37
     x_inf = x.clone()
     x_inf[16:32, 30] = signs * 3.0e37        # its butterfly overflows: infinities in the block
-    for data, x in (("finite", x.bfloat16()), ("overflowing", x_inf.bfloat16())):
+    for data, xb in (("finite", x.bfloat16()), ("overflowing", x_inf.bfloat16())):
         for given in (None,) + givens:
             kw = {} if given is None else dict(amax_mode=2, amax_in=torch.tensor([given], dtype=torch.float32))
             for rht, outs in ((2, (False, True)), (2, (True, True)), (3, (True, True))):
-                same(x, f"{data} given {given} rounding={rounding} rht={rht} outs={outs}", rounding=rounding,
+                same(xb, f"{data} given {given} rounding={rounding} rht={rht} outs={outs}", rounding=rounding,
                      rht=rht, seed=11, offset=3, outs=outs, **kw)
 
 
