@@ -25,7 +25,12 @@
 #       (GELU with the quantization's two maxima, Triton prototypes: bench_gelu_amax.py; GELUAMAX_ARGS,
 #       e.g. --cuda for the CUDA form against torch's kernels plus the library's amax pass),
 #       tiles (CUTLASS sm90 tile configurations against cuBLAS at the training step's GEMM
-#       shapes: bench/sm90_tiles/, TILES_ONLY=name,... for a subset)
+#       shapes: bench/sm90_tiles/, TILES_ONLY=name,... for a subset),
+#       sweep (the GPU test files one at a time until SWEEP_BUDGET seconds, default 420, have
+#       gone: a line per file, the files not reached named; SWEEP_FILES=test_a,test_b,... to
+#       choose and order them, default every file with GPU tests), qis (bench_quant_in_step.py
+#       on this build and, with base, the baseline build, alternating processes QIS_ROUNDS
+#       times, default 2; QIS_ARGS, default "--operands x,dy --features 768 2304 3072")
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -333,6 +338,43 @@ job_tiles() {  # CUTLASS sm90 tile configurations against cuBLAS (bench/sm90_til
   PYTHONPATH=$NEW timeout ${TILES_TIMEOUT:-500} python3 bench/sm90_tiles/sweep.py --lib /tmp/tiles/libtiles.so \
     --json "$OUT/tiles.json" 2>&1 | grep -v -E "Warning|warn" | tee "$OUT/tiles.log" | tail -120
 }
+job_sweep() {
+  step "gpu tests, one file at a time (budget ${SWEEP_BUDGET:-420} s)"
+  local files f left s rc t0 logs=()
+  if [[ -n ${SWEEP_FILES:-} ]]; then
+    files=${SWEEP_FILES//,/ }
+  else
+    files=$(grep -l -E "cuda_only|needs a CUDA GPU|is_available\(\)|device_count" tests/python/test_*.py \
+      | xargs -n1 basename | sed 's/\.py$//')
+  fi
+  t0=$(date +%s)
+  for f in $files; do
+    left=$(( ${SWEEP_BUDGET:-420} - ($(date +%s) - t0) ))
+    if (( left < 20 )); then echo "$f: not run (budget)"; continue; fi
+    s=$(date +%s)
+    PYTHONPATH=$NEW timeout "$left" python3 -m pytest "tests/python/$f.py" -q -p no:cacheprovider -rfE --maxfail=10 \
+      > "$OUT/sweep_$f.log" 2>&1
+    rc=$?
+    logs+=("sweep_$f.log")
+    echo "$f: exit $rc, $(( $(date +%s) - s )) s: $(tail -n 1 "$OUT/sweep_$f.log")$( (( rc == 124 )) && echo " (stopped by the budget)")"
+    if (( rc != 0 && rc != 124 )); then grep -E "^(FAILED|ERROR)" "$OUT/sweep_$f.log" | head -n 8; fi
+  done
+  # one archive: what comes back from a call is a few files
+  if (( ${#logs[@]} )); then tar czf "$OUT/sweep_logs.tgz" -C "$OUT" "${logs[@]}" && (cd "$OUT" && rm -f "${logs[@]}"); fi
+}
+job_qis() {  # the quantizations in the step's order, this build and (with base) the baseline, alternating
+  local r b lib
+  for (( r = 1; r <= ${QIS_ROUNDS:-2}; r++ )); do
+    for b in new base; do
+      [[ $b == base && ! -d /tmp/base/nvfp4 ]] && continue
+      lib=$NEW; [[ $b == base ]] && lib=$BASE
+      step "quantization in the step's order: $b build, round $r"
+      PYTHONPATH=$lib timeout ${QIS_TIMEOUT:-90} python3 bench/bench_quant_in_step.py \
+        ${QIS_ARGS:---operands x,dy --features 768 2304 3072} --json "$OUT/qis_${b}_$r.json" 2>&1 \
+        | grep -v -i warn | tail -n 12
+    done
+  done
+}
 # the jobs, in the order given on the command line
 for a in "${ARGS[@]}"; do
   case $a in
@@ -347,6 +389,8 @@ for a in "${ARGS[@]}"; do
     prodamax) job_prodamax ;;
     geluamax) job_geluamax ;;
     tiles) job_tiles ;;
+    sweep) job_sweep ;;
+    qis) job_qis ;;
     *) echo "unknown job: $a" ;;
   esac
 done
