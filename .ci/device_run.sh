@@ -66,10 +66,11 @@ NEW=/tmp/new:/tmp/site
 BASE=/tmp/base:/tmp/site
 (cd /tmp && PYTHONPATH=$NEW python3 -c "import nvfp4, json; print(json.dumps(nvfp4.device_info(), indent=1))")
 
+# the test files that hold GPU tests (the CPU-only ones run in CI)
+gpu_test_files() { grep -l -E "cuda_only|needs a CUDA GPU|is_available\(\)|device_count" tests/python/test_*.py; }
 job_tests() {
   step gpu tests
-  # the files that hold GPU tests (the CPU-only ones run in CI)
-  files=$(grep -l -E "cuda_only|needs a CUDA GPU|is_available\(\)|device_count" tests/python/test_*.py)
+  files=$(gpu_test_files)
   pt=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=200")
   PYTHONPATH=$NEW timeout ${TEST_TIMEOUT:-330} python3 -m pytest $files -q -p no:cacheprovider --maxfail=30 -rfE \
     $pt 2>&1 | tee "$OUT/tests.log" | tail -45
@@ -344,8 +345,7 @@ job_sweep() {
   if [[ -n ${SWEEP_FILES:-} ]]; then
     files=${SWEEP_FILES//,/ }
   else
-    files=$(grep -l -E "cuda_only|needs a CUDA GPU|is_available\(\)|device_count" tests/python/test_*.py \
-      | xargs -n1 basename | sed 's/\.py$//')
+    files=$(gpu_test_files | xargs -n1 basename | sed 's/\.py$//')
   fi
   t0=$(date +%s)
   for f in $files; do
