@@ -193,6 +193,52 @@ def test_linear_input_features_checked():
         nn4.Linear(32, 32, recipe="mx_baseline")(torch.randn(4, 64))
 
 
+_ZERO_LAYERS = {
+    "nvfp4": lambda i, o, b: nn4.Linear(i, o, bias=b),
+    "fwd_only": lambda i, o, b: nn4.Linear(i, o, bias=b, recipe="fwd_only"),
+    "mx_baseline": lambda i, o, b: nn4.Linear(i, o, bias=b, recipe="mx_baseline"),
+    "4over6": lambda i, o, b: nn4.Linear(i, o, bias=b, recipe="4over6"),
+    "fp8": lambda i, o, b: nn4.fp8.FP8Linear(i, o, bias=b, recipe="fp8"),
+    "fp8_delayed": lambda i, o, b: nn4.fp8.FP8Linear(i, o, bias=b, recipe="fp8_delayed"),
+    "frozen": lambda i, o, b: nn4.freeze_fp4(nn.Sequential(nn.Linear(i, o, bias=b)))[0],
+    "lora": lambda i, o, b: nn4.LoRALinear(nn4.freeze_fp4(nn.Sequential(nn.Linear(i, o, bias=b)))[0], rank=4),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_ZERO_LAYERS))
+def test_layers_with_zero_features_run_as_nn_linear_does(kind):
+    """Was: a layer with out_features = 0 ran its forward, then its backward stopped in torch's
+    reshape of dy to [-1, 0] ("cannot reshape tensor of 0 elements", no field named) — and,
+    past that, in a GEMM of K = 0. Zero input or output features now run as nn.Linear does:
+    the same output shapes and values (the bias alone where there are no input features),
+    gradients of the input's shape (zeros) and the parameters' shapes; CPU, and CUDA too where
+    there is a GPU (FP8 there only where it has FP8 GEMMs)."""
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for dev in devices:
+        if kind.startswith("fp8") and dev == "cuda" and not nn4.fp8.fp8_supported(torch.device(dev))[0]:
+            continue
+        for fin, fout in ((32, 0), (0, 32), (0, 0)):
+            for lead in ((5,), (2, 3), (), (0,)):
+                for bias in (True, False):
+                    torch.manual_seed(0)
+                    layer = _ZERO_LAYERS[kind](fin, fout, bias).to(dev)
+                    b = getattr(layer, "bias", None)
+                    if b is not None:
+                        with torch.no_grad():
+                            b.copy_(torch.arange(1, fout + 1, dtype=b.dtype))
+                    x = torch.randn(*lead, fin, device=dev, requires_grad=True)
+                    y = layer(x)
+                    what = f"{kind} {dev} {fin}->{fout} x{tuple(x.shape)} bias={bias}"
+                    assert y.shape == (*lead, fout), what
+                    want = torch.zeros(*lead, fout) if b is None or fin else \
+                        torch.arange(1, fout + 1, dtype=torch.float32).expand(*lead, fout)
+                    assert torch.equal(y.detach().float().cpu(), want), what
+                    y.float().square().sum().backward()
+                    assert x.grad.shape == x.shape and not x.grad.any(), what
+                    for name, p in layer.named_parameters():
+                        assert p.grad is None or p.grad.shape == p.shape, f"{what} {name}"
+
+
 def test_linear_0d_input_named():
     """Was: a bare IndexError."""
     for layer in (nn4.Linear(16, 32), nn4.FrozenLinear(16, 32)):

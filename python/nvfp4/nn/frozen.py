@@ -59,6 +59,7 @@ from torch.utils._pytree import tree_map
 
 from . import _passes
 from .._format import swizzled_shape
+from .._ops import as_rows
 from .. import _checks as check
 from .linear import _FLOATS, Linear, RecipeLayer, _Plan, _uses_sr, check_counter_state, check_input
 from .recipe import QuantConfig, Recipe, get_recipe
@@ -194,7 +195,7 @@ class _FrozenFn(torch.autograd.Function):
         cdt = x.dtype
         k = x.shape[-1]
         n = w_data.shape[0]
-        x2 = x.reshape(-1, k)
+        x2 = as_rows(x, k)
         b = None if bias is None else bias.to(cdt)
         y = _passes.frozen_linear_fwd(x2, w_data, w_scales, w_amax, b, counter, plan.cfg)
         # The weight and the counter are module state, not activations: kept as attributes
@@ -210,7 +211,7 @@ class _FrozenFn(torch.autograd.Function):
     def backward(ctx, dy):
         x_shape, k, n, need_dx, need_db, b_dtype = ctx.meta
         r = ctx.plan.recipe
-        dy2 = dy.reshape(-1, n)
+        dy2 = as_rows(dy, n)
         dx = db = None
         if need_dx and r.dgrad:
             wt = transpose_weight(*ctx.w)
@@ -580,7 +581,7 @@ class FrozenLinear(RecipeLayer, nn.Linear):
             x = x.to(torch.get_autocast_dtype(dev))
         if x.dtype not in _FLOATS:
             raise TypeError(f"x: nvfp4 FrozenLinear takes float32/float16/bfloat16 inputs, got {x.dtype}")
-        if x.numel() == 0 or self.precision == "bf16":
+        if x.numel() == 0 or self.out_features == 0 or self.precision == "bf16":
             b = None if self.bias is None else self.bias.to(x.dtype)
             return F.linear(x, self.dequantize(x.dtype), b)
         counter = self.sr_step
