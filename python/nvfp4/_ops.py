@@ -37,7 +37,6 @@ starting on a 256-byte boundary (`packed_layout`). One allocation instead of thr
 from __future__ import annotations
 
 import functools
-import math
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -208,13 +207,6 @@ def direct(*ts) -> bool:
         if t is not None and (type(t) not in _PLAIN or not (t.is_cuda or t.is_cpu)):
             return False
     return True
-
-
-def as_rows(t: torch.Tensor, cols: int) -> torch.Tensor:
-    """t [..., cols] as [rows, cols], rows the product of its leading dimensions (1 for a 1D t):
-    t.reshape(-1, cols), but also where cols is 0 (a layer of zero in or out features), for
-    which the -1 is ambiguous and torch refuses it."""
-    return t.reshape(math.prod(t.shape[:-1]), cols)
 
 
 def _need_2d(name: str, t: torch.Tensor) -> None:

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import _ops
-from .._ops import TOKEN_ALIGN, as_rows
+from .._ops import TOKEN_ALIGN
 from .._format import SCALE_LAYOUTS, global_decode_scale
 from .._mx import MXFP4Tensor, decode_stored, mm_fp32, mx_gemm_raw, quantize_mxfp4
 from .._options import dequantize_options, percentile_amax, quantize_options
@@ -155,7 +155,7 @@ class EmulatedLinearFn(torch.autograd.Function):
         ddt = torch.bfloat16 if x.is_cuda else torch.float32
         k = x.shape[-1]
         n = weight.shape[0]
-        x2 = as_rows(x, k).contiguous()
+        x2 = x.reshape(-1, k).contiguous()
         m = x2.shape[0]
         weight_c = weight.contiguous()
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
@@ -228,7 +228,7 @@ class EmulatedLinearFn(torch.autograd.Function):
         saved_x, saved_w, xt0, xt1, wt0, wt1 = ctx.saved_tensors
         xt, wt = (xt0, xt1, ctx.op_mx[0]), (wt0, wt1, ctx.op_mx[1])
         cdt = dy.dtype
-        dy2 = as_rows(dy, n).contiguous()
+        dy2 = dy.reshape(-1, n).contiguous()
         offset = int(ctx.counter) if uses_sr else 0
         signs = r.rht_signs
         dx = dw = db = None

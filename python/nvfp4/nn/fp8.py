@@ -53,7 +53,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import _ops  # also registers torch.ops.nvfp4.fp8_cast
-from .._ops import as_rows
 from . import _fp8_passes as _passes  # torch.ops.nvfp4.fp8_linear_fwd / fp8_linear_bwd
 
 __all__ = ["FP8Recipe", "FP8_RECIPES", "get_fp8_recipe", "FP8Linear", "fp8_max", "tensor_amax", "current_scale",
@@ -419,7 +418,7 @@ class _FP8LinearFn(torch.autograd.Function):
         cdt = x.dtype
         k = x.shape[-1]
         n = weight.shape[0]
-        x2 = as_rows(x, k)
+        x2 = x.reshape(-1, k)
         m = x2.shape[0]
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         pad = (-m) % _ALIGN if (need_dw and not plan.emulate) else 0
@@ -462,7 +461,7 @@ class _FP8LinearFn(torch.autograd.Function):
         need_dx, need_dw, need_db = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
         dx = dw = db = None
         with torch.autocast(dy.device.type, enabled=False):
-            dy2 = as_rows(_as_stored(dy) if torch.compiler.is_compiling() else dy, n)
+            dy2 = (_as_stored(dy) if torch.compiler.is_compiling() else dy).reshape(-1, n)
             if need_dx or need_dw:
                 dyp = F.pad(dy2, (0, 0, 0, pad)) if pad else dy2
                 if need_dw:
@@ -490,7 +489,7 @@ class _FP8KernelFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, state, grad_state, plan: _Plan):
         k = x.shape[-1]
-        x2 = as_rows(x, k)
+        x2 = x.reshape(-1, k)
         m = x2.shape[0]
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         pad = (-m) % _ALIGN if need_dw else 0
@@ -514,7 +513,7 @@ class _FP8KernelFn(torch.autograd.Function):
         plan = ctx.plan
         x_shape, m, pad, w_dtype, b_dtype = ctx.meta
         need_dx, need_dw, need_db = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
-        dy2 = as_rows(dy, dy.shape[-1])
+        dy2 = dy.reshape(-1, dy.shape[-1])
         dx = dw = db = None
         if need_dx or need_dw:
             dyp = F.pad(dy2, (0, 0, 0, pad)) if pad else dy2
@@ -635,7 +634,7 @@ class FP8Linear(nn.Linear):
         return super().extra_repr() + f", recipe={self._fp8_recipe.name}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() == 0:
+        if x.numel() == 0 or self.out_features == 0:  # no work: no input, or no output features
             return F.linear(x, self.weight, self.bias)
         dev = x.device.type
         if torch.is_autocast_enabled(dev):

@@ -59,7 +59,6 @@ from torch.utils._pytree import tree_map
 
 from . import _passes
 from .._format import swizzled_shape
-from .._ops import as_rows
 from .. import _checks as check
 from .linear import _FLOATS, Linear, RecipeLayer, _Plan, _uses_sr, check_counter_state, check_input
 from .recipe import QuantConfig, Recipe, get_recipe
@@ -195,7 +194,7 @@ class _FrozenFn(torch.autograd.Function):
         cdt = x.dtype
         k = x.shape[-1]
         n = w_data.shape[0]
-        x2 = as_rows(x, k)
+        x2 = x.reshape(-1, k)
         b = None if bias is None else bias.to(cdt)
         y = _passes.frozen_linear_fwd(x2, w_data, w_scales, w_amax, b, counter, plan.cfg)
         # The weight and the counter are module state, not activations: kept as attributes
@@ -211,7 +210,7 @@ class _FrozenFn(torch.autograd.Function):
     def backward(ctx, dy):
         x_shape, k, n, need_dx, need_db, b_dtype = ctx.meta
         r = ctx.plan.recipe
-        dy2 = as_rows(dy, n)
+        dy2 = dy.reshape(-1, n)
         dx = db = None
         if need_dx and r.dgrad:
             wt = transpose_weight(*ctx.w)

@@ -30,7 +30,6 @@ from .. import _ops
 from . import _grouped_passes
 from .._format import signs_to_mask
 from .._grouped import _raise_offs
-from .._ops import as_rows
 from .linear import _FLOATS, RecipeLayer, _Plan, _make_cfg, _uses_sr
 from .recipe import RECIPES, Recipe, layer_seed
 
@@ -233,7 +232,7 @@ class GroupedLinear(RecipeLayer, nn.Module):
         lead = x.shape[:-1]
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x: last dimension {x.shape[-1]} differs from in_features={self.in_features}")
-        x2 = as_rows(x, self.in_features)
+        x2 = x.reshape(-1, self.in_features)
         _ops._check_offs(offs, x2, self.num_experts)
         y = grouped_linear(x2, self.weight, offs, self._counter(), self._plan, self.precision, self.check_offs)
         if self.bias is not None:

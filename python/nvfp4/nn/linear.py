@@ -31,7 +31,6 @@ from torch import nn
 
 from . import _passes
 from .._format import signs_to_mask
-from .._ops import as_rows
 from ..backends import BACKENDS
 from .emulated import check_shapes, emulated_linear
 from .recipe import RECIPES, Recipe, get_recipe, layer_seed
@@ -137,7 +136,7 @@ class _LinearFn(torch.autograd.Function):
         b = None if bias is None else bias.to(cdt)
 
         # The ops take [..., k] as it is; a 1D input, or rows to pad, as 2D
-        xin = x if (not pad and len(xs) > 1) else _pad_rows(as_rows(x, k), pad)
+        xin = x if (not pad and len(xs) > 1) else _pad_rows(x.reshape(-1, k), pad)
         xt = wt = None
         if plan.fprop or fp4_wgrad or fp4_dgrad:
             y, xt, wt = _passes.linear_fwd(xin, weight, b if plan.fprop else None, counter, plan.cfg, fp4_wgrad,
@@ -176,7 +175,7 @@ class _LinearFn(torch.autograd.Function):
         dx = dw = db = None
 
         if fp4_dgrad or fp4_wgrad:
-            dyin = dy if (not pad and dy.dim() > 1) else _pad_rows(as_rows(dy, n), pad)
+            dyin = dy if (not pad and dy.dim() > 1) else _pad_rows(dy.reshape(-1, n), pad)
             dx, dw = _passes.linear_bwd(dyin, saved[0], saved[1], ctx.counter, plan.cfg, k, fp4_dgrad, fp4_wgrad,
                                         w_dtype)
             if not fp4_dgrad:
@@ -188,11 +187,11 @@ class _LinearFn(torch.autograd.Function):
         elif plan.uses_sr:
             ctx.counter.add_(1)  # no quantized backward GEMM advanced it, but the forward used it
         if (need_dx and not fp4_dgrad) or (need_dw and not fp4_wgrad) or need_db:
-            dy2 = as_rows(dy, n)
+            dy2 = dy.reshape(-1, n)
             if need_dx and not fp4_dgrad:
                 dx = (dy2 @ saved[3].to(cdt)).reshape(x_shape)
             if need_dw and not fp4_wgrad:
-                dw = (dy2.t() @ as_rows(saved[2], k).to(cdt)).to(w_dtype)
+                dw = (dy2.t() @ saved[2].reshape(-1, k).to(cdt)).to(w_dtype)
             if need_db:
                 db = dy2.sum(0, dtype=torch.float32).to(b_dtype)
         return dx, dw, db, None, None, None, None
