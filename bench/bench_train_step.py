@@ -15,7 +15,12 @@ the same run:
              values (nvfp4.nn.set_saved_operands(model, "decoded"): no decode passes, more
              activation memory, the same bits);
 - any other name of nvfp4.nn.RECIPES (on request, e.g. mx_baseline, tetrajet): every
-             block's Linear converted with that recipe.
+             block's Linear converted with that recipe;
+- VARIANT@NAME=VALUE (e.g. nvfp4@NVFP4_SM90_CUBLASLT=0): that variant with the environment
+             variable NAME set to VALUE around everything it does (building, compiling,
+             capturing its CUDA graphs, every step), restored after each; its ratio to the
+             variant without the setting is printed too. With --interleave this is the A/B of
+             a setting that is read when a graph is captured, which --ab-env cannot time.
 A step is forward + backward + fused AdamW. Times are medians over --steps steps after
 --warmup (CUDA events on the GPU). Also: bytes each Linear keeps for its backward pass
 (saved-tensor hooks; plus a memory_allocated delta on the GPU), and peak memory per step.
@@ -41,6 +46,7 @@ host, and how much of that host time is the library's C++ calls.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -435,8 +441,44 @@ def ab_rounds(step, timed, env: str, rounds: int, steps: int) -> dict:
     return res
 
 
+def split_variant(name: str):
+    """(variant, "NAME=VALUE" or None) of a --variants entry VARIANT[@NAME=VALUE]."""
+    base, _, env = name.partition("@")
+    return base, (env or None)
+
+
+@contextlib.contextmanager
+def variant_env(env):
+    """The environment of a VARIANT@NAME=VALUE row: NAME=VALUE while the block runs, the
+    process's own value (or none) after."""
+    if env is None:
+        yield
+        return
+    key, value = env.split("=", 1)
+    old = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
+
+
+def with_env(fn, env):
+    """fn, called inside variant_env(env)."""
+    if env is None:
+        return fn
+
+    def call(*args):
+        with variant_env(env):
+            return fn(*args)
+    return call
+
+
 def build_variant(name, margs, dev, a, ap):
-    """examples/train.py's model with the variant's Linear layers."""
+    """examples/train.py's model with the variant's Linear layers (name without its @ setting)."""
     model = T.build_model(margs, dev)
     if name in ("nvfp4", "nvfp4+decoded"):
         nn4.convert(model, a.recipe_obj, include="blocks.*")
@@ -567,6 +609,12 @@ def main(argv=None):
     a.mem_tokens = a.mem_tokens or (64 if a.smoke else 8192)
     if a.ab_env is not None and ("=" not in a.ab_env or not a.ab_env.split("=", 1)[0]):
         ap.error(f"--ab-env: expected NAME=VALUE, got {a.ab_env!r}")
+    for v in a.variants.split(","):
+        base, env = split_variant(v)
+        if "@" in v and (env is None or "=" not in env or not env.split("=", 1)[0]):
+            ap.error(f"--variants: {v!r}: expected VARIANT@NAME=VALUE")
+        if base == "fakequant" and env is not None:
+            ap.error(f"--variants: {v!r}: the fakequant baseline reads no library setting")
     if a.interleave < 0:
         ap.error(f"--interleave: expected a number of rounds >= 1 (0: off), got {a.interleave}")
     if a.interleave and a.ab_env is not None:
@@ -614,11 +662,13 @@ def main(argv=None):
             held = {}  # name -> (model, step, timed, first)
             torch._dynamo.reset()  # once: the models' compiled graphs must all stay cached
             for name in a.variants.split(","):
-                if name == "fakequant" and mode != "eager":
+                base, env = split_variant(name)
+                if base == "fakequant" and mode != "eager":
                     continue
-                model = build_variant(name, margs, dev, a, ap)
-                step, timed, first, _ = prepare_steps(model, a, dev, batches, mode)
-                held[name] = (model, step, timed, first)
+                with variant_env(env):
+                    model = build_variant(base, margs, dev, a, ap)
+                    step, timed, first, _ = prepare_steps(model, a, dev, batches, mode)
+                held[name] = (model, with_env(step, env), with_env(timed, env), first)
             got = interleaved_rows({n: h[1:3] for n, h in held.items()}, a.interleave, a.steps)
             for name, r in got.items():
                 r.update(first_step_s=held[name][3], interleaved_rounds=a.interleave,
@@ -637,13 +687,16 @@ def main(argv=None):
                 torch.cuda.empty_cache()
             continue
         for name in a.variants.split(","):
-            if name == "fakequant" and mode != "eager":
+            base, env = split_variant(name)
+            if base == "fakequant" and mode != "eager":
                 continue  # the plain-PyTorch baseline is an eager baseline
-            model = build_variant(name, margs, dev, a, ap)
+            with variant_env(env):
+                model = build_variant(base, margs, dev, a, ap)
             if mode != "eager":
                 torch._dynamo.reset()
             try:
-                r = time_steps(model, a, dev, batches, mode)
+                with variant_env(env):
+                    r = time_steps(model, a, dev, batches, mode)
             except Exception as e:  # a mode that fails is a result too (reported, not hidden)
                 r = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
                 print(f"{name:10s} {mode:16s} FAILED: {r['error']}", flush=True)
@@ -695,12 +748,15 @@ def main(argv=None):
     for mode in modes:
         b, q = rows.get(f"bf16/{mode}", {}), rows.get(f"nvfp4/{mode}", {})
         others = [v for v in a.variants.split(",")
-                  if _fp8_variant(v) is not None or v == "nvfp4+decoded"
+                  if _fp8_variant(v) is not None or v == "nvfp4+decoded" or "@" in v
                   or (v in nn4.RECIPES and v not in ("nvfp4", "bf16"))]
         for f8 in others:
             r8 = rows.get(f"{f8}/{mode}", {})
             if "step_ms" in b and "step_ms" in r8:
                 ratios[f"{f8}_over_bf16_step_time/{mode}"] = r8["step_ms"] / b["step_ms"]
+            plain = rows.get(f"{split_variant(f8)[0]}/{mode}", {})
+            if "@" in f8 and "step_ms" in plain and "step_ms" in r8:
+                ratios[f"{f8}_over_{split_variant(f8)[0]}_step_time/{mode}"] = r8["step_ms"] / plain["step_ms"]
         if "step_ms" in b and "step_ms" in q:
             ratios[f"nvfp4_over_bf16_step_time/{mode}"] = q["step_ms"] / b["step_ms"]
             ratios[f"nvfp4_over_bf16_first_step/{mode}"] = q["first_step_s"] / max(b["first_step_s"], 1e-9)

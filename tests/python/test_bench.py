@@ -517,6 +517,50 @@ def test_interleave_refusals_and_fp8_variant_names(capsys):
         assert bst._fp8_variant(bad) is None, bad
 
 
+@pytest.mark.parametrize("initial", [None, "1"])
+def test_variant_env_is_in_force_around_each_call_and_restored(monkeypatch, initial):
+    """VARIANT@NAME=VALUE: the setting is in force inside every call of the variant's step
+    functions (build, compile, capture and each step go through them) and the process's own
+    value, or none, is back after each."""
+    bst = _train_step_bench()
+    name = "NVFP4_VARIANT_TEST_VAR"
+    if initial is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, initial)
+    assert bst.split_variant(f"nvfp4@{name}=0") == ("nvfp4", f"{name}=0")
+    assert bst.split_variant("nvfp4") == ("nvfp4", None)
+    seen = []
+    fn = bst.with_env(lambda i: seen.append((i, os.environ.get(name))) or i + 1, f"{name}=0")
+    assert fn(3) == 4 and seen == [(3, "0")] and os.environ.get(name) == initial
+    with pytest.raises(ZeroDivisionError):
+        with bst.variant_env(f"{name}=0"):
+            assert os.environ.get(name) == "0"
+            1 / 0
+    assert os.environ.get(name) == initial
+    plain = lambda i: i  # noqa: E731
+    assert bst.with_env(plain, None) is plain
+
+
+def test_variant_env_reaches_the_library_and_only_its_row(capsys):
+    """A row with a setting the library refuses fails by that setting's name, the rows beside
+    it run as usual, and the setting is gone afterwards; a malformed @ part, or one on the
+    fakequant baseline, is refused before anything runs."""
+    bst = _train_step_bench()
+    os.environ.pop("NVFP4_SM90_TILE", None)
+    res = bst.main(["--smoke", "--variants", "bf16,nvfp4,nvfp4@NVFP4_SM90_TILE=bogus", "--no-memory"])
+    rows = res["rows"]
+    assert "step_ms" in rows["bf16/eager"] and "step_ms" in rows["nvfp4/eager"]
+    assert "NVFP4_SM90_TILE" in rows["nvfp4@NVFP4_SM90_TILE=bogus/eager"]["error"]
+    assert "NVFP4_SM90_TILE" not in os.environ
+    capsys.readouterr()
+    for bad, what in (("nvfp4@X", "VARIANT@NAME=VALUE"), ("nvfp4@=1", "VARIANT@NAME=VALUE"),
+                      ("fakequant@NVFP4_SM90_TILE=large", "fakequant")):
+        with pytest.raises(SystemExit):
+            bst.main(["--smoke", "--variants", f"bf16,{bad}", "--no-memory"])
+        assert what in capsys.readouterr().err, bad
+
+
 def test_ab_env_needs_name_and_value(capsys):
     bst = _train_step_bench()
     for bad in ("NVFP4_PDL", "=0"):
