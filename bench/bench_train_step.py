@@ -410,37 +410,6 @@ def prepare_steps(model, args, dev, batches, mode):
     return step, timed, first, (base if dev.type == "cuda" else 0)
 
 
-def ab_rounds(step, timed, env: str, rounds: int, steps: int) -> dict:
-    """--ab-env NAME=VALUE: the same compiled (or eager) step timed in interleaved rounds, with
-    the variable as the process has it (A) and set to VALUE (B), so that both see the same
-    host and GPU state. Only for settings the library reads at each call (NVFP4_SM90_*): a
-    CUDA graph would replay what it captured, so reduce-overhead rows skip it. step(i) runs a
-    step, timed(i) runs one and returns its milliseconds; the variable is restored after."""
-    name, value = env.split("=", 1)
-    old = os.environ.get(name)
-    res = {"env": env, "a": [], "b": []}
-    try:
-        for r in range(rounds):
-            for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
-                if side == "b":
-                    os.environ[name] = value
-                elif old is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = old
-                step(0)  # one untimed step after the switch
-                res[side] += [timed(i) for i in range(1, 1 + steps)]
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-    res["a_ms"] = statistics.median(res["a"])
-    res["b_ms"] = statistics.median(res["b"])
-    res["b_over_a"] = res["b_ms"] / res["a_ms"]
-    return res
-
-
 def split_variant(name: str):
     """(variant, "NAME=VALUE" or None) of a --variants entry VARIANT[@NAME=VALUE]."""
     base, _, env = name.partition("@")
@@ -475,6 +444,24 @@ def with_env(fn, env):
         with variant_env(env):
             return fn(*args)
     return call
+
+
+def ab_rounds(step, timed, env: str, rounds: int, steps: int) -> dict:
+    """--ab-env NAME=VALUE: the same compiled (or eager) step timed in interleaved rounds, with
+    the variable as the process has it (A) and set to VALUE (B), so that both see the same
+    host and GPU state. Only for settings the library reads at each call (NVFP4_SM90_*): a
+    CUDA graph would replay what it captured, so reduce-overhead rows skip it. step(i) runs a
+    step, timed(i) runs one and returns its milliseconds; the variable is restored after."""
+    res = {"env": env, "a": [], "b": []}
+    for r in range(rounds):
+        for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
+            with variant_env(env if side == "b" else None):
+                step(0)  # one untimed step after the switch
+                res[side] += [timed(i) for i in range(1, 1 + steps)]
+    res["a_ms"] = statistics.median(res["a"])
+    res["b_ms"] = statistics.median(res["b"])
+    res["b_over_a"] = res["b_ms"] / res["a_ms"]
+    return res
 
 
 def build_variant(name, margs, dev, a, ap):

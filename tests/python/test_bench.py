@@ -450,6 +450,14 @@ def _train_step_bench():
     return mod
 
 
+def _set_env(monkeypatch, name, value):
+    """name set to value for the test, or unset (None)."""
+    if value is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, value)
+
+
 @pytest.mark.parametrize("initial", [None, "1"])
 def test_ab_rounds_interleave_and_restore(monkeypatch, initial):
     """--ab-env: rounds alternate A-B, B-A, ...; every A step sees the variable as it was, every
@@ -457,10 +465,7 @@ def test_ab_rounds_interleave_and_restore(monkeypatch, initial):
     variable is restored afterwards (unset stays unset)."""
     bst = _train_step_bench()
     name = "NVFP4_AB_TEST_VAR"
-    if initial is None:
-        monkeypatch.delenv(name, raising=False)
-    else:
-        monkeypatch.setenv(name, initial)
+    _set_env(monkeypatch, name, initial)
     log = []
 
     def step(i):
@@ -524,10 +529,7 @@ def test_variant_env_is_in_force_around_each_call_and_restored(monkeypatch, init
     value, or none, is back after each."""
     bst = _train_step_bench()
     name = "NVFP4_VARIANT_TEST_VAR"
-    if initial is None:
-        monkeypatch.delenv(name, raising=False)
-    else:
-        monkeypatch.setenv(name, initial)
+    _set_env(monkeypatch, name, initial)
     assert bst.split_variant(f"nvfp4@{name}=0") == ("nvfp4", f"{name}=0")
     assert bst.split_variant("nvfp4") == ("nvfp4", None)
     seen = []
