@@ -26,6 +26,8 @@
 #       e.g. --cuda for the CUDA form against torch's kernels plus the library's amax pass),
 #       tiles (CUTLASS sm90 tile configurations against cuBLAS at the training step's GEMM
 #       shapes: bench/sm90_tiles/, TILES_ONLY=name,... for a subset),
+#       stepab (STEP_AB=NAME=VALUE: the 85M step with and without a library setting, interleaved in one
+#       process, compiled and with CUDA graphs: STEP_AB_MODES, STEP_AB_ROUNDS, STEP_AB_SIZE),
 #       sweep (the GPU test files one at a time until SWEEP_BUDGET seconds, default 420, have
 #       gone: a line per file, the files not reached named; SWEEP_FILES=test_a,test_b,... to
 #       choose and order them, default every file with GPU tests), qis (bench_quant_in_step.py
@@ -154,6 +156,16 @@ job_step() {  # 85 | 400, [c]
     NVFP4_SM90_DIRECT=1 stepbench "${size}_direct_eager" "$NEW" --size "$sz" --variants bf16,nvfp4 --modes eager \
       --profile --no-memory --steps 10 --warmup 3
   fi
+}
+job_stepab() {  # STEP_AB=NAME=VALUE: the 85M step (STEP_AB_SIZE, default full) with and without the setting,
+  # interleaved in one process in each of STEP_AB_MODES (default "compile reduce-overhead"): the variant
+  # nvfp4@NAME=VALUE beside nvfp4 and bf16, so that a setting read when a CUDA graph is captured is compared too
+  [[ -n ${STEP_AB:-} ]] || { echo "stepab: set STEP_AB=NAME=VALUE"; return; }
+  local mode
+  for mode in ${STEP_AB_MODES:-compile reduce-overhead}; do
+    stepbench "ab_$mode" "$NEW" --size "${STEP_AB_SIZE:-full}" --variants "bf16,nvfp4,nvfp4@$STEP_AB" --modes "$mode" \
+      --no-memory --interleave ${STEP_AB_ROUNDS:-5} --steps 6 --warmup 3
+  done
 }
 job_fp8() {  # the FP8 baseline: its GPU tests, bench_fp8.py (cast GB/s vs copy, layers, host cost per Linear) and
   # the training step (bf16, fp8, fp8_delayed; FP8_SIZES, default "85 400"; FP8_MODES, default "eager compile");
@@ -384,6 +396,7 @@ for a in "${ARGS[@]}"; do
     step85) job_step 85 ;;
     step400) job_step 400 ;;
     step85c) job_step 85 c ;;
+    stepab) job_stepab ;;
     step400c) job_step 400 c ;;
     linhost) job_linhost ;;
     prodamax) job_prodamax ;;

@@ -450,7 +450,8 @@ def ab_rounds(step, timed, env: str, rounds: int, steps: int) -> dict:
     """--ab-env NAME=VALUE: the same compiled (or eager) step timed in interleaved rounds, with
     the variable as the process has it (A) and set to VALUE (B), so that both see the same
     host and GPU state. Only for settings the library reads at each call (NVFP4_SM90_*): a
-    CUDA graph would replay what it captured, so reduce-overhead rows skip it. step(i) runs a
+    CUDA graph would replay what it captured, so reduce-overhead rows skip it (a variant
+    VARIANT@NAME=VALUE with --interleave times those). step(i) runs a
     step, timed(i) runs one and returns its milliseconds; the variable is restored after."""
     res = {"env": env, "a": [], "b": []}
     for r in range(rounds):
