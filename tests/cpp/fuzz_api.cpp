@@ -1,6 +1,7 @@
 // Randomized test of the C API's argument checking, meant to run under ASan + UBSan.
 //
-// Each case builds a well-formed call (quantize, dequantize, swizzle, unswizzle, GEMM),
+// Each case builds a well-formed call (quantize — plain, with a workspace, with decoded
+// outputs, with the recipe options of 0.3 —, dequantize, swizzle, unswizzle, GEMM, FP8 cast),
 // then changes a few of its parts at random: shapes (huge, negative, overflowing int64),
 // ndim, raw enum values out of range, strides, misaligned or null pointers, buffers that
 // overlap, the quantization config, the GEMM's c/bias/beta/workspace. Buffers are always
@@ -383,7 +384,81 @@ bool set_quantized(Tensor& data, Tensor& scales, Tensor& amax, const std::string
 const std::set<std::string> kQuantNames = {
     "input", "cfg", "cfg.block", "cfg.rounding", "cfg.scale_layout", "cfg.rht", "cfg.rht_sign_mask",
     "cfg.offset_device", "rowwise/columnwise", "rowwise", "rowwise.data", "rowwise.scales", "rowwise.amax",
-    "columnwise", "columnwise.data", "columnwise.scales", "columnwise.amax"};
+    "columnwise", "columnwise.data", "columnwise.scales", "columnwise.amax",
+    // the recipe options, the workspace form and the decoded outputs
+    "cfg.scale_select", "cfg.e4m3_bound", "cfg.amax_mode", "cfg.amax_in", "cfg.offset_counter", "workspace",
+    "workspace_bytes", "rowwise/columnwise/rowwise_decoded/columnwise_decoded", "rowwise_decoded.values",
+    "rowwise_decoded.amax", "columnwise_decoded.values", "columnwise_decoded.amax"};
+
+// The recipe options of a quantize case (cfg.scale_select, e4m3_bound, amax_mode / amax_in,
+// offset_counter, EDEN rounding): at most one of them changed, chosen before the buffers
+// (one amax per row changes the amax outputs' shapes) and judged against the final block,
+// rounding and transform. amax_in and the counter live in `mem` (honest, 8-byte aligned).
+struct QuantOptions {
+  int32_t select = NVFP4_SELECT_NONE, amax_mode = NVFP4_AMAX_TENSOR;
+  uint32_t bound = 448;
+  int amax_in = 0;   // 0 none, 1 valid, 2 misaligned
+  int counter = 0;   // 0 none, 1 valid, 2 misaligned
+  bool eden = false;
+  alignas(8) unsigned char mem[32] = {};
+
+  void choose(Source& s, Expect& e) {
+    if (!s.pct(30)) return;
+    switch (s.below(11)) {
+      case 0: select = s.pick<int32_t>({NVFP4_SELECT_4OVER6_MAE, NVFP4_SELECT_4OVER6_MSE}); e.change("4over6"); break;
+      case 1:
+        select = NVFP4_SELECT_4OVER6_MSE, bound = 256;
+        e.change("4over6, bound 256");
+        break;
+      case 2: select = s.pick<int32_t>({3, -1, 1 << 30}); e.bad("cfg.scale_select", "cfg.scale_select unknown"); break;
+      case 3: bound = s.pick<uint32_t>({0u, 255u, 449u, 0xffffffffu}); e.bad("cfg.e4m3_bound", "cfg.e4m3_bound"); break;
+      case 4: bound = 256; e.bad("cfg.e4m3_bound", "cfg.e4m3_bound 256 without 4over6"); break;
+      case 5: amax_mode = NVFP4_AMAX_ROWS; e.change("one amax per row"); break;
+      case 6: amax_mode = s.pick<int32_t>({3, -1, INT32_MAX}); e.bad("cfg.amax_mode", "cfg.amax_mode unknown"); break;
+      case 7:
+        amax_mode = NVFP4_AMAX_GIVEN;
+        amax_in = static_cast<int>(s.below(3));  // 0: null
+        if (amax_in == 1) e.change("a given amax");
+        else e.bad("cfg.amax_in", amax_in ? "cfg.amax_in misaligned" : "cfg.amax_in null");
+        {
+          const float v = s.pick<float>({1.0f, 0.0f, -3.0f, 1e30f, NAN, INFINITY});
+          std::memcpy(mem, &v, sizeof v);
+        }
+        break;
+      case 8: amax_in = 1; e.bad("cfg.amax_in", "cfg.amax_in without GIVEN"); break;
+      case 9:
+        counter = s.pct(80) ? 1 : 2;
+        if (counter == 1) e.change("cfg.offset_counter");
+        else e.bad("cfg.offset_counter", "cfg.offset_counter misaligned");
+        break;
+      default: eden = true; e.change("EDEN rounding"); break;
+    }
+  }
+  // The rules between the options and the rest of the config (block, rounding, rht as the
+  // call will have them; block_ok / rounding_ok: those are values the library knows).
+  void judge(Expect& e, int32_t block, int32_t rounding, uint32_t rht, bool want_row, bool want_col,
+             bool offset_device, bool block_ok, bool rounding_ok) {
+    if (!block_ok || !rounding_ok) return;  // already a change that must fail
+    const bool sel = select == NVFP4_SELECT_4OVER6_MAE || select == NVFP4_SELECT_4OVER6_MSE;
+    if (sel && rounding != NVFP4_ROUND_NEAREST) e.bad("cfg.scale_select", "4over6 with SR or EDEN");
+    if (sel && rht) e.bad("cfg.scale_select", "4over6 with the transform");
+    if (amax_mode == NVFP4_AMAX_ROWS && block == NVFP4_BLOCK_2D) e.bad("cfg.amax_mode", "one amax per row, 2D");
+    if (amax_mode == NVFP4_AMAX_ROWS && rht) e.bad("cfg.amax_mode", "one amax per row with the transform");
+    if (counter && offset_device) e.bad("cfg.offset_counter", "cfg.offset_counter with cfg.offset_device");
+    if (rounding == NVFP4_ROUND_EDEN) {
+      if (block == NVFP4_BLOCK_2D) e.bad("cfg.rounding", "EDEN, 2D");
+      else if ((want_row && !(rht & NVFP4_RHT_ROWWISE)) || (want_col && !(rht & NVFP4_RHT_COLUMNWISE)))
+        e.bad("cfg.rht", "EDEN without the transform on an output");
+    }
+  }
+  void apply(nvfp4_quant_config_t& cfg) {
+    std::memcpy(&cfg.scale_select, &select, sizeof select);
+    std::memcpy(&cfg.amax_mode, &amax_mode, sizeof amax_mode);
+    cfg.e4m3_bound = bound;
+    cfg.amax_in = amax_in == 0 ? nullptr : reinterpret_cast<const float*>(mem + (amax_in == 2 ? 2 : 0));
+    cfg.offset_counter = counter == 0 ? nullptr : reinterpret_cast<uint64_t*>(mem + (counter == 2 ? 20 : 16));
+  }
+};
 
 void fuzz_quantize(Source& s, uint64_t case_seed) {
   Expect e;
@@ -394,7 +469,20 @@ void fuzz_quantize(Source& s, uint64_t case_seed) {
     C = s.pick<int64_t>({16, 0, int64_t{1} << 62, 32});
   }
   const bool swz = s.pct(70);
-  const bool want_row = s.pct(80), want_col = !want_row || s.pct(50);
+  bool want_row = s.pct(80), want_col = !want_row || s.pct(50);
+  // The form of the call: nvfp4_quantize, its workspace form, or with decoded outputs
+  // (nvfp4_quantize_decoded, with or without a workspace).
+  const int form = static_cast<int>(s.below(10));
+  const bool decoded = form >= 8, use_ws = form >= 6 && (!decoded || s.pct(50));
+  bool want_rdec = false, want_cdec = false;
+  if (decoded) {
+    want_rdec = s.pct(60);
+    want_cdec = !want_rdec || s.pct(50);
+    if (s.pct(30)) {  // only the decoded values of a direction, not its codes
+      if (want_rdec) want_row = false;
+      if (want_cdec) want_col = false;
+    }
+  }
   Tensor in;
   in.name = "input";
   in.dtype = s.pick<int32_t>({NVFP4_DTYPE_FLOAT32, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_BFLOAT16});
@@ -405,7 +493,7 @@ void fuzz_quantize(Source& s, uint64_t case_seed) {
   // Expected output shapes, computed by the test in 128 bits.
   const __int128 rp128 = (static_cast<__int128>(R) + 15) / 16 * 16;
   const int64_t rp = rp128 > kMax ? kMax : static_cast<int64_t>(rp128);
-  if (rp128 > kMax && want_col) e.bad("columnwise", "columnwise: padded rows overflow");
+  if (rp128 > kMax && (want_col || want_cdec)) e.bad("columnwise", "columnwise: padded rows overflow");
   Tensor rd, rs, ra, cd, cs, ca;
   if (set_quantized(rd, rs, ra, "rowwise", R, C, swz) && want_row) e.bad("rowwise.scales", "rowwise: swizzled overflow");
   if (set_quantized(cd, cs, ca, "columnwise", C, rp, swz) && want_col)
@@ -426,10 +514,51 @@ void fuzz_quantize(Source& s, uint64_t case_seed) {
   uint64_t counter = s.u64();
   int offset_device_mode = 0;  // 0 none, 1 valid, 2 misaligned, 3 inside an output
 
+  // The recipe options.
+  QuantOptions opt;
+  opt.choose(s, e);
+  if (opt.eden) rounding = NVFP4_ROUND_EDEN;
+  if (opt.amax_mode == NVFP4_AMAX_ROWS) {  // one amax per row of each output
+    ra.set_shape({R});
+    ca.set_shape({C});
+  }
+  Tensor rv, rva, cv, cva, ws;
+  rv.name = "rowwise_decoded.values", rva.name = "rowwise_decoded.amax";
+  cv.name = "columnwise_decoded.values", cva.name = "columnwise_decoded.amax";
+  rv.dtype = cv.dtype = NVFP4_DTYPE_BFLOAT16;
+  rva.dtype = cva.dtype = NVFP4_DTYPE_FLOAT32;
+  rv.set_shape({R, C});
+  cv.set_shape({C, rp});
+  rva.set_shape({1});
+  cva.set_shape({1});
+  for (Tensor* t : {&rv, &cv}) {
+    t->compute_claim();
+    if (t->claim.over && (t == &rv ? want_rdec : want_cdec)) {
+      e.bad(t->name, t->name + ": overflow (base)");
+      e.names.insert(t == &rv ? "input" : "columnwise");  // the orientation's size is checked first
+    }
+  }
+  ws.name = "workspace";
+  ws.dtype = NVFP4_DTYPE_UINT8;
+  ws.set_shape({NVFP4_QUANTIZE_WORKSPACE_BYTES});
+  size_t ws_bytes = use_ws ? NVFP4_QUANTIZE_WORKSPACE_BYTES : 0;
+  int ws_change = 0;  // 1 null with bytes, 2 short, 3 misaligned, 4 inside an output
+  if (use_ws && s.pct(20)) {
+    ws_change = static_cast<int>(1 + s.below(4));
+    if (ws_change == 1) ws.force_null = true, e.bad("workspace", "workspace null with bytes");
+    if (ws_change == 2) {
+      ws_bytes = s.pick<size_t>({1, 16, NVFP4_QUANTIZE_WORKSPACE_BYTES - 1});
+      e.bad("workspace_bytes", "workspace_bytes short");
+    }
+    if (ws_change == 3) ws.misalign = s.pick<size_t>({4, 8}), e.bad("workspace", "workspace misaligned");
+  }
+
   // The changes.
   mutate_tensor(s, in, e, 25);
   for (Tensor* t : {&rd, &rs, &ra, &cd, &cs, &ca})
     if ((t->name[0] == 'r') ? want_row : want_col) mutate_tensor(s, *t, e, 6);
+  if (want_rdec) mutate_tensor(s, rv, e, 6), mutate_tensor(s, rva, e, 4);
+  if (want_cdec) mutate_tensor(s, cv, e, 6), mutate_tensor(s, cva, e, 4);
   if (s.pct(5)) {
     block = s.pick<int32_t>({2, -1, 255, INT32_MIN});
     e.bad("cfg.block", "cfg.block=" + std::to_string(block));
@@ -476,14 +605,26 @@ void fuzz_quantize(Source& s, uint64_t case_seed) {
   else allocate_all(s, e, {}, {&rd, &rs, &ra});
   if (want_col) allocate_all(s, e, {&cd, &cs, &ca});
   else allocate_all(s, e, {}, {&cd, &cs, &ca});
-  const Tensor* first_out = want_row ? &rd : &cd;
+  if (want_rdec) allocate_all(s, e, {&rv, &rva});
+  if (want_cdec) allocate_all(s, e, {&cv, &cva});
+  if (use_ws) allocate_all(s, e, {&ws});
+  if (ws_change == 4) {  // the workspace inside an output's bytes: refused as overlapping
+    Tensor* o = want_row ? &rd : want_col ? &cd : want_rdec ? &rv : &cv;
+    if (o->ptr && o->bytes() >= NVFP4_QUANTIZE_WORKSPACE_BYTES && reinterpret_cast<uintptr_t>(o->ptr) % 16 == 0 &&
+        o->device == NVFP4_DEVICE_CPU) {
+      ws.release();
+      ws.ptr = o->ptr;
+      e.bad("workspace", "workspace overlaps " + o->name);
+      e.names.insert(o->name);
+    }
+  }
+  Tensor* first_out = want_row ? &rd : want_col ? &cd : want_rdec ? &rv : &cv;
   if (overlap && first_out->ptr && first_out->bytes() > 0 && in.bytes() >= first_out->bytes() && in.ptr &&
       first_out->device == NVFP4_DEVICE_CPU && in.device == NVFP4_DEVICE_CPU) {
     // An output that is the input's memory: the overlap check must refuse it.
-    Tensor* o = want_row ? &rd : &cd;
-    o->release();
-    o->ptr = in.ptr;
-    e.bad(o->name, o->name + ": overlaps input");
+    first_out->release();
+    first_out->ptr = in.ptr;
+    e.bad(first_out->name, first_out->name + ": overlaps input");
     e.names.insert("input");
   }
   std::vector<unsigned char> od(16);
@@ -494,8 +635,8 @@ void fuzz_quantize(Source& s, uint64_t case_seed) {
   } else if (offset_device_mode == 2) {
     offset_device = reinterpret_cast<const uint64_t*>(od.data() + 4);
   } else if (offset_device_mode == 3) {
-    const Tensor* o = want_row ? &rs : &cs;
-    if (o->ptr && o->bytes() >= 8 && reinterpret_cast<uintptr_t>(o->ptr) % 8 == 0 && o->device == NVFP4_DEVICE_CPU) {
+    const Tensor* o = want_row ? &rs : want_col ? &cs : nullptr;  // scales of a direction the call writes
+    if (o && o->ptr && o->bytes() >= 8 && reinterpret_cast<uintptr_t>(o->ptr) % 8 == 0 && o->device == NVFP4_DEVICE_CPU) {
       offset_device = static_cast<const uint64_t*>(o->ptr);
       e.bad(o->name, o->name + ": overlaps cfg.offset_device");
     }
@@ -504,17 +645,45 @@ void fuzz_quantize(Source& s, uint64_t case_seed) {
   std::memcpy(&cfg.block, &block, sizeof block);
   std::memcpy(&cfg.rounding, &rounding, sizeof rounding);
   std::memcpy(&cfg.scale_layout, &layout, sizeof layout);
+  opt.judge(e, block, rounding, cfg.rht, want_row || want_rdec, want_col || want_cdec, offset_device != nullptr,
+            block == NVFP4_BLOCK_1D || block == NVFP4_BLOCK_2D,
+            rounding >= NVFP4_ROUND_NEAREST && rounding <= NVFP4_ROUND_EDEN);
+  if (decoded) {  // the decoded outputs are defined for the default options only
+    if (opt.select != NVFP4_SELECT_NONE) e.bad("cfg.scale_select", "decoded outputs with 4over6");
+    if (opt.amax_mode != NVFP4_AMAX_TENSOR) e.bad("cfg.amax_mode", "decoded outputs with another amax");
+    if (rounding == NVFP4_ROUND_EDEN) e.bad("cfg.rounding", "decoded outputs with EDEN");
+  }
+  opt.apply(cfg);
+  uint64_t counter_start = 0;
+  if (cfg.offset_counter && opt.counter == 1) std::memcpy(&counter_start, cfg.offset_counter, 8);
 
   const nvfp4_tensor_t x = in.desc();
   nvfp4_quantized_t rq{rd.desc(), rs.desc(), ra.desc()}, cq{cd.desc(), cs.desc(), ca.desc()};
-  const nvfp4_status_t st =
-      nvfp4_quantize(&x, cfg_null ? nullptr : &cfg, want_row ? &rq : nullptr, want_col ? &cq : nullptr, nullptr);
-  judge("quantize", e, st, kQuantNames, case_seed);
-  // A successful unchanged call writes every byte of its outputs the same way twice.
-  if (st == NVFP4_SUCCESS && e.changes == 0 && in.claim.numel > 0) {
+  nvfp4_decoded_t rdq{rv.desc(), rva.desc()}, cdq{cv.desc(), cva.desc()};
+  void* const ws_ptr = use_ws ? ws.ptr : nullptr;
+  const char* entry = decoded ? (use_ws ? "quantize_decoded_ws" : "quantize_decoded") : use_ws ? "quantize_ws" : "quantize";
+  auto call = [&]() {
+    const nvfp4_quant_config_t* c = cfg_null ? nullptr : &cfg;
+    nvfp4_quantized_t* r = want_row ? &rq : nullptr;
+    nvfp4_quantized_t* cc = want_col ? &cq : nullptr;
+    if (decoded && use_ws)
+      return nvfp4_quantize_decoded_ws(&x, c, r, cc, want_rdec ? &rdq : nullptr, want_cdec ? &cdq : nullptr, ws_ptr,
+                                       ws_bytes, nullptr);
+    if (decoded)
+      return nvfp4_quantize_decoded(&x, c, r, cc, want_rdec ? &rdq : nullptr, want_cdec ? &cdq : nullptr, nullptr);
+    if (use_ws) return nvfp4_quantize_ws(&x, c, r, cc, ws_ptr, ws_bytes, nullptr);
+    return nvfp4_quantize(&x, c, r, cc, nullptr);
+  };
+  const nvfp4_status_t st = call();
+  judge(entry, e, st, kQuantNames, case_seed);
+  // A successful call with only allowed changes writes every byte of its outputs the same way
+  // twice (the counter it advanced put back first).
+  if (st == NVFP4_SUCCESS && !e.must_fail && in.claim.numel > 0) {
     std::vector<Tensor*> outs;
     if (want_row) outs.insert(outs.end(), {&rd, &rs, &ra});
     if (want_col) outs.insert(outs.end(), {&cd, &cs, &ca});
+    if (want_rdec) outs.insert(outs.end(), {&rv, &rva});
+    if (want_cdec) outs.insert(outs.end(), {&cv, &cva});
     auto snapshot = [&outs]() {
       std::vector<unsigned char> v;
       for (const Tensor* t : outs)
@@ -525,9 +694,16 @@ void fuzz_quantize(Source& s, uint64_t case_seed) {
     const std::vector<unsigned char> first = snapshot();
     for (Tensor* t : outs)
       if (t->ptr && t->bytes()) std::memset(t->ptr, 0xa5, t->bytes());
-    const nvfp4_status_t st2 = nvfp4_quantize(&x, &cfg, want_row ? &rq : nullptr, want_col ? &cq : nullptr, nullptr);
+    if (cfg.offset_counter && opt.counter == 1) {
+      uint64_t after = 0;
+      std::memcpy(&after, cfg.offset_counter, 8);
+      if (after != counter_start + 1)
+        report(entry, e, st, nvfp4_last_error(), "cfg.offset_counter not advanced by one", case_seed);
+      std::memcpy(cfg.offset_counter, &counter_start, 8);
+    }
+    const nvfp4_status_t st2 = call();
     if (st2 != NVFP4_SUCCESS || snapshot() != first)
-      report("quantize", e, st2, nvfp4_last_error(),
+      report(entry, e, st2, nvfp4_last_error(),
              "a repeated call wrote different bytes (an output not fully written?)", case_seed);
   }
 }
