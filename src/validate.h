@@ -128,13 +128,14 @@ inline int64_t checked_round_up(int64_t v, int64_t m, const std::string& what) {
   return r;
 }
 
-// Element count of a descriptor that passed check_descriptor (which proved it fits).
+// Element count of a descriptor that passed check_descriptor (which proved it fits). A zero
+// anywhere is looked for first: the dimensions before it may multiply past int64 (an empty
+// tensor's other dimensions are not bounded), as checked_numel knows.
 inline int64_t numel(const nvfp4_tensor_t& t) {
-  int64_t n = 1;
-  for (int i = 0; i < t.ndim; ++i) {
+  for (int i = 0; i < t.ndim; ++i)
     if (t.shape[i] == 0) return 0;
-    n *= t.shape[i];
-  }
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
   return n;
 }
 

@@ -1032,6 +1032,178 @@ void fuzz_fp8(Source& s, uint64_t case_seed) {
   judge("fp8_cast", e, st, kFp8Names, case_seed);
 }
 
+// ---- batched (expert-weight) quantize ---------------------------------------------------
+
+const std::set<std::string> kBatchedNames = {
+    "input", "cfg", "cfg.block", "cfg.rounding", "cfg.scale_layout", "cfg.rht", "cfg.rht_sign_mask",
+    "cfg.offset_device", "cfg.scale_select", "cfg.e4m3_bound", "cfg.amax_mode", "cfg.amax_in", "cfg.offset_counter",
+    "rowwise/columnwise", "rowwise", "rowwise.data", "rowwise.scales", "rowwise.amax", "columnwise",
+    "columnwise.data", "columnwise.scales", "columnwise.amax"};
+
+// One direction of a batched tensor: E tensors [rows, cols], swizzled scales. Returns true when
+// its shapes do not fit in int64.
+bool set_batched(Tensor& data, Tensor& scales, Tensor& amax, const std::string& n, int64_t E, int64_t rows,
+                 int64_t cols) {
+  data.name = n + ".data";
+  scales.name = n + ".scales";
+  amax.name = n + ".amax";
+  data.dtype = NVFP4_DTYPE_UINT8;
+  scales.dtype = NVFP4_DTYPE_E4M3;
+  amax.dtype = NVFP4_DTYPE_FLOAT32;
+  const __int128 rp = (static_cast<__int128>(rows) + 127) / 128 * 128, cp = (static_cast<__int128>(cols / 16) + 3) / 4 * 4;
+  // a * b * c > INT64_MAX, each factor in [0, INT64_MAX] (two at a time: no 128-bit overflow)
+  auto over3 = [](__int128 a, __int128 b, __int128 c) { return a * b > kMax || a * b * c > kMax; };
+  const bool over = rp > kMax || over3(E, rp, cp) || over3(E, rows, cols / 2);
+  data.set_shape({E, rows, cols / 2});
+  scales.set_shape({E, rp > kMax ? kMax : static_cast<int64_t>(rp), static_cast<int64_t>(cp)});
+  amax.set_shape({E});
+  return over;
+}
+
+// nvfp4_batched_quantize: x [E, N, K] (N % 16 == 0, K % 16 == 0, E >= 1), outputs as above; the
+// config's recipe options and offset_counter are refused by name, scales must be swizzled.
+void fuzz_batched(Source& s, uint64_t case_seed) {
+  Expect e;
+  int64_t E = 1 + static_cast<int64_t>(s.below(4)), N = 16 * static_cast<int64_t>(s.below(4)),
+          K = 16 * static_cast<int64_t>(s.below(5));
+  if (s.pct(6)) {
+    E = s.pick<int64_t>({int64_t{1} << 40, kMax / 16});
+    N = s.pick<int64_t>({16, int64_t{1} << 40});
+    K = s.pick<int64_t>({16, int64_t{1} << 40});
+  }
+  const bool want_row = s.pct(75), want_col = !want_row || s.pct(50);
+  Tensor in;
+  in.name = "input";
+  in.dtype = s.pick<int32_t>({NVFP4_DTYPE_FLOAT32, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_BFLOAT16});
+  in.set_shape({E, N, K});
+  in.compute_claim();
+  if (in.claim.over) e.bad("input", "input: overflow (base)");
+  Tensor rd, rs, ra, cd, cs, ca;
+  if (set_batched(rd, rs, ra, "rowwise", E, N, K) && want_row) e.bad("rowwise.scales", "rowwise overflow (base)");
+  if (set_batched(cd, cs, ca, "columnwise", E, K, N) && want_col) e.bad("columnwise.scales", "columnwise overflow (base)");
+  for (Tensor* t : {&rd, &rs, &cd, &cs}) {
+    t->compute_claim();
+    if (t->claim.over && (t->name[0] == 'r' ? want_row : want_col)) {
+      e.bad(t->name, t->name + ": overflow (base)");
+      e.names.insert(t->name[0] == 'r' ? "rowwise.data" : "columnwise.data");
+    }
+  }
+  nvfp4_quant_config_t cfg;
+  nvfp4_quant_config_default(&cfg);
+  int32_t block = s.pct(40) ? NVFP4_BLOCK_2D : NVFP4_BLOCK_1D, rounding = s.pct(30), layout = NVFP4_SCALES_SWIZZLED;
+  cfg.rht = block == NVFP4_BLOCK_1D && s.pct(30) ? static_cast<uint32_t>(s.below(4)) : 0u;
+  cfg.seed = s.u64();
+  cfg.offset = s.below(1000);
+  alignas(8) unsigned char mem[16] = {};
+  bool cfg_null = false;
+
+  mutate_tensor(s, in, e, 20);
+  for (Tensor* t : {&rd, &rs, &ra, &cd, &cs, &ca})
+    if ((t->name[0] == 'r') ? want_row : want_col) mutate_tensor(s, *t, e, 6);
+  switch (s.pct(30) ? s.below(10) : 99) {
+    case 0: block = s.pick<int32_t>({2, -1}); e.bad("cfg.block", "cfg.block unknown"); break;
+    case 1: rounding = s.pick<int32_t>({NVFP4_ROUND_EDEN, 3, -1}); e.bad("cfg.rounding", "cfg.rounding"); break;
+    case 2: layout = NVFP4_SCALES_LINEAR; e.bad("cfg.scale_layout", "linear scales"); break;
+    case 3:
+      cfg.scale_select = s.pick<nvfp4_scale_select_t>({NVFP4_SELECT_4OVER6_MAE, NVFP4_SELECT_4OVER6_MSE});
+      e.bad("cfg.scale_select", "4over6");
+      break;
+    case 4: cfg.e4m3_bound = s.pick<uint32_t>({256u, 0u}); e.bad("cfg.e4m3_bound", "cfg.e4m3_bound"); break;
+    case 5:
+      cfg.amax_mode = s.pick<nvfp4_amax_mode_t>({NVFP4_AMAX_ROWS, NVFP4_AMAX_GIVEN});
+      e.bad("cfg.amax_mode", "cfg.amax_mode");
+      break;
+    case 6: cfg.amax_in = reinterpret_cast<const float*>(mem); e.bad("cfg.amax_in", "cfg.amax_in"); break;
+    case 7: cfg.offset_counter = reinterpret_cast<uint64_t*>(mem + 8); e.bad("cfg.offset_counter", "offset_counter"); break;
+    case 8:
+      if (block == NVFP4_BLOCK_2D) cfg.rht = NVFP4_RHT_COLUMNWISE, e.bad("cfg.rht", "cfg.rht with 2D tiles");
+      break;
+    case 9: cfg_null = true; e.bad("cfg", "cfg null"); break;
+    default: break;
+  }
+  std::memcpy(&cfg.block, &block, sizeof block);
+  std::memcpy(&cfg.rounding, &rounding, sizeof rounding);
+  std::memcpy(&cfg.scale_layout, &layout, sizeof layout);
+
+  allocate_all(s, e, {&in});
+  if (want_row) allocate_all(s, e, {&rd, &rs, &ra});
+  if (want_col) allocate_all(s, e, {&cd, &cs, &ca});
+  if (s.pct(5) && want_row && want_col && rd.ptr && cd.ptr && rd.bytes() > 0 && cd.bytes() >= rd.bytes() &&
+      rd.device == NVFP4_DEVICE_CPU && cd.device == NVFP4_DEVICE_CPU) {  // two outputs in one place
+    rd.release();
+    rd.ptr = cd.ptr;
+    e.bad("rowwise.data", "rowwise.data overlaps columnwise.data");
+    e.names.insert("columnwise.data");
+  }
+  const nvfp4_tensor_t x = in.desc();
+  nvfp4_grouped_quantized_t rq{rd.desc(), rs.desc(), ra.desc()}, cq{cd.desc(), cs.desc(), ca.desc()};
+  auto call = [&]() {
+    return nvfp4_batched_quantize(&x, cfg_null ? nullptr : &cfg, want_row ? &rq : nullptr, want_col ? &cq : nullptr,
+                                  nullptr);
+  };
+  const nvfp4_status_t st = call();
+  judge("batched_quantize", e, st, kBatchedNames, case_seed);
+  // A successful call with only allowed changes writes every byte of its outputs the same way twice.
+  if (st == NVFP4_SUCCESS && !e.must_fail && in.claim.numel > 0) {
+    std::vector<Tensor*> outs;
+    if (want_row) outs.insert(outs.end(), {&rd, &rs, &ra});
+    if (want_col) outs.insert(outs.end(), {&cd, &cs, &ca});
+    auto snapshot = [&outs]() {
+      std::vector<unsigned char> v;
+      for (const Tensor* t : outs)
+        if (t->ptr && t->bytes())
+          v.insert(v.end(), static_cast<unsigned char*>(t->ptr), static_cast<unsigned char*>(t->ptr) + t->bytes());
+      return v;
+    };
+    const std::vector<unsigned char> first = snapshot();
+    for (Tensor* t : outs)
+      if (t->ptr && t->bytes()) std::memset(t->ptr, 0xa5, t->bytes());
+    const nvfp4_status_t st2 = call();
+    if (st2 != NVFP4_SUCCESS || snapshot() != first)
+      report("batched_quantize", e, st2, nvfp4_last_error(),
+             "a repeated call wrote different bytes (an output not fully written?)", case_seed);
+  }
+}
+
+// ---- fixed cases -----------------------------------------------------------------------
+
+// Empty tensors whose other dimensions multiply past int64 ([2^59 + 16, 32, 0], ...): their
+// element count is 0 whatever the order the dimensions are multiplied in, and no entry point
+// may compute the product on the way (signed overflow: UBSan stops the run). Every call fails
+// with a message that names a parameter, or succeeds with nothing to write.
+void fixed_empty_with_huge_dims() {
+  const int64_t shapes[][3] = {{(int64_t{1} << 59) + 16, 32, 0}, {kMax, 2, 0}, {2, kMax, 0}, {kMax, kMax, 0}};
+  for (const auto& sh : shapes) {
+    nvfp4_tensor_t x;
+    std::memset(&x, 0, sizeof x);
+    x.dtype = NVFP4_DTYPE_FLOAT32;
+    x.device_type = NVFP4_DEVICE_CPU;
+    x.ndim = 3;
+    for (int i = 0; i < 3; ++i) x.shape[i] = sh[i];
+    x.strides[2] = 1, x.strides[1] = 1, x.strides[0] = 1;
+    nvfp4_tensor_t none;
+    std::memset(&none, 0, sizeof none);
+    none.dtype = NVFP4_DTYPE_UINT8;
+    none.ndim = 2;
+    nvfp4_quantized_t q{none, none, none};
+    q.amax.dtype = NVFP4_DTYPE_FLOAT32;
+    q.amax.ndim = 1;
+    q.amax.shape[0] = 1;
+    nvfp4_grouped_quantized_t gq{none, none, none};
+    nvfp4_quant_config_t cfg;
+    nvfp4_quant_config_default(&cfg);
+    nvfp4_tensor_t out = x;
+    Expect e;
+    e.change("an empty tensor with huge dimensions");
+    judge("quantize (fixed)", e, nvfp4_quantize(&x, &cfg, &q, nullptr, nullptr), kQuantNames, 0);
+    judge("batched_quantize (fixed)", e, nvfp4_batched_quantize(&x, &cfg, &gq, nullptr, nullptr), kBatchedNames, 0);
+    nvfp4_quantized_t dq = q;
+    dq.data = x;
+    dq.data.dtype = NVFP4_DTYPE_UINT8;
+    judge("dequantize (fixed)", e, nvfp4_dequantize(&dq, NVFP4_SCALES_SWIZZLED, &out, nullptr), kDequantNames, 0);
+  }
+}
+
 void run_case(Source& s, uint64_t case_seed) {
   switch (s.below(8)) {
     case 0: case 1: fuzz_quantize(s, case_seed); break;
@@ -1040,6 +1212,7 @@ void run_case(Source& s, uint64_t case_seed) {
     case 4: fuzz_swizzle(s, case_seed, false); break;
     case 5: fuzz_gemm(s, case_seed, s.pct(35)); break;
     case 6: fuzz_fp8(s, case_seed); break;
+    case 7: if (s.pct(50)) { fuzz_batched(s, case_seed); break; } [[fallthrough]];
     default: fuzz_misc(s); break;
   }
 }
@@ -1086,6 +1259,7 @@ int main(int argc, char** argv) {
   std::printf("nvfp4_fuzz_api: seed %" PRIu64 ", budget %.0f s%s, %s build\n", seed, seconds,
               iters ? (" or " + std::to_string(iters) + " cases").c_str() : "", g_cuda_build ? "CUDA" : "CPU-only");
   std::fflush(stdout);
+  fixed_empty_with_huge_dims();
   const auto t0 = std::chrono::steady_clock::now();
   Source master;
   master.state = seed;
