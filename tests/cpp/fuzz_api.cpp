@@ -356,6 +356,29 @@ void judge(const char* entry, const Expect& e, nvfp4_status_t st, const std::set
   }
 }
 
+// A call that succeeded with only allowed changes is made again into outputs poisoned with
+// 0xa5; it must succeed and write the same bytes (so every byte was written). `between` runs
+// after the poisoning, before the second call (e.g. to put back a counter the first advanced).
+template <class Call, class Between>
+void check_repeatable(const char* entry, const Expect& e, const std::vector<Tensor*>& outs, Call call,
+                      Between between, uint64_t case_seed) {
+  auto snapshot = [&outs]() {
+    std::vector<unsigned char> v;
+    for (const Tensor* t : outs)
+      if (t->ptr && t->bytes())
+        v.insert(v.end(), static_cast<unsigned char*>(t->ptr), static_cast<unsigned char*>(t->ptr) + t->bytes());
+    return v;
+  };
+  const std::vector<unsigned char> first = snapshot();
+  for (Tensor* t : outs)
+    if (t->ptr && t->bytes()) std::memset(t->ptr, 0xa5, t->bytes());
+  between();
+  const nvfp4_status_t st2 = call();
+  if (st2 != NVFP4_SUCCESS || snapshot() != first)
+    report(entry, e, st2, nvfp4_last_error(), "a repeated call wrote different bytes (an output not fully written?)",
+           case_seed);
+}
+
 // ---- quantize -------------------------------------------------------------------------
 
 // The descriptors of one quantized direction of a rows x cols orientation. Returns true
@@ -684,27 +707,15 @@ void fuzz_quantize(Source& s, uint64_t case_seed) {
     if (want_col) outs.insert(outs.end(), {&cd, &cs, &ca});
     if (want_rdec) outs.insert(outs.end(), {&rv, &rva});
     if (want_cdec) outs.insert(outs.end(), {&cv, &cva});
-    auto snapshot = [&outs]() {
-      std::vector<unsigned char> v;
-      for (const Tensor* t : outs)
-        if (t->ptr && t->bytes())
-          v.insert(v.end(), static_cast<unsigned char*>(t->ptr), static_cast<unsigned char*>(t->ptr) + t->bytes());
-      return v;
-    };
-    const std::vector<unsigned char> first = snapshot();
-    for (Tensor* t : outs)
-      if (t->ptr && t->bytes()) std::memset(t->ptr, 0xa5, t->bytes());
-    if (cfg.offset_counter && opt.counter == 1) {
-      uint64_t after = 0;
-      std::memcpy(&after, cfg.offset_counter, 8);
-      if (after != counter_start + 1)
-        report(entry, e, st, nvfp4_last_error(), "cfg.offset_counter not advanced by one", case_seed);
-      std::memcpy(cfg.offset_counter, &counter_start, 8);
-    }
-    const nvfp4_status_t st2 = call();
-    if (st2 != NVFP4_SUCCESS || snapshot() != first)
-      report(entry, e, st2, nvfp4_last_error(),
-             "a repeated call wrote different bytes (an output not fully written?)", case_seed);
+    check_repeatable(entry, e, outs, call, [&]() {
+      if (cfg.offset_counter && opt.counter == 1) {
+        uint64_t after = 0;
+        std::memcpy(&after, cfg.offset_counter, 8);
+        if (after != counter_start + 1)
+          report(entry, e, st, nvfp4_last_error(), "cfg.offset_counter not advanced by one", case_seed);
+        std::memcpy(cfg.offset_counter, &counter_start, 8);
+      }
+    }, case_seed);
   }
 }
 
@@ -1148,20 +1159,7 @@ void fuzz_batched(Source& s, uint64_t case_seed) {
     std::vector<Tensor*> outs;
     if (want_row) outs.insert(outs.end(), {&rd, &rs, &ra});
     if (want_col) outs.insert(outs.end(), {&cd, &cs, &ca});
-    auto snapshot = [&outs]() {
-      std::vector<unsigned char> v;
-      for (const Tensor* t : outs)
-        if (t->ptr && t->bytes())
-          v.insert(v.end(), static_cast<unsigned char*>(t->ptr), static_cast<unsigned char*>(t->ptr) + t->bytes());
-      return v;
-    };
-    const std::vector<unsigned char> first = snapshot();
-    for (Tensor* t : outs)
-      if (t->ptr && t->bytes()) std::memset(t->ptr, 0xa5, t->bytes());
-    const nvfp4_status_t st2 = call();
-    if (st2 != NVFP4_SUCCESS || snapshot() != first)
-      report("batched_quantize", e, st2, nvfp4_last_error(),
-             "a repeated call wrote different bytes (an output not fully written?)", case_seed);
+    check_repeatable("batched_quantize", e, outs, call, []() {}, case_seed);
   }
 }
 
