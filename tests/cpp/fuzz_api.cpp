@@ -1163,6 +1163,92 @@ void fuzz_batched(Source& s, uint64_t case_seed) {
   }
 }
 
+// ---- MXFP4 quantize --------------------------------------------------------------------
+
+const std::set<std::string> kMxQuantNames = {
+    "input", "cfg", "cfg.scale_layout", "cfg.offset_device", "cfg.rowwise.rounding", "cfg.rowwise.scale_rule",
+    "cfg.columnwise.rounding", "cfg.columnwise.scale_rule", "rowwise/columnwise", "rowwise", "rowwise.data",
+    "rowwise.scales", "columnwise", "columnwise.data", "columnwise.scales"};
+
+// nvfp4_mx_quantize: x [R, C] (C % 32 == 0) in blocks of 32, each direction with its own
+// rounding and scale rule (checked only for a direction that is requested).
+void fuzz_mx_quantize(Source& s, uint64_t case_seed) {
+  Expect e;
+  int64_t R = static_cast<int64_t>(s.below(70)), C = 32 * static_cast<int64_t>(s.below(5));
+  if (s.pct(6)) {
+    R = s.pick<int64_t>({kMax, int64_t{1} << 62, 0});
+    C = s.pick<int64_t>({32, int64_t{1} << 61});
+  }
+  const bool swz = s.pct(60), want_row = s.pct(75), want_col = !want_row || s.pct(50);
+  Tensor in;
+  in.name = "input";
+  in.dtype = s.pick<int32_t>({NVFP4_DTYPE_FLOAT32, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_BFLOAT16});
+  in.set_shape({R, C});
+  in.compute_claim();
+  if (in.claim.over) e.bad("input", "input: overflow (base)");
+  const __int128 rp128 = (static_cast<__int128>(R) + 31) / 32 * 32;
+  const int64_t rp = rp128 > kMax ? kMax : static_cast<int64_t>(rp128);
+  if (rp128 > kMax && want_col) e.bad("columnwise", "columnwise: padded rows overflow");
+  Tensor rd, rs, ra, cd, cs, ca;  // ra / ca unused: MXFP4 has no per-tensor amax
+  if (set_quantized(rd, rs, ra, "rowwise", R, C, swz, true) && want_row) e.bad("rowwise.scales", "rowwise overflow");
+  if (set_quantized(cd, cs, ca, "columnwise", C, rp, swz, true) && want_col)
+    e.bad("columnwise.scales", "columnwise overflow");
+  for (Tensor* t : {&rd, &rs, &cd, &cs}) {
+    t->compute_claim();
+    if (t->claim.over && (t->name[0] == 'r' ? want_row : want_col)) e.bad(t->name, t->name + ": overflow (base)");
+  }
+  nvfp4_mx_quant_config_t cfg;
+  nvfp4_mx_quant_config_default(&cfg);
+  int32_t rr = s.pct(30), rrule = static_cast<int32_t>(s.below(3)), cr = s.pct(30), crule = static_cast<int32_t>(s.below(3));
+  int32_t layout = swz;
+  cfg.seed = s.u64();
+  cfg.offset = s.below(1000);
+  alignas(8) unsigned char mem[16] = {};
+  bool cfg_null = false;
+  mutate_tensor(s, in, e, 20);
+  for (Tensor* t : {&rd, &rs, &cd, &cs})
+    if ((t->name[0] == 'r') ? want_row : want_col) mutate_tensor(s, *t, e, 6);
+  switch (s.pct(30) ? s.below(7) : 99) {
+    case 0:  // a bad field of a direction that is requested must fail; of one that is not, is ignored
+      rr = s.pick<int32_t>({2, -1});
+      if (want_row) e.bad("cfg.rowwise.rounding", "cfg.rowwise.rounding");
+      else e.change("cfg.rowwise.rounding, unused");
+      break;
+    case 1:
+      crule = s.pick<int32_t>({3, -1, INT32_MAX});
+      if (want_col) e.bad("cfg.columnwise.scale_rule", "cfg.columnwise.scale_rule");
+      else e.change("cfg.columnwise.scale_rule, unused");
+      break;
+    case 2: layout = s.pick<int32_t>({2, -1}); e.bad("cfg.scale_layout", "cfg.scale_layout"); break;
+    case 3: cfg.offset_device = reinterpret_cast<const uint64_t*>(mem); e.change("cfg.offset_device"); break;
+    case 4: cfg.offset_device = reinterpret_cast<const uint64_t*>(mem + 4); e.bad("cfg.offset_device", "misaligned"); break;
+    case 5: cfg_null = true; e.bad("cfg", "cfg null"); break;
+    default: break;
+  }
+  std::memcpy(&cfg.rowwise.rounding, &rr, sizeof rr);
+  std::memcpy(&cfg.rowwise.scale_rule, &rrule, sizeof rrule);
+  std::memcpy(&cfg.columnwise.rounding, &cr, sizeof cr);
+  std::memcpy(&cfg.columnwise.scale_rule, &crule, sizeof crule);
+  std::memcpy(&cfg.scale_layout, &layout, sizeof layout);
+  allocate_all(s, e, {&in});
+  if (want_row) allocate_all(s, e, {&rd, &rs});
+  if (want_col) allocate_all(s, e, {&cd, &cs});
+  const nvfp4_tensor_t x = in.desc();
+  nvfp4_mx_quantized_t rq{rd.desc(), rs.desc()}, cq{cd.desc(), cs.desc()};
+  auto call = [&]() {
+    return nvfp4_mx_quantize(&x, cfg_null ? nullptr : &cfg, want_row ? &rq : nullptr, want_col ? &cq : nullptr,
+                             nullptr);
+  };
+  const nvfp4_status_t st = call();
+  judge("mx_quantize", e, st, kMxQuantNames, case_seed);
+  if (st == NVFP4_SUCCESS && !e.must_fail && in.claim.numel > 0) {
+    std::vector<Tensor*> outs;
+    if (want_row) outs.insert(outs.end(), {&rd, &rs});
+    if (want_col) outs.insert(outs.end(), {&cd, &cs});
+    check_repeatable("mx_quantize", e, outs, call, []() {}, case_seed);
+  }
+}
+
 // ---- fixed cases -----------------------------------------------------------------------
 
 // Empty tensors whose other dimensions multiply past int64 ([2^59 + 16, 32, 0], ...): their
@@ -1210,7 +1296,13 @@ void run_case(Source& s, uint64_t case_seed) {
     case 4: fuzz_swizzle(s, case_seed, false); break;
     case 5: fuzz_gemm(s, case_seed, s.pct(35)); break;
     case 6: fuzz_fp8(s, case_seed); break;
-    case 7: if (s.pct(50)) { fuzz_batched(s, case_seed); break; } [[fallthrough]];
+    case 7: {
+      const uint64_t k = s.below(4);
+      if (k == 0) fuzz_batched(s, case_seed);
+      else if (k == 1) fuzz_mx_quantize(s, case_seed);
+      else fuzz_misc(s);
+      break;
+    }
     default: fuzz_misc(s); break;
   }
 }
