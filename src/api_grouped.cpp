@@ -123,7 +123,7 @@ void check_groups(const nvfp4_groups_t* groups, const nvfp4_tensor_t& ref, int64
       if (v < 0) invalid(at + " is negative");
       if (v < prev) invalid(at + " is below offs[" + std::to_string(g - 1) + "] = " + std::to_string(prev) +
                             " (offsets are cumulative ends, non-decreasing)");
-      if (v > tokens) invalid(at + " is past the " + std::to_string(tokens) + " rows of " + tokens_of);
+      if (v > tokens) invalid(at + " is past the end of " + tokens_of + " (" + std::to_string(tokens) + " rows)");
       prev = v;
     }
   }

@@ -20,6 +20,7 @@
 // runs cases until S seconds (default 20) or N cases have passed, then prints what it ran.
 // Built with -DNVFP4_LIBFUZZER (clang -fsanitize=fuzzer), the same case generator reads
 // its choices from libFuzzer's input instead.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cinttypes>
@@ -1163,6 +1164,126 @@ void fuzz_batched(Source& s, uint64_t case_seed) {
   }
 }
 
+// ---- grouped (ragged, MoE activation) quantize -------------------------------------------
+
+const std::set<std::string> kGroupedNames = {
+    "input", "groups", "groups.count", "groups.tokens", "groups.offs", "groups.offs_error", "cfg", "cfg.block",
+    "cfg.rounding", "cfg.scale_layout", "cfg.rht", "cfg.rht_sign_mask", "cfg.offset_device", "cfg.scale_select",
+    "cfg.e4m3_bound", "cfg.amax_mode", "cfg.amax_in", "cfg.offset_counter", "rowwise/columnwise", "rowwise",
+    "rowwise.data", "rowwise.scales", "rowwise.amax", "columnwise", "columnwise.data", "columnwise.scales",
+    "columnwise.amax"};
+
+// nvfp4_grouped_quantize: x [T, K] in E groups given by offs (cumulative ends, checked on the
+// host for CPU tensors), 1D blocks, swizzled scales; outputs in the grouped layouts. offs is an
+// honest heap block of exactly `count` int32 (so reading past it is an ASan report).
+void fuzz_grouped(Source& s, uint64_t case_seed) {
+  Expect e;
+  const int64_t T = static_cast<int64_t>(s.below(70)), K = 16 * static_cast<int64_t>(s.below(5));
+  int64_t E = 1 + static_cast<int64_t>(s.below(4));
+  const bool want_row = s.pct(75), want_col = !want_row || s.pct(50);
+  Tensor in;
+  in.name = "input";
+  in.dtype = s.pick<int32_t>({NVFP4_DTYPE_FLOAT32, NVFP4_DTYPE_FLOAT16, NVFP4_DTYPE_BFLOAT16});
+  in.set_shape({T, K});
+  // valid offs: non-decreasing ends in [0, T] (rows past the last group belong to none)
+  std::vector<int32_t> ends(static_cast<size_t>(E));
+  for (auto& v : ends) v = static_cast<int32_t>(s.below(static_cast<uint64_t>(T) + 1));
+  std::sort(ends.begin(), ends.end());
+  int64_t count = E, tokens = T;
+  int offs_mode = 0;        // 0 valid, 1 null, 2 misaligned
+  bool groups_null = false, offs_error = s.pct(30), offs_error_misaligned = false;
+  switch (s.pct(30) ? s.below(9) : 99) {
+    case 0:
+      if (E > 1) {
+        std::swap(ends[0], ends[static_cast<size_t>(E - 1)]);
+        if (ends[0] > ends[static_cast<size_t>(E - 1)]) e.bad("groups.offs", "offs decreasing");
+        else e.change("offs swapped (equal)");
+      }
+      break;
+    case 1: ends[0] = -1 - static_cast<int32_t>(s.below(5)); e.bad("groups.offs", "offs negative"); break;
+    case 2: ends.back() = static_cast<int32_t>(T + 1 + s.below(5)); e.bad("groups.offs", "offs past T"); break;
+    case 3: count = s.pick<int64_t>({0, -1, int64_t{1} << 31, kMax}); e.bad("groups.count", "groups.count"); break;
+    case 4: tokens = T + 1 + static_cast<int64_t>(s.below(3)); e.bad("groups.tokens", "groups.tokens"); break;
+    case 5: offs_mode = 1 + static_cast<int>(s.below(2)); e.bad("groups.offs", "offs null or misaligned"); break;
+    case 6: groups_null = true; e.bad("groups", "groups null"); break;
+    case 7: offs_error = true, offs_error_misaligned = true; e.bad("groups.offs_error", "offs_error misaligned"); break;
+    default: break;
+  }
+  auto sr = [](__int128 v, __int128 m) { return (v + m - 1) / m * m; };
+  Tensor rd, rs, ra, cd, cs, ca;
+  for (Tensor* t : {&rd, &rs, &ra}) t->name = std::string("rowwise.") + (t == &rd ? "data" : t == &rs ? "scales" : "amax");
+  for (Tensor* t : {&cd, &cs, &ca}) t->name = std::string("columnwise.") + (t == &cd ? "data" : t == &cs ? "scales" : "amax");
+  rd.dtype = cd.dtype = NVFP4_DTYPE_UINT8;
+  rs.dtype = cs.dtype = NVFP4_DTYPE_E4M3;
+  ra.dtype = ca.dtype = NVFP4_DTYPE_FLOAT32;
+  rd.set_shape({T, K / 2});
+  rs.set_shape({static_cast<int64_t>(sr(T + 127 * E, 128)), static_cast<int64_t>(sr(K / 16, 4))});
+  ra.set_shape({E});
+  cd.set_shape({static_cast<int64_t>(K * (T + 31 * E) / 2)});
+  cs.set_shape({static_cast<int64_t>(sr(K, 128) * ((T + 63 * E) / 16))});
+  ca.set_shape({E});
+  nvfp4_quant_config_t cfg;
+  nvfp4_quant_config_default(&cfg);
+  int32_t rounding = s.pct(30), block = NVFP4_BLOCK_1D, layout = NVFP4_SCALES_SWIZZLED;
+  cfg.rht = s.pct(30) ? static_cast<uint32_t>(s.below(4)) : 0u;
+  cfg.seed = s.u64();
+  cfg.offset = s.below(1000);
+  alignas(8) unsigned char mem[16] = {};
+  bool cfg_null = false;
+  mutate_tensor(s, in, e, 15);
+  for (Tensor* t : {&rd, &rs, &ra, &cd, &cs, &ca})
+    if ((t->name[0] == 'r') ? want_row : want_col) mutate_tensor(s, *t, e, 5);
+  switch (s.pct(20) ? s.below(7) : 99) {
+    case 0: block = NVFP4_BLOCK_2D; cfg.rht = 0; e.bad("cfg.block", "2D tiles on ragged groups"); break;
+    case 1: layout = NVFP4_SCALES_LINEAR; e.bad("cfg.scale_layout", "linear scales"); break;
+    case 2: rounding = NVFP4_ROUND_EDEN; e.bad("cfg.rounding", "EDEN"); break;
+    case 3: cfg.scale_select = NVFP4_SELECT_4OVER6_MAE; e.bad("cfg.scale_select", "4over6"); break;
+    case 4: cfg.amax_in = reinterpret_cast<const float*>(mem); e.bad("cfg.amax_in", "cfg.amax_in"); break;
+    case 5: cfg.offset_counter = reinterpret_cast<uint64_t*>(mem + 8); e.bad("cfg.offset_counter", "counter"); break;
+    case 6: cfg_null = true; e.bad("cfg", "cfg null"); break;
+    default: break;
+  }
+  std::memcpy(&cfg.block, &block, sizeof block);
+  std::memcpy(&cfg.rounding, &rounding, sizeof rounding);
+  std::memcpy(&cfg.scale_layout, &layout, sizeof layout);
+  allocate_all(s, e, {&in});
+  if (want_row) allocate_all(s, e, {&rd, &rs, &ra});
+  if (want_col) allocate_all(s, e, {&cd, &cs, &ca});
+  // offs: exactly `count` int32 when count is one a caller could have made; offs_error 4 bytes
+  const size_t n_offs = count >= 1 && count <= 64 ? static_cast<size_t>(count) : 0;
+  void* offs_block = nullptr;
+  if (posix_memalign(&offs_block, 16, 4 * n_offs + (offs_mode == 2 ? 2 : 0) + (n_offs == 0 ? 1 : 0)) != 0)
+    std::abort();
+  unsigned char* offs_base = static_cast<unsigned char*>(offs_block) + (offs_mode == 2 ? 2 : 0);
+  for (size_t g = 0; g < n_offs; ++g) {
+    const int32_t v = g < ends.size() ? ends[g] : ends.back();
+    std::memcpy(offs_base + 4 * g, &v, 4);
+  }
+  alignas(8) unsigned char err_mem[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  nvfp4_groups_t groups{offs_mode == 1 ? nullptr : reinterpret_cast<const int32_t*>(offs_base), count, tokens,
+                        offs_error ? reinterpret_cast<int32_t*>(err_mem + (offs_error_misaligned ? 2 : 0)) : nullptr};
+  const nvfp4_tensor_t x = in.desc();
+  nvfp4_grouped_quantized_t rq{rd.desc(), rs.desc(), ra.desc()}, cq{cd.desc(), cs.desc(), ca.desc()};
+  auto call = [&]() {
+    return nvfp4_grouped_quantize(&x, groups_null ? nullptr : &groups, cfg_null ? nullptr : &cfg,
+                                  want_row ? &rq : nullptr, want_col ? &cq : nullptr, nullptr);
+  };
+  const nvfp4_status_t st = call();
+  judge("grouped_quantize", e, st, kGroupedNames, case_seed);
+  if (st == NVFP4_SUCCESS && offs_error) {
+    int32_t got = -1;
+    std::memcpy(&got, err_mem, 4);
+    if (got != 0) report("grouped_quantize", e, st, "", "a valid call left offs_error nonzero", case_seed);
+  }
+  if (st == NVFP4_SUCCESS && !e.must_fail && in.claim.numel > 0) {
+    std::vector<Tensor*> outs;
+    if (want_row) outs.insert(outs.end(), {&rd, &rs, &ra});
+    if (want_col) outs.insert(outs.end(), {&cd, &cs, &ca});
+    check_repeatable("grouped_quantize", e, outs, call, []() {}, case_seed);
+  }
+  std::free(offs_block);
+}
+
 // ---- MXFP4 quantize --------------------------------------------------------------------
 
 const std::set<std::string> kMxQuantNames = {
@@ -1300,6 +1421,7 @@ void run_case(Source& s, uint64_t case_seed) {
       const uint64_t k = s.below(4);
       if (k == 0) fuzz_batched(s, case_seed);
       else if (k == 1) fuzz_mx_quantize(s, case_seed);
+      else if (k == 2) fuzz_grouped(s, case_seed);
       else fuzz_misc(s);
       break;
     }
