@@ -1044,6 +1044,44 @@ void fuzz_fp8(Source& s, uint64_t case_seed) {
   judge("fp8_cast", e, st, kFp8Names, case_seed);
 }
 
+// ---- the grouped and batched forms -------------------------------------------------------
+
+// At most one change of the config that the grouped and batched forms refuse by the field's
+// name (the library's grouped_config): unknown block or rounding, EDEN, linear scales, the
+// recipe options of 0.3, offset_counter, the transform with 2D tiles, a null config; and, for
+// the ragged form (allow_2d false), 16x16 tiles. `mem`: 16 bytes, 8-byte aligned. The raw
+// enum values end up in cfg as a C caller's would.
+void mutate_grouped_config(Source& s, Expect& e, nvfp4_quant_config_t& cfg, unsigned char* mem, int32_t& block,
+                           int32_t& rounding, int32_t& layout, bool& cfg_null, bool allow_2d) {
+  switch (s.pct(30) ? s.below(11) : 99) {
+    case 0: block = s.pick<int32_t>({2, -1}); e.bad("cfg.block", "cfg.block unknown"); break;
+    case 1: rounding = s.pick<int32_t>({NVFP4_ROUND_EDEN, 3, -1}); e.bad("cfg.rounding", "cfg.rounding"); break;
+    case 2: layout = NVFP4_SCALES_LINEAR; e.bad("cfg.scale_layout", "linear scales"); break;
+    case 3:
+      cfg.scale_select = s.pick<nvfp4_scale_select_t>({NVFP4_SELECT_4OVER6_MAE, NVFP4_SELECT_4OVER6_MSE});
+      e.bad("cfg.scale_select", "4over6");
+      break;
+    case 4: cfg.e4m3_bound = s.pick<uint32_t>({256u, 0u}); e.bad("cfg.e4m3_bound", "cfg.e4m3_bound"); break;
+    case 5:
+      cfg.amax_mode = s.pick<nvfp4_amax_mode_t>({NVFP4_AMAX_ROWS, NVFP4_AMAX_GIVEN});
+      e.bad("cfg.amax_mode", "cfg.amax_mode");
+      break;
+    case 6: cfg.amax_in = reinterpret_cast<const float*>(mem); e.bad("cfg.amax_in", "cfg.amax_in"); break;
+    case 7: cfg.offset_counter = reinterpret_cast<uint64_t*>(mem + 8); e.bad("cfg.offset_counter", "offset_counter"); break;
+    case 8:
+      if (block == NVFP4_BLOCK_2D) cfg.rht = NVFP4_RHT_COLUMNWISE, e.bad("cfg.rht", "cfg.rht with 2D tiles");
+      break;
+    case 9: cfg_null = true; e.bad("cfg", "cfg null"); break;
+    case 10:
+      if (!allow_2d) block = NVFP4_BLOCK_2D, cfg.rht = 0, e.bad("cfg.block", "2D tiles on ragged groups");
+      break;
+    default: break;
+  }
+  std::memcpy(&cfg.block, &block, sizeof block);
+  std::memcpy(&cfg.rounding, &rounding, sizeof rounding);
+  std::memcpy(&cfg.scale_layout, &layout, sizeof layout);
+}
+
 // ---- batched (expert-weight) quantize ---------------------------------------------------
 
 const std::set<std::string> kBatchedNames = {
@@ -1112,30 +1150,7 @@ void fuzz_batched(Source& s, uint64_t case_seed) {
   mutate_tensor(s, in, e, 20);
   for (Tensor* t : {&rd, &rs, &ra, &cd, &cs, &ca})
     if ((t->name[0] == 'r') ? want_row : want_col) mutate_tensor(s, *t, e, 6);
-  switch (s.pct(30) ? s.below(10) : 99) {
-    case 0: block = s.pick<int32_t>({2, -1}); e.bad("cfg.block", "cfg.block unknown"); break;
-    case 1: rounding = s.pick<int32_t>({NVFP4_ROUND_EDEN, 3, -1}); e.bad("cfg.rounding", "cfg.rounding"); break;
-    case 2: layout = NVFP4_SCALES_LINEAR; e.bad("cfg.scale_layout", "linear scales"); break;
-    case 3:
-      cfg.scale_select = s.pick<nvfp4_scale_select_t>({NVFP4_SELECT_4OVER6_MAE, NVFP4_SELECT_4OVER6_MSE});
-      e.bad("cfg.scale_select", "4over6");
-      break;
-    case 4: cfg.e4m3_bound = s.pick<uint32_t>({256u, 0u}); e.bad("cfg.e4m3_bound", "cfg.e4m3_bound"); break;
-    case 5:
-      cfg.amax_mode = s.pick<nvfp4_amax_mode_t>({NVFP4_AMAX_ROWS, NVFP4_AMAX_GIVEN});
-      e.bad("cfg.amax_mode", "cfg.amax_mode");
-      break;
-    case 6: cfg.amax_in = reinterpret_cast<const float*>(mem); e.bad("cfg.amax_in", "cfg.amax_in"); break;
-    case 7: cfg.offset_counter = reinterpret_cast<uint64_t*>(mem + 8); e.bad("cfg.offset_counter", "offset_counter"); break;
-    case 8:
-      if (block == NVFP4_BLOCK_2D) cfg.rht = NVFP4_RHT_COLUMNWISE, e.bad("cfg.rht", "cfg.rht with 2D tiles");
-      break;
-    case 9: cfg_null = true; e.bad("cfg", "cfg null"); break;
-    default: break;
-  }
-  std::memcpy(&cfg.block, &block, sizeof block);
-  std::memcpy(&cfg.rounding, &rounding, sizeof rounding);
-  std::memcpy(&cfg.scale_layout, &layout, sizeof layout);
+  mutate_grouped_config(s, e, cfg, mem, block, rounding, layout, cfg_null, true);
 
   allocate_all(s, e, {&in});
   if (want_row) allocate_all(s, e, {&rd, &rs, &ra});
@@ -1233,19 +1248,7 @@ void fuzz_grouped(Source& s, uint64_t case_seed) {
   mutate_tensor(s, in, e, 15);
   for (Tensor* t : {&rd, &rs, &ra, &cd, &cs, &ca})
     if ((t->name[0] == 'r') ? want_row : want_col) mutate_tensor(s, *t, e, 5);
-  switch (s.pct(20) ? s.below(7) : 99) {
-    case 0: block = NVFP4_BLOCK_2D; cfg.rht = 0; e.bad("cfg.block", "2D tiles on ragged groups"); break;
-    case 1: layout = NVFP4_SCALES_LINEAR; e.bad("cfg.scale_layout", "linear scales"); break;
-    case 2: rounding = NVFP4_ROUND_EDEN; e.bad("cfg.rounding", "EDEN"); break;
-    case 3: cfg.scale_select = NVFP4_SELECT_4OVER6_MAE; e.bad("cfg.scale_select", "4over6"); break;
-    case 4: cfg.amax_in = reinterpret_cast<const float*>(mem); e.bad("cfg.amax_in", "cfg.amax_in"); break;
-    case 5: cfg.offset_counter = reinterpret_cast<uint64_t*>(mem + 8); e.bad("cfg.offset_counter", "counter"); break;
-    case 6: cfg_null = true; e.bad("cfg", "cfg null"); break;
-    default: break;
-  }
-  std::memcpy(&cfg.block, &block, sizeof block);
-  std::memcpy(&cfg.rounding, &rounding, sizeof rounding);
-  std::memcpy(&cfg.scale_layout, &layout, sizeof layout);
+  mutate_grouped_config(s, e, cfg, mem, block, rounding, layout, cfg_null, false);
   allocate_all(s, e, {&in});
   if (want_row) allocate_all(s, e, {&rd, &rs, &ra});
   if (want_col) allocate_all(s, e, {&cd, &cs, &ca});
