@@ -128,20 +128,25 @@ inline int64_t checked_round_up(int64_t v, int64_t m, const std::string& what) {
   return r;
 }
 
-// Element count of a descriptor that passed check_descriptor (which proved it fits). A zero
-// anywhere is looked for first: the dimensions before it may multiply past int64 (an empty
-// tensor's other dimensions are not bounded), as checked_numel knows.
-inline int64_t numel(const nvfp4_tensor_t& t) {
+// A tensor with a zero dimension is empty, however large its other dimensions: the element
+// counts below look for the zero before they multiply anything (the others may multiply past
+// int64).
+inline bool has_zero_dim(const nvfp4_tensor_t& t) {
   for (int i = 0; i < t.ndim; ++i)
-    if (t.shape[i] == 0) return 0;
+    if (t.shape[i] == 0) return true;
+  return false;
+}
+
+// Element count of a descriptor that passed check_descriptor (which proved it fits).
+inline int64_t numel(const nvfp4_tensor_t& t) {
+  if (has_zero_dim(t)) return 0;
   int64_t n = 1;
   for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
   return n;
 }
 
 inline int64_t checked_numel(const nvfp4_tensor_t& t, const std::string& name) {
-  for (int i = 0; i < t.ndim; ++i)
-    if (t.shape[i] == 0) return 0;  // empty, however large the other dimensions
+  if (has_zero_dim(t)) return 0;
   int64_t n = 1;
   for (int i = 0; i < t.ndim; ++i)
     if (!core::size_mul(n, t.shape[i], &n))
